@@ -1,0 +1,1 @@
+"""Method writers and readers over chronq queues: typing.Protocol interfaces become messages."""

@@ -1,0 +1,13 @@
+"""Build the private native hot path; everything else is declared in pyproject.toml."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "chronq._native",
+            ["chronq/_native.c"],
+            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        )
+    ]
+)

@@ -1,0 +1,1 @@
+"""Replay-testing kit for method-reader components."""

@@ -1,0 +1,1 @@
+"""pytest plugin entry point (chronq_replay): collects replay-scenario folders."""

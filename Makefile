@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
-NATIVE := chronq/_native$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 
 .PHONY: demo test test-slow lint typecheck unit bench build clean
 
@@ -13,10 +12,9 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
-$(NATIVE): chronq/_native.c $(STAMP)
+# Rebuilds the C extensions in place when their sources changed (setuptools skips up-to-date ones).
+build: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
-
-build: $(STAMP) $(NATIVE)
 
 demo: build
 	$(PY) examples/demo.py
@@ -32,8 +30,9 @@ unit: build
 
 test: lint typecheck unit
 
+# pytest exits 5 when nothing is marked slow; that is not a failure.
 test-slow: build
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow || [ $$? -eq 5 ]
 
 bench: build
 	$(PY) benchmarks/bench_wire.py

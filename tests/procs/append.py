@@ -1,0 +1,25 @@
+"""Appends checked messages with the vectors' fixed clock and prints each index (a next writer after a crash).
+
+argv: queue_dir tag count
+"""
+
+from __future__ import annotations
+
+import sys
+
+from qhelp import BASE_MS, checked_payload
+
+import chronq
+from chronq.rollcycles import FixedClock
+
+
+def main() -> None:
+    path, tag, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    with chronq.open(path, clock=FixedClock(BASE_MS)) as q:
+        a = q.appender()
+        for n in range(count):
+            print(a.write(checked_payload(tag, n, n)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Crash driver: forks writer after writer into one queue and SIGKILLs each at a random moment.
+
+argv: queue_dir rounds seed block_size
+Each child appends self-verifying messages (tag = round) in a loop and, after every committed write,
+reports (n, index) over a pipe. The parent kills it after a random short delay (sometimes before it
+even opened the queue, sometimes mid-document), reaps it (so its pid is really dead), and records what
+was acknowledged. The clock moves one day every few rounds, so rolls and EOF back-filling are killed
+too. The last round writes a fixed number of messages and exits normally: the queue must still take
+writes after all the kills. Prints one JSON object: {"acks": {round: [[n, index], ...]}, "kills": k}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import struct
+import sys
+import time
+
+from qhelp import BASE_MS, DAY_MS, checked_payload
+
+import chronq
+from chronq.rollcycles import FixedClock
+
+ACK = struct.Struct("<IQ")
+ROUNDS_PER_DAY = 7
+FINAL_WRITES = 200
+PROGRESS_TIMEOUT = 30.0
+
+
+def child(path: str, rnd: int, seed: int, block_size: int, ack_fd: int, limit: int | None) -> None:
+    rng = random.Random(seed * 100_003 + rnd)
+    clock = FixedClock(BASE_MS + DAY_MS * (rnd // ROUNDS_PER_DAY))
+    with chronq.open(path, clock=clock, block_size=block_size) as q:
+        a = q.appender()
+        n = 0
+        while limit is None or n < limit:
+            extra = rng.choice((0, 1, 3, 17, 200, rng.randrange(4000), rng.randrange(60_000)))
+            data = checked_payload(rnd, n, extra)
+            if rng.random() < 0.3:
+                # An open document (write lock held, header still 0) is the widest window for a kill.
+                with a.writing_document() as dc:
+                    half = len(data) // 2
+                    dc.write(data[:half])
+                    dc.write(data[half:])
+                index = dc.index
+            else:
+                index = a.write(data)
+            os.write(ack_fd, ACK.pack(n, index))
+            n += 1
+
+
+def run_round(
+    path: str, rnd: int, seed: int, block_size: int, rng: random.Random, final: bool
+) -> list[list[int]]:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = 0
+        try:
+            child(path, rnd, seed, block_size, w, FINAL_WRITES if final else None)
+        except BaseException as e:
+            os.write(2, f"crash_parent child round {rnd}: {type(e).__name__}: {e}\n".encode())
+            code = 1
+        os._exit(code)
+    os.close(w)
+    buf = bytearray()
+
+    def drain(timeout: float) -> bool:
+        """Read acks for up to ``timeout``; False once the child closed the pipe."""
+        import select
+
+        end = time.monotonic() + timeout
+        while (left := end - time.monotonic()) > 0:
+            if not select.select([r], [], [], left)[0]:
+                return True
+            chunk = os.read(r, 65536)
+            if not chunk:
+                return False
+            buf.extend(chunk)
+        return True
+
+    if final:
+        open_ = drain(PROGRESS_TIMEOUT * 2)
+        if open_:
+            os.kill(pid, signal.SIGKILL)
+    else:
+        if rng.random() < 0.5:
+            # Wait for the first ack: proves the previous kill did not leave the queue unwritable.
+            end = time.monotonic() + PROGRESS_TIMEOUT
+            while len(buf) < ACK.size and time.monotonic() < end and drain(0.05):
+                pass
+            if len(buf) < ACK.size:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise SystemExit(f"round {rnd}: no ack within {PROGRESS_TIMEOUT} s after a crash")
+        drain(rng.random() * 0.03)
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    while drain(0.01):
+        pass
+    os.close(r)
+    if final and status != 0:
+        raise SystemExit(f"final round: writer exited with status {status:#x}")
+    if not final and not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
+        raise SystemExit(f"round {rnd}: writer ended on its own with status {status:#x} before the kill")
+    whole = len(buf) - len(buf) % ACK.size
+    return [list(ACK.unpack_from(buf, off)) for off in range(0, whole, ACK.size)]
+
+
+def main() -> None:
+    path, rounds, seed, block_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    rng = random.Random(seed)
+    acks = {r: run_round(path, r, seed, block_size, rng, final=r == rounds) for r in range(rounds + 1)}
+    print(json.dumps({"acks": acks, "kills": rounds}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Helpers shared by the robustness suites and the processes they start.
+
+Kept import-light (only chronq and the standard library) because every helper process imports it,
+and the crash test starts hundreds of them.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+PROCS = Path(__file__).resolve().parent
+REPO = PROCS.parents[1]
+DAY_MS = 86_400_000
+#: 2024-01-15T10:00:00Z, the clock the Java vectors were written with.
+BASE_MS = 1_705_312_800_000
+
+_CHECKED = struct.Struct("<IIH")
+
+
+def checked_payload(tag: int, n: int, extra: int) -> bytes:
+    """A self-verifying message: (tag, n, extra length), ``extra`` deterministic bytes, then a CRC32.
+
+    A torn or misplaced body can therefore never pass as a committed message.
+    """
+    body = _CHECKED.pack(tag, n, extra) + bytes((tag * 31 + n + i) & 0xFF for i in range(extra))
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def parse_checked(data: bytes) -> tuple[int, int]:
+    """(tag, n) of a message made by :func:`checked_payload`; ValueError if it is not one intact."""
+    if len(data) < _CHECKED.size + 4:
+        raise ValueError(f"message of {len(data)} bytes is too short: {data[:32].hex()}")
+    body, crc = data[:-4], struct.unpack("<I", data[-4:])[0]
+    if zlib.crc32(body) != crc:
+        raise ValueError(f"CRC mismatch in message {data[:32].hex()}...")
+    tag, n, extra = _CHECKED.unpack_from(body)
+    if extra != len(body) - _CHECKED.size:
+        raise ValueError(f"length field {extra} does not match body of {len(body)} bytes")
+    return tag, n
+
+
+def script(name: str) -> list[str]:
+    """argv prefix that runs ``tests/procs/<name>.py`` with this interpreter."""
+    return [sys.executable, str(PROCS / f"{name}.py")]
+
+
+def child_env() -> dict[str, str]:
+    """Environment for helper processes: the repository importable, hash seed fixed for repeatability."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("PYTHONHASHSEED", "0")
+    return env
+
+
+def read_all(queue_path: Path | str, **open_kwargs: object) -> list[tuple[int, bytes]]:
+    """Every data excerpt of a queue as (index, payload), read with a fresh tailer."""
+    import chronq
+
+    with chronq.open(str(queue_path), **open_kwargs) as q:  # type: ignore[arg-type]
+        t = q.tailer()
+        out = []
+        while (ex := t.read()) is not None:
+            out.append((ex.index, bytes(ex.payload)))
+        return out
+
+
+def wait_line(proc: subprocess.Popen[bytes], expected: str, timeout: float) -> None:
+    """Block until ``proc`` prints ``expected`` on a line of its stdout; fail clearly on exit or timeout."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                raise TimeoutError(f"{proc.args!r} did not print {expected!r} within {timeout} s")
+            line = proc.stdout.readline()
+            if not line:
+                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                raise RuntimeError(f"{proc.args!r} exited ({proc.wait()}) before {expected!r}: {err}")
+            if line.decode().strip() == expected:
+                return
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float) -> str:
+    """Wait for a helper to exit 0 (killing it at the deadline); return what it printed on stdout."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"{proc.args!r} hung for {timeout} s: {err.decode(errors='replace')}") from None
+    text = err.decode(errors="replace") if err else ""
+    assert proc.returncode == 0, f"{proc.args!r} exited with {proc.returncode}: {text}"
+    return out.decode(errors="replace") if out else ""

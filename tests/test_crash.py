@@ -1,0 +1,101 @@
+"""Writers killed with SIGKILL at random points lose nothing they committed, and the next writer proceeds.
+
+Committed = the writer reported the index over a pipe after ``write()`` returned. A kill may land while
+the queue is being opened, a cycle file created or rolled, a document half written, or the write lock
+held; the next process must take over the stale lock (dead pid) and overwrite the unpublished document.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from tests.procs.qhelp import child_env, finish, parse_checked, read_all, script, wait_line
+
+BLOCK = 128 * 1024  # the vectors' small block size, so files grow (remap) while being killed
+SEED = int(os.environ.get("CHRONQ_CRASH_SEED", "20261122"))
+
+
+def verify(queue: Path, acks: dict[int, list[list[int]]]) -> int:
+    """Check the queue against what was acknowledged; return how many excerpts it holds."""
+    excerpts = read_all(queue)
+    indexes = [i for i, _ in excerpts]
+    assert all(a < b for a, b in pairwise(indexes)), "indexes not strictly increasing"
+    seen: dict[int, list[tuple[int, int]]] = {}
+    last_round = -1
+    for index, payload in excerpts:
+        try:
+            rnd, n = parse_checked(payload)
+        except ValueError as e:
+            raise AssertionError(f"torn or foreign excerpt at {index:#x}: {e}") from None
+        assert rnd >= last_round, f"round {rnd} message at {index:#x} after a round {last_round} message"
+        last_round = rnd
+        seen.setdefault(rnd, []).append((n, index))
+    assert set(seen) <= set(acks), f"messages from rounds that never ran: {set(seen) - set(acks)}"
+    for rnd, acked in acks.items():
+        got = seen.get(rnd, [])
+        assert [n for n, _ in got] == list(range(len(got))), f"round {rnd}: lost or duplicated messages"
+        assert len(got) >= len(acked), f"round {rnd}: {len(acked)} acknowledged, {len(got)} in the queue"
+        for n, index in acked:
+            assert got[n][1] == index, f"round {rnd} message {n}: acked {index:#x}, found {got[n][1]:#x}"
+    return len(excerpts)
+
+
+def crash_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
+    queue = tmp_path / "queue"
+    proc = subprocess.run(
+        [*script("crash_parent"), str(queue), str(rounds), str(seed), str(BLOCK)],
+        capture_output=True, env=child_env(), timeout=60 + rounds * 2,
+    )
+    assert proc.returncode == 0, f"crash driver failed (seed {seed}): {proc.stderr.decode(errors='replace')}"
+    report = json.loads(proc.stdout)
+    acks = {int(k): v for k, v in report["acks"].items()}
+    assert len(acks[rounds]) == 200, "the final writer did not complete after the crashes"
+    assert sum(1 for rnd in range(rounds) if acks[rnd]) >= rounds // 3, "too few rounds got to write at all"
+    verify(queue, acks)
+
+
+def test_sigkill_at_random_points(tmp_path: Path) -> None:
+    crash_rounds(tmp_path, rounds=60, seed=SEED)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(5))
+def test_sigkill_at_random_points_long(tmp_path: Path, seed: int) -> None:
+    crash_rounds(tmp_path, rounds=400, seed=SEED + seed)
+
+
+@pytest.mark.parametrize("partial", [0, 1000, 300_000])
+def test_next_writer_takes_over_after_kill_inside_document(tmp_path: Path, partial: int) -> None:
+    """The killed process held the write lock with an unpublished document (300 KB spans chunks)."""
+    queue = tmp_path / "queue"
+    env = child_env()
+    holder = subprocess.Popen(
+        [*script("hold_open"), str(queue), "5", str(partial)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    try:
+        wait_line(holder, "open", 30)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        out, err = holder.communicate()
+    committed = [int(line) for line in out.decode().split()[:-1] if line != "open"]
+    assert len(committed) == 5, err.decode(errors="replace")
+
+    before = read_all(queue)
+    assert [i for i, _ in before] == committed, "a reader must stop at the unpublished document"
+
+    nxt = subprocess.Popen([*script("append"), str(queue), "1", "3"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env=env)
+    new = [int(x) for x in finish(nxt, 60).split()]
+    after = read_all(queue)
+    assert [i for i, _ in after[:5]] == committed
+    assert [parse_checked(p) for _, p in after] == [(0, n) for n in range(5)] + [(1, n) for n in range(3)]
+    assert after[5][0] == committed[-1] + 1, "the next writer must reuse the abandoned slot"
+    assert new == [i for i, _ in after[5:]]

@@ -1,0 +1,43 @@
+"""Which `!type` names may become Python objects: only those registered here.
+
+Decoding never imports or instantiates anything by name; an unregistered name stays a `wire.Typed`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, TypeVar
+
+T = TypeVar("T", bound=type[Any])
+
+_lock = threading.Lock()
+_by_name: dict[str, type[Any]] = {}
+_by_class: dict[type[Any], str] = {}
+
+
+def register(cls: T, alias: str | None = None) -> T:
+    """Map `alias` (default: the class's `__qualname__`) to `cls` both ways; usable as a decorator.
+
+    The alias is what appears after `!` on the wire, so use the Java alias or class name
+    (e.g. `"gen.Msg$Message1"`) to exchange typed objects with Java.
+    """
+    name = alias if alias is not None else cls.__qualname__
+    if not name:
+        raise ValueError("a type alias must not be empty")
+    with _lock:
+        old = _by_name.get(name)
+        if old is not None and old is not cls:
+            raise ValueError(f"type alias {name!r} is already registered for {old!r}")
+        _by_name[name] = cls
+        _by_class.setdefault(cls, name)
+    return cls
+
+
+def lookup(name: str) -> type[Any] | None:
+    """The class registered under `name`, or None."""
+    return _by_name.get(name)
+
+
+def alias_of(cls: type[Any]) -> str | None:
+    """The name `cls` is written under, or None if it was never registered."""
+    return _by_class.get(cls)

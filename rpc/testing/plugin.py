@@ -1,1 +1,85 @@
-"""pytest plugin entry point (chronq_replay): collects replay-scenario folders."""
+"""pytest plugin entry point (chronq_replay): collects replay-scenario folders as tests.
+
+A folder with an `in.yaml` becomes one test when it or an ancestor holds `replay.toml` naming the
+component (`handler = "module:factory"`, optional `pythonpath = "relative/dir"` added to sys.path).
+`pytest --rpc-regenerate` rewrites each scenario's `out.yaml` from the actual outputs.
+
+Loaded into every pytest run through the entry point, so it imports nothing heavy until it finds a
+scenario.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CONFIG = "replay.toml"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--rpc-regenerate",
+        action="store_true",
+        default=False,
+        help="rewrite replay scenarios' out.yaml from the actual outputs",
+    )
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.name != "in.yaml" or _config_file(file_path.parent) is None:
+        return None
+    return ScenarioFile.from_parent(parent, path=file_path)
+
+
+def _config_file(folder: Path) -> Path | None:
+    for d in (folder, *folder.parents):
+        candidate = d / CONFIG
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_factory(config: Path) -> Callable[..., object]:
+    """The handler factory named by a `replay.toml`."""
+    settings = tomllib.loads(config.read_text())
+    target = settings.get("handler")
+    if not isinstance(target, str) or ":" not in target:
+        raise ValueError(f"{config}: `handler = \"module:factory\"` is required")
+    extra = settings.get("pythonpath")
+    if isinstance(extra, str):
+        path = str((config.parent / extra).resolve())
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    module, _, attr = target.partition(":")
+    factory: Callable[..., object] = getattr(importlib.import_module(module), attr)
+    return factory
+
+
+class ScenarioFile(pytest.File):
+    def collect(self) -> list[pytest.Item]:
+        return [ScenarioItem.from_parent(self, name=self.path.parent.name)]
+
+
+class ScenarioItem(pytest.Item):
+    def runtest(self) -> None:
+        from rpc.testing import YamlTester
+
+        config = _config_file(self.path.parent)
+        assert config is not None
+        tester = YamlTester(load_factory(config))
+        regenerate = bool(self.config.getoption("--rpc-regenerate"))
+        tester.check(self.path.parent, regenerate=regenerate)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, AssertionError):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"replay scenario {self.path.parent.name}"

@@ -1,7 +1,1910 @@
-/* Placeholder so the build has something to compile; replaced by the native hot path. */
+/*
+ * chronq._native: the hot path of chronq in C.
+ *
+ * Owns what must be atomic or fast on shared memory-mapped queue files:
+ *   - atomic loads/stores/CAS on any buffer (the table store uses these),
+ *   - Map: a shared mapping of one cycle file that exports the buffer protocol,
+ *   - AppenderCore: lock, find end, copy body, publish header, writePosition + index,
+ *   - TailerCore: header scan with acquire loads, index lookup, zero-copy excerpts,
+ *   - scan/gather: batch helpers for columnar readers.
+ * Slow paths (roll, growth, stale-lock takeover, next cycle) are Python methods of the
+ * subclasses in chronq/appender.py and chronq/tailer.py, called from here.
+ * Every offset is bounds-checked; problems become Python exceptions, never aborts.
+ */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
-static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "chronq._native", NULL, -1, NULL};
+#define HDR_LENGTH_MASK 0x3FFFFFFFu
+#define HDR_META 0x40000000u
+#define HDR_NOT_COMPLETE 0x80000000u
+#define HDR_EOF 0xC0000000u
+#define LOCK_UNLOCKED ((int64_t)INT64_MIN)
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&native_module); }
+static PyObject *CorruptQueueError = NULL; /* chronq.errors.CorruptQueueError, loaded lazily */
+static PyObject *ChronqError = NULL;
+
+static int load_errors(void) {
+    if (CorruptQueueError) return 0;
+    PyObject *mod = PyImport_ImportModule("chronq.errors");
+    if (!mod) return -1;
+    CorruptQueueError = PyObject_GetAttrString(mod, "CorruptQueueError");
+    ChronqError = PyObject_GetAttrString(mod, "ChronqError");
+    Py_DECREF(mod);
+    if (!CorruptQueueError || !ChronqError) {
+        Py_CLEAR(CorruptQueueError);
+        Py_CLEAR(ChronqError);
+        return -1;
+    }
+    return 0;
+}
+
+static void raise_corrupt(PyObject *name, Py_ssize_t pos, const char *fmt, ...) {
+    if (load_errors() < 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *detail = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    if (!detail) return;
+    PyObject *exc = PyObject_CallFunction(CorruptQueueError, "OnO", name ? name : Py_None, pos, detail);
+    Py_DECREF(detail);
+    if (exc) {
+        PyErr_SetObject(CorruptQueueError, exc);
+        Py_DECREF(exc);
+    }
+}
+
+static void raise_chronq(const char *fmt, ...) {
+    if (load_errors() < 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *msg = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    if (!msg) return;
+    PyErr_SetObject(ChronqError, msg);
+    Py_DECREF(msg);
+}
+
+/* ------------------------------------------------------------------ atomics */
+
+static inline uint32_t ld32(const char *p) { return __atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE); }
+static inline int64_t ld64(const char *p) { return __atomic_load_n((const int64_t *)p, __ATOMIC_ACQUIRE); }
+static inline void st64(char *p, int64_t v) { __atomic_store_n((int64_t *)p, v, __ATOMIC_RELEASE); }
+static inline int cas32p(char *p, uint32_t expected, uint32_t desired) {
+    return __atomic_compare_exchange_n((uint32_t *)p, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+static inline int cas64p(char *p, int64_t expected, int64_t desired) {
+    return __atomic_compare_exchange_n((int64_t *)p, &expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+static inline void setmax64p(char *p, int64_t v) {
+    int64_t cur = ld64(p);
+    while (cur < v && !__atomic_compare_exchange_n((int64_t *)p, &cur, v, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    }
+}
+static inline Py_ssize_t align_up(Py_ssize_t pos, Py_ssize_t align) { return (pos + align - 1) & ~(align - 1); }
+
+/* ------------------------------------------------------------------ Map */
+
+typedef struct {
+    PyObject_HEAD
+    char *base;
+    Py_ssize_t size;
+    int writable;
+    PyObject *name; /* file name, for error messages */
+} MapObject;
+
+static PyTypeObject MapType;
+
+static PyObject *Map_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"fd", "size", "writable", "name", NULL};
+    int fd, writable = 0;
+    Py_ssize_t size;
+    PyObject *name = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "in|pO", kwlist, &fd, &size, &writable, &name)) return NULL;
+    if (size <= 0) {
+        PyErr_Format(PyExc_ValueError, "cannot map %zd bytes of %R", size, name);
+        return NULL;
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, name);
+        return NULL;
+    }
+    MapObject *self = (MapObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        munmap(p, (size_t)size);
+        return NULL;
+    }
+    self->base = p;
+    self->size = size;
+    self->writable = writable;
+    Py_INCREF(name);
+    self->name = name;
+    return (PyObject *)self;
+}
+
+static void Map_dealloc(MapObject *self) {
+    if (self->base) munmap(self->base, (size_t)self->size);
+    Py_XDECREF(self->name);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Map_getbuffer(MapObject *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->base, self->size, !self->writable, flags);
+}
+
+static PyBufferProcs Map_as_buffer = {(getbufferproc)Map_getbuffer, NULL};
+
+static PyObject *Map_release_pages(MapObject *self, PyObject *args) {
+    /* Drop clean pages of [start, end) from this process (RSS stays flat on long replays). */
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "nn", &start, &end)) return NULL;
+    long page = sysconf(_SC_PAGESIZE);
+    start = align_up(start < 0 ? 0 : start, page);
+    if (end > self->size) end = self->size;
+    end &= ~(Py_ssize_t)(page - 1);
+    if (end > start && madvise(self->base + start, (size_t)(end - start), MADV_DONTNEED) != 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Map_sync(MapObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (msync(self->base, (size_t)self->size, MS_SYNC) != 0) return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Map_methods[] = {
+    {"release_pages", (PyCFunction)Map_release_pages, METH_VARARGS, "madvise(DONTNEED) whole pages in [start, end)."},
+    {"sync", (PyCFunction)Map_sync, METH_NOARGS, "msync the mapping to disk."},
+    {NULL}};
+
+static PyObject *Map_get_size(MapObject *self, void *c) { return PyLong_FromSsize_t(self->size); }
+static PyObject *Map_get_name(MapObject *self, void *c) { return Py_NewRef(self->name); }
+static PyObject *Map_get_writable(MapObject *self, void *c) { return PyBool_FromLong(self->writable); }
+static PyGetSetDef Map_getset[] = {{"size", (getter)Map_get_size, NULL, NULL, NULL},
+                                   {"name", (getter)Map_get_name, NULL, NULL, NULL},
+                                   {"writable", (getter)Map_get_writable, NULL, NULL, NULL},
+                                   {NULL}};
+
+static PyTypeObject MapType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chronq._native.Map",
+    .tp_basicsize = sizeof(MapObject),
+    .tp_dealloc = (destructor)Map_dealloc,
+    .tp_as_buffer = &Map_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Map(fd, size, writable=False, name=None): a MAP_SHARED mapping, unmapped only when freed.",
+    .tp_methods = Map_methods,
+    .tp_getset = Map_getset,
+    .tp_new = Map_new,
+};
+
+/* ------------------------------------------------------------------ buffer access for the atomics */
+
+typedef struct {
+    Py_buffer view;
+    char *base;
+    Py_ssize_t len;
+    int has_view;
+} BufRef;
+
+static int get_buf(PyObject *obj, BufRef *b, int writable) {
+    if (Py_IS_TYPE(obj, &MapType)) {
+        MapObject *m = (MapObject *)obj;
+        if (writable && !m->writable) {
+            PyErr_SetString(PyExc_TypeError, "the mapping is read-only");
+            return -1;
+        }
+        b->base = m->base;
+        b->len = m->size;
+        b->has_view = 0;
+        return 0;
+    }
+    if (PyObject_GetBuffer(obj, &b->view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return -1;
+    b->base = b->view.buf;
+    b->len = b->view.len;
+    b->has_view = 1;
+    return 0;
+}
+
+static void put_buf(BufRef *b) {
+    if (b->has_view) PyBuffer_Release(&b->view);
+}
+
+/* Check off is a valid, naturally aligned place for an n-byte atomic. */
+static char *atomic_at(BufRef *b, PyObject *offobj, int n) {
+    Py_ssize_t off = PyLong_AsSsize_t(offobj);
+    if (off == -1 && PyErr_Occurred()) return NULL;
+    if (off < 0 || off > b->len - n) {
+        PyErr_Format(PyExc_IndexError, "offset %zd out of range for a %d-byte value in a buffer of %zd bytes", off, n,
+                     b->len);
+        return NULL;
+    }
+    char *p = b->base + off;
+    if (((uintptr_t)p) % (uintptr_t)n) {
+        PyErr_Format(PyExc_ValueError, "offset %zd is not %d-byte aligned", off, n);
+        return NULL;
+    }
+    return p;
+}
+
+static int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t want) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", name, want, nargs);
+        return -1;
+    }
+    return 0;
+}
+
+#define ATOMIC_PROLOGUE(NAME, NARGS, WRITABLE, SIZE)  \
+    if (check_nargs(NAME, nargs, NARGS) < 0) return NULL; \
+    BufRef b;                                         \
+    if (get_buf(args[0], &b, WRITABLE) < 0) return NULL; \
+    char *p = atomic_at(&b, args[1], SIZE);           \
+    if (!p) {                                         \
+        put_buf(&b);                                  \
+        return NULL;                                  \
+    }
+
+static int as_i64(PyObject *o, int64_t *out) {
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int as_u32(PyObject *o, uint32_t *out) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    if (v > 0xFFFFFFFFull) {
+        PyErr_SetString(PyExc_OverflowError, "value does not fit in 32 unsigned bits");
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static PyObject *py_load32(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    ATOMIC_PROLOGUE("load32", 2, 0, 4)
+    uint32_t v = ld32(p);
+    put_buf(&b);
+    return PyLong_FromUnsignedLong(v);
+}
+
+static PyObject *py_load64(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    ATOMIC_PROLOGUE("load64", 2, 0, 8)
+    int64_t v = ld64(p);
+    put_buf(&b);
+    return PyLong_FromLongLong(v);
+}
+
+static PyObject *py_store64(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    ATOMIC_PROLOGUE("store64", 3, 1, 8)
+    int64_t v;
+    if (as_i64(args[2], &v) < 0) {
+        put_buf(&b);
+        return NULL;
+    }
+    st64(p, v);
+    put_buf(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_store32(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    ATOMIC_PROLOGUE("store32", 3, 1, 4)
+    uint32_t v;
+    if (as_u32(args[2], &v) < 0) {
+        put_buf(&b);
+        return NULL;
+    }
+    __atomic_store_n((uint32_t *)p, v, __ATOMIC_RELEASE);
+    put_buf(&b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_cas32(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    ATOMIC_PROLOGUE("cas32", 4, 1, 4)
+    uint32_t e, n;
+    if (as_u32(args[2], &e) < 0 || as_u32(args[3], &n) < 0) {
+        put_buf(&b);
+        return NULL;
+    }
+    int ok = cas32p(p, e, n);
+    put_buf(&b);
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *py_cas64(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    ATOMIC_PROLOGUE("cas64", 4, 1, 8)
+    int64_t e, n;
+    if (as_i64(args[2], &e) < 0 || as_i64(args[3], &n) < 0) {
+        put_buf(&b);
+        return NULL;
+    }
+    int ok = cas64p(p, e, n);
+    put_buf(&b);
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *py_set_max64(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    ATOMIC_PROLOGUE("set_max64", 3, 1, 8)
+    int64_t v;
+    if (as_i64(args[2], &v) < 0) {
+        put_buf(&b);
+        return NULL;
+    }
+    setmax64p(p, v);
+    int64_t now = ld64(p);
+    put_buf(&b);
+    return PyLong_FromLongLong(now);
+}
+
+static PyObject *py_set_min64(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    ATOMIC_PROLOGUE("set_min64", 3, 1, 8)
+    int64_t v;
+    if (as_i64(args[2], &v) < 0) {
+        put_buf(&b);
+        return NULL;
+    }
+    int64_t cur = ld64(p);
+    while (cur > v && !__atomic_compare_exchange_n((int64_t *)p, &cur, v, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    }
+    int64_t now = ld64(p);
+    put_buf(&b);
+    return PyLong_FromLongLong(now);
+}
+
+static PyObject *py_add64(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    ATOMIC_PROLOGUE("add64", 3, 1, 8)
+    int64_t d;
+    if (as_i64(args[2], &d) < 0) {
+        put_buf(&b);
+        return NULL;
+    }
+    /* wrap-around like Java's getAndAdd, without C signed-overflow UB */
+    uint64_t r = __atomic_add_fetch((uint64_t *)p, (uint64_t)d, __ATOMIC_ACQ_REL);
+    put_buf(&b);
+    return PyLong_FromLongLong((int64_t)r);
+}
+
+/* ------------------------------------------------------------------ document walking helpers */
+
+/* Locate the int64 array of an index/index2index metadata document at doc_pos.
+   Returns the offset of its capacity field (values start 16 bytes later) or -1 with an exception. */
+static Py_ssize_t index_array_at(const char *base, Py_ssize_t size, Py_ssize_t doc_pos, int64_t want_cap,
+                                 PyObject *name) {
+    if (doc_pos <= 0 || doc_pos > size - 4 || (doc_pos & 3)) {
+        raise_corrupt(name, doc_pos, "index document position %zd is outside the file", doc_pos);
+        return -1;
+    }
+    uint32_t h = ld32(base + doc_pos);
+    if ((h & HDR_EOF) != HDR_META) {
+        raise_corrupt(name, doc_pos, "expected an index metadata document, found header 0x%08x", h);
+        return -1;
+    }
+    Py_ssize_t end = doc_pos + 4 + (Py_ssize_t)(h & HDR_LENGTH_MASK);
+    if (end > size) {
+        raise_corrupt(name, doc_pos, "index document of %u bytes runs past the end of the mapping", h & HDR_LENGTH_MASK);
+        return -1;
+    }
+    const unsigned char *u = (const unsigned char *)base;
+    Py_ssize_t p = doc_pos + 4;
+    if (p + 2 > end || u[p] != 0xB9 || u[p + 1] > 0x7F) goto bad;
+    p += 2 + u[p + 1];
+    while (p < end) {
+        if (u[p] == 0x8F) {
+            p++;
+        } else if (u[p] == 0x8E) {
+            if (p + 5 > end) goto bad;
+            uint32_t n;
+            memcpy(&n, base + p + 1, 4);
+            p += 5 + (Py_ssize_t)n;
+        } else {
+            break;
+        }
+    }
+    if (p >= end || u[p] != 0x8D) goto bad;
+    p++;
+    if ((p & 7) || p + 16 > end) goto bad;
+    int64_t cap = ld64(base + p);
+    if (cap <= 0 || (want_cap > 0 && cap != want_cap) || p + 16 + cap * 8 > end) {
+        raise_corrupt(name, doc_pos, "index array capacity %lld does not match the store (%lld)", (long long)cap,
+                      (long long)want_cap);
+        return -1;
+    }
+    return p;
+bad:
+    raise_corrupt(name, doc_pos, "malformed index document");
+    return -1;
+}
+
+/* The store-level geometry shared by appender and tailer cores. */
+typedef struct {
+    MapObject *map; /* strong ref or NULL */
+    char *base;
+    Py_ssize_t size;
+    int64_t cycle;
+    int shift;        /* sequence bits of the index */
+    int align;        /* 4 (dataFormat 1) or 1 */
+    int count_bits;   /* log2(indexCount) */
+    int spacing_bits; /* log2(indexSpacing) */
+    Py_ssize_t wp_off;  /* writePosition[0]; the sequence hint is at +8 */
+    Py_ssize_t i2i_pos; /* index2index document position, 0 = none */
+    Py_ssize_t i2i_arr; /* its array (capacity field), 0 = none/unresolved */
+    Py_ssize_t li_off;  /* lastIndex (nextEntryToBeIndexed) value offset, 0 = none */
+    Py_ssize_t data_start; /* where the first document after the store header starts */
+    int hint_ok;           /* the store has a 2-long writePosition */
+} Geometry;
+
+static int parse_geometry(Geometry *g, PyObject *const *args, Py_ssize_t nargs, const char *fname) {
+    /* (map, cycle, shift, align, index_count, index_spacing, wp_off, hint_ok, i2i_pos, li_off, data_start) */
+    if (check_nargs(fname, nargs, 11) < 0) return -1;
+    if (!Py_IS_TYPE(args[0], &MapType)) {
+        PyErr_SetString(PyExc_TypeError, "expected a chronq._native.Map");
+        return -1;
+    }
+    MapObject *map = (MapObject *)args[0];
+    long long cycle, shift, align, count, spacing, wp_off, hint_ok, i2i_pos, li_off, data_start;
+    long long *outs[] = {&cycle, &shift, &align, &count, &spacing, &wp_off, &hint_ok, &i2i_pos, &li_off, &data_start};
+    for (int i = 0; i < 10; i++) {
+        *outs[i] = PyLong_AsLongLong(args[i + 1]);
+        if (*outs[i] == -1 && PyErr_Occurred()) return -1;
+    }
+    if (shift < 1 || shift > 62 || (align != 1 && align != 4) || count < 1 || (count & (count - 1)) || spacing < 1 ||
+        (spacing & (spacing - 1))) {
+        PyErr_SetString(PyExc_ValueError, "invalid store geometry (shift/align/indexCount/indexSpacing)");
+        return -1;
+    }
+    if (wp_off < 0 || wp_off > map->size - 16 || (wp_off & 7) || i2i_pos < 0 || i2i_pos > map->size - 4 ||
+        li_off < 0 || li_off > map->size - 8 || (li_off & 7) || data_start < 0 || data_start > map->size) {
+        PyErr_SetString(PyExc_ValueError, "store header offsets are outside the mapping or misaligned");
+        return -1;
+    }
+    Py_ssize_t i2i_arr = 0;
+    if (i2i_pos > 0) {
+        i2i_arr = index_array_at(map->base, map->size, (Py_ssize_t)i2i_pos, count, map->name);
+        if (i2i_arr < 0) return -1;
+    }
+    Py_INCREF(map);
+    Py_XSETREF(g->map, map);
+    g->base = map->base;
+    g->size = map->size;
+    g->cycle = cycle;
+    g->shift = (int)shift;
+    g->align = (int)align;
+    g->count_bits = __builtin_ctzll((unsigned long long)count);
+    g->spacing_bits = __builtin_ctzll((unsigned long long)spacing);
+    g->wp_off = (Py_ssize_t)wp_off;
+    g->hint_ok = hint_ok != 0;
+    g->i2i_pos = (Py_ssize_t)i2i_pos;
+    g->i2i_arr = i2i_arr;
+    g->li_off = (Py_ssize_t)li_off;
+    g->data_start = (Py_ssize_t)data_start;
+    return 0;
+}
+
+/* Find the position of the data document with sequence seq using the index, or the position where it
+   will be written. Returns 1 found (pos_out = its header), 0 = seq is the next one to be written
+   (pos_out = that free position), -1 = fewer documents, -2 = error (exception set),
+   -3 = EOF before seq (pos_out = the EOF header). */
+static int seek_seq(Geometry *g, int64_t seq, Py_ssize_t *pos_out) {
+    Py_ssize_t pos = g->data_start;
+    int64_t cur = 0;
+    if (g->i2i_arr > 0 && seq >= 0) {
+        int64_t count = (int64_t)1 << g->count_bits;
+        int64_t index2 = seq >> (g->count_bits + g->spacing_bits);
+        int64_t index1 = (seq >> g->spacing_bits) & (count - 1);
+        if (index2 >= count) return -1;
+        for (int64_t k = index2; k >= 0; k--) {
+            int64_t sec = ld64(g->base + g->i2i_arr + 16 + 8 * k);
+            if (sec == 0) continue;
+            Py_ssize_t arr = index_array_at(g->base, g->size, (Py_ssize_t)sec, count, g->map->name);
+            if (arr < 0) return -2;
+            for (int64_t slot = (k == index2 ? index1 : count - 1); slot >= 0; slot--) {
+                int64_t p = ld64(g->base + arr + 16 + 8 * slot);
+                if (p != 0) {
+                    if (p < 0 || p > g->size - 4) {
+                        raise_corrupt(g->map->name, (Py_ssize_t)(arr + 16 + 8 * slot),
+                                      "index entry %lld points outside the file", (long long)p);
+                        return -2;
+                    }
+                    pos = (Py_ssize_t)p;
+                    cur = (k << (g->count_bits + g->spacing_bits)) + (slot << g->spacing_bits);
+                    goto scan;
+                }
+            }
+        }
+    }
+scan:
+    for (;;) {
+        if (pos > g->size - 4) {
+            *pos_out = pos;
+            return cur == seq ? 0 : -1;
+        }
+        uint32_t h = ld32(g->base + pos);
+        if (h == HDR_EOF) {
+            *pos_out = pos;
+            return -3;
+        }
+        if (h == 0 || (h & HDR_NOT_COMPLETE)) {
+            *pos_out = pos;
+            return cur == seq ? 0 : -1;
+        }
+        if (!(h & HDR_META)) {
+            if (cur == seq) {
+                *pos_out = pos;
+                return 1;
+            }
+            cur++;
+        }
+        pos = align_up(pos + 4 + (Py_ssize_t)(h & HDR_LENGTH_MASK), g->align);
+    }
+}
+
+/* Sequence number of the data document at wp, from the hint or the index + a scan. -1 on error. */
+static int64_t seq_at_position(Geometry *g, Py_ssize_t wp) {
+    if (g->hint_ok) {
+        uint64_t hint = (uint64_t)ld64(g->base + g->wp_off + 8);
+        uint64_t w = (uint64_t)wp;
+        if (g->shift < 64 && (hint >> g->shift) == ((w << g->shift) >> g->shift)) {
+            return (int64_t)(hint & ((1ull << g->shift) - 1));
+        }
+    }
+    /* fall back: count data documents from the start (rare: foreign writer without a hint) */
+    Py_ssize_t pos = g->data_start;
+    int64_t seq = 0;
+    while (pos <= g->size - 4) {
+        uint32_t h = ld32(g->base + pos);
+        if (h == 0 || (h & HDR_NOT_COMPLETE)) break;
+        if (pos == wp) return (h & HDR_META) ? -1 : seq;
+        if (!(h & HDR_META)) seq++;
+        pos = align_up(pos + 4 + (Py_ssize_t)(h & HDR_LENGTH_MASK), g->align);
+    }
+    raise_corrupt(g->map->name, wp, "writePosition %zd is not the start of a data document", wp);
+    return -1;
+}
+
+/* ------------------------------------------------------------------ AppenderCore */
+
+typedef struct {
+    PyObject_HEAD
+    Geometry g;
+    /* write lock (chronicle.write.lock in metadata.cq4t) */
+    PyObject *lock_obj;
+    Py_buffer lock_view;
+    int has_lock_view;
+    char *lock_p;
+    int64_t pid;
+    int lock_depth; /* >0 while we hold the lock */
+    /* clock */
+    int clock_mode; /* 0: system realtime vs [cycle_start_ms, cycle_end_ms); 1: ask Python each write */
+    int64_t cycle_start_ms, cycle_end_ms;
+    Py_ssize_t grow_at; /* a header at or past this position needs a bigger file (Java's chunk rule) */
+    /* cached end of the queue */
+    int cache_valid;
+    Py_ssize_t end_pos;
+    int64_t next_seq;
+    int64_t seen_wp;
+    int64_t last_index;
+    /* open document (writing_document) */
+    int claimed;
+    int claim_meta;
+    int spin;
+} AppenderObject;
+
+static void App_clear_lock_view(AppenderObject *self) {
+    if (self->has_lock_view) {
+        PyBuffer_Release(&self->lock_view);
+        self->has_lock_view = 0;
+    }
+    self->lock_p = NULL;
+    Py_CLEAR(self->lock_obj);
+}
+
+static int App_traverse(AppenderObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->g.map);
+    Py_VISIT(self->lock_obj);
+    return 0;
+}
+
+static void App_dealloc(AppenderObject *self) {
+    PyObject_GC_UnTrack(self);
+    App_clear_lock_view(self);
+    Py_CLEAR(self->g.map);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *App_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    AppenderObject *self = (AppenderObject *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->last_index = -1;
+    self->spin = 20000;
+    self->cycle_start_ms = INT64_MIN;
+    self->cycle_end_ms = INT64_MAX;
+    self->grow_at = PY_SSIZE_T_MAX;
+    return (PyObject *)self;
+}
+
+static PyObject *App_attach(AppenderObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse_geometry(&self->g, args, nargs, "_attach") < 0) return NULL;
+    self->cache_valid = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *App_detach(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {
+    Py_CLEAR(self->g.map);
+    self->g.base = NULL;
+    self->g.size = 0;
+    self->cache_valid = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *App_set_lock(AppenderObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t off;
+    long long pid;
+    if (!PyArg_ParseTuple(args, "OnL", &obj, &off, &pid)) return NULL;
+    if (self->lock_depth) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot change the lock while it is held");
+        return NULL;
+    }
+    App_clear_lock_view(self);
+    if (obj == Py_None) Py_RETURN_NONE;
+    if (PyObject_GetBuffer(obj, &self->lock_view, PyBUF_WRITABLE) < 0) return NULL;
+    self->has_lock_view = 1;
+    if (off < 0 || off > self->lock_view.len - 8 || ((uintptr_t)((char *)self->lock_view.buf + off) & 7)) {
+        App_clear_lock_view(self);
+        PyErr_Format(PyExc_ValueError, "write lock offset %zd is out of range or not 8-byte aligned", off);
+        return NULL;
+    }
+    Py_INCREF(obj);
+    self->lock_obj = obj;
+    self->lock_p = (char *)self->lock_view.buf + off;
+    self->pid = (int64_t)pid;
+    Py_RETURN_NONE;
+}
+
+static PyObject *App_set_clock(AppenderObject *self, PyObject *args) {
+    int mode;
+    long long start, end;
+    if (!PyArg_ParseTuple(args, "pLL", &mode, &start, &end)) return NULL;
+    self->clock_mode = mode;
+    self->cycle_start_ms = start;
+    self->cycle_end_ms = end;
+    Py_RETURN_NONE;
+}
+
+static PyObject *App_set_grow_at(AppenderObject *self, PyObject *arg) {
+    Py_ssize_t v = PyLong_AsSsize_t(arg);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    self->grow_at = v;
+    Py_RETURN_NONE;
+}
+
+static int App_lock(AppenderObject *self) {
+    if (self->lock_depth) {
+        self->lock_depth++;
+        return 0;
+    }
+    if (self->lock_p) {
+        int ok = 0;
+        for (int i = 0; i < self->spin; i++) {
+            if (cas64p(self->lock_p, LOCK_UNLOCKED, self->pid)) {
+                ok = 1;
+                break;
+            }
+            __builtin_ia32_pause();
+        }
+        if (!ok) {
+            /* contended or stale: Python backs off, checks /proc/<pid> and may take over */
+            PyObject *r = PyObject_CallMethod((PyObject *)self, "_lock_contended", NULL);
+            if (!r) return -1;
+            Py_DECREF(r);
+        }
+    }
+    self->lock_depth = 1;
+    return 0;
+}
+
+static void App_unlock(AppenderObject *self) {
+    if (self->lock_depth > 1) {
+        self->lock_depth--;
+        return;
+    }
+    self->lock_depth = 0;
+    if (self->lock_p) cas64p(self->lock_p, self->pid, LOCK_UNLOCKED);
+}
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* With the lock held: make sure we are in the cycle the clock says (rolling via Python). */
+static int App_check_cycle(AppenderObject *self) {
+    if (self->g.map) {
+        if (self->clock_mode == 0) {
+            int64_t t = now_ms();
+            if (t >= self->cycle_start_ms && t < self->cycle_end_ms) return 0;
+        }
+    }
+    PyObject *r = PyObject_CallMethod((PyObject *)self, "_roll", "O", Py_False);
+    if (!r) return -1;
+    Py_DECREF(r);
+    if (!self->g.map) {
+        raise_chronq("appender has no cycle file after rolling");
+        return -1;
+    }
+    return 0;
+}
+
+/* With the lock held: find the first free header position and the next sequence number.
+   Handles other writers, crashed leftovers and EOF (roll via Python). */
+static int App_locate_end(AppenderObject *self) {
+    for (int attempt = 0; attempt < 16; attempt++) {
+        Geometry *g = &self->g;
+        int64_t wp = ld64(g->base + g->wp_off);
+        Py_ssize_t pos;
+        int64_t seq;
+        if (self->cache_valid && wp == self->seen_wp) {
+            pos = self->end_pos;
+            seq = self->next_seq;
+        } else if (wp == 0) {
+            pos = g->data_start;
+            seq = 0;
+        } else {
+            if (wp < g->data_start || wp > g->size - 4) {
+                raise_corrupt(g->map->name, g->wp_off, "writePosition %lld is outside the file", (long long)wp);
+                return -1;
+            }
+            int64_t s = seq_at_position(g, (Py_ssize_t)wp);
+            if (s < 0) return -1;
+            uint32_t h = ld32(g->base + wp);
+            pos = align_up((Py_ssize_t)wp + 4 + (Py_ssize_t)(h & HDR_LENGTH_MASK), g->align);
+            seq = s + 1;
+        }
+        int eof = 0;
+        for (;;) {
+            if (pos > g->size - 4) break; /* grown by the caller */
+            char *hp = g->base + pos;
+            uint32_t h = ld32(hp);
+            if (h == 0) break;
+            if (h == HDR_EOF) {
+                eof = 1;
+                break;
+            }
+            if (h & HDR_NOT_COMPLETE) {
+                /* leftover of a writer that died mid-document (we hold the lock): reclaim it */
+                cas32p(hp, h, 0);
+                break;
+            }
+            if (!(h & HDR_META)) seq++;
+            pos = align_up(pos + 4 + (Py_ssize_t)(h & HDR_LENGTH_MASK), g->align);
+        }
+        if (!eof) {
+            self->end_pos = pos;
+            self->next_seq = seq;
+            self->seen_wp = wp;
+            self->cache_valid = 1;
+            return 0;
+        }
+        self->cache_valid = 0;
+        PyObject *r = PyObject_CallMethod((PyObject *)self, "_roll", "O", Py_True);
+        if (!r) return -1;
+        Py_DECREF(r);
+        if (!self->g.map) {
+            raise_chronq("appender has no cycle file after rolling");
+            return -1;
+        }
+    }
+    raise_chronq("could not find the end of the queue (rolled 16 times)");
+    return -1;
+}
+
+static Py_ssize_t index_doc_len(Py_ssize_t doc_pos, int64_t count) {
+    Py_ssize_t q = doc_pos + 4 + 7;
+    Py_ssize_t pad = (7 - (q & 7)) & 7;
+    return 7 + pad + 1 + 16 + 8 * (Py_ssize_t)count;
+}
+
+/* Make sure [pos, need_end) is mapped and the file is Java-sized for a header at pos. */
+static int App_ensure_room(AppenderObject *self, Py_ssize_t pos, Py_ssize_t need_end) {
+    if (need_end <= self->g.size && pos < self->grow_at) return 0;
+    PyObject *r = PyObject_CallMethod((PyObject *)self, "_grow", "nn", pos, need_end);
+    if (!r) return -1;
+    Py_DECREF(r);
+    if (need_end > self->g.size) {
+        raise_chronq("could not map %zd bytes of the cycle file", need_end);
+        return -1;
+    }
+    self->cache_valid = 0;
+    return 0;
+}
+
+/* Write a metadata "index" document at pos (already room-checked). Returns its end position. */
+static Py_ssize_t write_index_doc(Geometry *g, Py_ssize_t pos, int64_t count) {
+    char *b = g->base;
+    Py_ssize_t len = index_doc_len(pos, count);
+    unsigned char *u = (unsigned char *)b + pos + 4;
+    memcpy(u, "\xb9\x05index", 7);
+    Py_ssize_t p = 7;
+    Py_ssize_t pad = (7 - ((pos + 4 + 7) & 7)) & 7;
+    if (pad <= 4) {
+        memset(u + p, 0x8F, (size_t)pad);
+    } else {
+        u[p] = 0x8E;
+        uint32_t n = (uint32_t)(pad - 5);
+        memcpy(u + p + 1, &n, 4);
+        memset(u + p + 5, 0, (size_t)n);
+    }
+    p += pad;
+    u[p++] = 0x8D;
+    memcpy(u + p, &count, 8);
+    memset(u + p + 8, 0, 8 + 8 * (size_t)count);
+    Py_ssize_t end = pos + 4 + len;
+    Py_ssize_t zero_end = end + 8 < g->size ? end + 8 : g->size;
+    memset(b + end, 0, (size_t)(zero_end - end));
+    __atomic_store_n((uint32_t *)(b + pos), HDR_META | (uint32_t)len, __ATOMIC_RELEASE);
+    return align_up(end, g->align);
+}
+
+/* The body of one append, with the lock held and the end located. */
+static int64_t App_put(AppenderObject *self, const char *data, Py_ssize_t len, int meta) {
+    Geometry *g;
+    if (len > (Py_ssize_t)HDR_LENGTH_MASK) {
+        PyErr_Format(PyExc_ValueError, "a message of %zd bytes is longer than the 2^30-1 a header can hold", len);
+        return -1;
+    }
+    Py_ssize_t blen = len ? len : 1;
+    for (int attempt = 0;; attempt++) {
+        g = &self->g;
+        Py_ssize_t pos = self->end_pos;
+        int64_t seq = self->next_seq;
+        int64_t count = (int64_t)1 << g->count_bits;
+        Py_ssize_t need = pos + 4 + blen + 8;
+        int new_index = 0;
+        int64_t index2 = 0;
+        if (!meta) {
+            if (seq >> g->shift) {
+                raise_chronq("cycle %lld is full: sequence %lld does not fit in %d bits", (long long)g->cycle,
+                             (long long)seq, g->shift);
+                return -1;
+            }
+            index2 = seq >> (g->count_bits + g->spacing_bits);
+            if (g->i2i_arr && (seq & (((int64_t)1 << g->spacing_bits) - 1)) == 0) {
+                if (index2 >= count) {
+                    raise_chronq("cycle %lld is full: the number of entries exceeds the index capacity",
+                                 (long long)g->cycle);
+                    return -1;
+                }
+                if (ld64(g->base + g->i2i_arr + 16 + 8 * index2) == 0) {
+                    new_index = 1;
+                    Py_ssize_t ip = align_up(pos + 4 + blen, g->align);
+                    need = ip + 4 + index_doc_len(ip, count) + 8;
+                }
+            }
+        }
+        if (need > g->size || pos >= self->grow_at) {
+            if (attempt > 2) {
+                raise_chronq("no room for a %zd-byte message at position %zd", len, pos);
+                return -1;
+            }
+            if (App_ensure_room(self, pos, need) < 0) return -1;
+            if (App_locate_end(self) < 0) return -1;
+            continue;
+        }
+        char *b = g->base;
+        char *body = b + pos + 4;
+        if (len)
+            memcpy(body, data, (size_t)len);
+        else
+            body[0] = (char)0x8F;
+        Py_ssize_t end = pos + 4 + blen;
+        Py_ssize_t zero_end = end + 8 < g->size ? end + 8 : g->size;
+        memset(b + end, 0, (size_t)(zero_end - end));
+        uint32_t header = (uint32_t)blen | (meta ? HDR_META : 0);
+        if (!cas32p(b + pos, 0, header)) {
+            self->cache_valid = 0;
+            raise_corrupt(g->map->name, pos, "header changed while the document was being written (0x%08x)",
+                          ld32(b + pos));
+            return -1;
+        }
+        Py_ssize_t next = align_up(end, g->align);
+        if (meta) {
+            self->end_pos = next;
+            return ((int64_t)g->cycle << g->shift) | seq;
+        }
+        setmax64p(b + g->wp_off, pos);
+        if (g->hint_ok) st64(b + g->wp_off + 8, (int64_t)(((uint64_t)pos << g->shift) + (uint64_t)seq));
+        if (g->i2i_arr && (seq & (((int64_t)1 << g->spacing_bits) - 1)) == 0 &&
+            (!g->li_off || seq >= ld64(b + g->li_off))) {
+            char *slot2 = b + g->i2i_arr + 16 + 8 * index2;
+            if (new_index) {
+                Py_ssize_t ip = next;
+                next = write_index_doc(g, ip, count);
+                cas64p(slot2, 0, ip);
+                setmax64p(b + g->i2i_arr + 8, index2 + 1);
+            }
+            int64_t sec = ld64(slot2);
+            Py_ssize_t arr = index_array_at(b, g->size, (Py_ssize_t)sec, count, g->map->name);
+            if (arr < 0) return -1;
+            int64_t index1 = (seq >> g->spacing_bits) & (count - 1);
+            char *slot1 = b + arr + 16 + 8 * index1;
+            if (ld64(slot1) == 0) {
+                st64(slot1, pos);
+                setmax64p(b + arr + 8, index1 + 1);
+            }
+            if (g->li_off) setmax64p(b + g->li_off, seq + ((int64_t)1 << g->spacing_bits));
+        }
+        self->end_pos = next;
+        self->next_seq = seq + 1;
+        self->seen_wp = ld64(b + g->wp_off);
+        self->cache_valid = (self->seen_wp == pos);
+        int64_t index = ((int64_t)g->cycle << g->shift) | seq;
+        self->last_index = index;
+        return index;
+    }
+}
+
+static int App_prepare(AppenderObject *self) {
+    if (App_lock(self) < 0) return -1;
+    if (App_check_cycle(self) < 0 || App_locate_end(self) < 0) {
+        App_unlock(self);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *App_write_impl(AppenderObject *self, PyObject *obj, int meta) {
+    if (self->claimed) {
+        PyErr_SetString(PyExc_RuntimeError, "a document is open on this appender (writing_document)");
+        return NULL;
+    }
+    Py_buffer v;
+    const char *data;
+    Py_ssize_t len;
+    if (PyBytes_CheckExact(obj)) {
+        data = PyBytes_AS_STRING(obj);
+        len = PyBytes_GET_SIZE(obj);
+        v.obj = NULL;
+    } else {
+        if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) < 0) return NULL;
+        data = v.buf;
+        len = v.len;
+    }
+    int64_t index = -1;
+    if (App_prepare(self) == 0) {
+        index = App_put(self, data, len, meta);
+        App_unlock(self);
+    }
+    if (v.obj) PyBuffer_Release(&v);
+    if (index < 0) return NULL;
+    return PyLong_FromLongLong(index);
+}
+
+static PyObject *App_write(AppenderObject *self, PyObject *obj) { return App_write_impl(self, obj, 0); }
+static PyObject *App_write_meta(AppenderObject *self, PyObject *obj) { return App_write_impl(self, obj, 1); }
+
+static PyObject *App_write_many(AppenderObject *self, PyObject *iterable) {
+    if (self->claimed) {
+        PyErr_SetString(PyExc_RuntimeError, "a document is open on this appender (writing_document)");
+        return NULL;
+    }
+    PyObject *it = PyObject_GetIter(iterable);
+    if (!it) return NULL;
+    if (App_lock(self) < 0) {
+        Py_DECREF(it);
+        return NULL;
+    }
+    Py_ssize_t n = 0;
+    int64_t index = 0;
+    PyObject *item;
+    int failed = 0;
+    int64_t batch_start = 0;
+    while ((item = PyIter_Next(it))) {
+        Py_buffer v;
+        const char *data;
+        Py_ssize_t len;
+        if (PyBytes_CheckExact(item)) {
+            data = PyBytes_AS_STRING(item);
+            len = PyBytes_GET_SIZE(item);
+            v.obj = NULL;
+        } else if (PyObject_GetBuffer(item, &v, PyBUF_SIMPLE) < 0) {
+            Py_DECREF(item);
+            failed = 1;
+            break;
+        } else {
+            data = v.buf;
+            len = v.len;
+        }
+        /* check the clock once per 1024 messages and whenever we have no file yet */
+        if ((n & 1023) == 0 || !self->g.map) {
+            if (App_check_cycle(self) < 0 || App_locate_end(self) < 0) failed = 1;
+        } else if (!self->cache_valid || ld64(self->g.base + self->g.wp_off) != self->seen_wp) {
+            if (App_locate_end(self) < 0) failed = 1;
+        }
+        if (!failed) {
+            index = App_put(self, data, len, 0);
+            if (index < 0) failed = 1;
+        }
+        if (v.obj) PyBuffer_Release(&v);
+        Py_DECREF(item);
+        if (failed) break;
+        if (n == 0) batch_start = index;
+        n++;
+    }
+    App_unlock(self);
+    Py_DECREF(it);
+    if (failed || PyErr_Occurred()) return NULL;
+    (void)batch_start;
+    return PyLong_FromSsize_t(n);
+}
+
+/* writing_document support: _begin(meta) -> index (lock held), _commit(data), _abort() */
+static PyObject *App_begin(AppenderObject *self, PyObject *arg) {
+    if (self->claimed) {
+        PyErr_SetString(PyExc_RuntimeError, "a document is already open on this appender");
+        return NULL;
+    }
+    int meta = PyObject_IsTrue(arg);
+    if (meta < 0) return NULL;
+    if (App_prepare(self) < 0) return NULL;
+    self->claimed = 1;
+    self->claim_meta = meta;
+    return PyLong_FromLongLong(((int64_t)self->g.cycle << self->g.shift) | self->next_seq);
+}
+
+static PyObject *App_commit(AppenderObject *self, PyObject *obj) {
+    if (!self->claimed) {
+        PyErr_SetString(PyExc_RuntimeError, "no document is open");
+        return NULL;
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(obj, &v, PyBUF_SIMPLE) < 0) return NULL;
+    int64_t index = App_put(self, v.buf, v.len, self->claim_meta);
+    PyBuffer_Release(&v);
+    self->claimed = 0;
+    App_unlock(self);
+    if (index < 0) return NULL;
+    return PyLong_FromLongLong(index);
+}
+
+static PyObject *App_abort(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->claimed) {
+        self->claimed = 0;
+        App_unlock(self);
+    }
+    Py_RETURN_NONE;
+}
+
+/* Called by Python slow paths that need the lock around their own work (e.g. EOF normalising). */
+static PyObject *App_lock_py(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (App_lock(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+static PyObject *App_unlock_py(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->lock_depth) App_unlock(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *App_end_position(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!self->g.map) Py_RETURN_NONE;
+    if (App_locate_end(self) < 0) return NULL;
+    return Py_BuildValue("nL", self->end_pos, (long long)self->next_seq);
+}
+
+static PyMethodDef App_methods[] = {
+    {"write", (PyCFunction)App_write, METH_O, NULL},
+    {"write_meta", (PyCFunction)App_write_meta, METH_O, NULL},
+    {"write_many", (PyCFunction)App_write_many, METH_O, NULL},
+    {"_begin", (PyCFunction)App_begin, METH_O, NULL},
+    {"_commit", (PyCFunction)App_commit, METH_O, NULL},
+    {"_abort", (PyCFunction)App_abort, METH_NOARGS, NULL},
+    {"_attach", (PyCFunction)(void (*)(void))App_attach, METH_FASTCALL, NULL},
+    {"_detach", (PyCFunction)App_detach, METH_NOARGS, NULL},
+    {"_set_lock", (PyCFunction)App_set_lock, METH_VARARGS, NULL},
+    {"_set_clock", (PyCFunction)App_set_clock, METH_VARARGS, NULL},
+    {"_set_grow_at", (PyCFunction)App_set_grow_at, METH_O, NULL},
+    {"_lock", (PyCFunction)App_lock_py, METH_NOARGS, NULL},
+    {"_unlock", (PyCFunction)App_unlock_py, METH_NOARGS, NULL},
+    {"_end_position", (PyCFunction)App_end_position, METH_NOARGS, NULL},
+    {NULL}};
+
+static PyObject *App_get_last_index(AppenderObject *self, void *c) { return PyLong_FromLongLong(self->last_index); }
+static PyObject *App_get_cycle(AppenderObject *self, void *c) {
+    if (!self->g.map) Py_RETURN_NONE;
+    return PyLong_FromLongLong(self->g.cycle);
+}
+static PyObject *App_get_map(AppenderObject *self, void *c) {
+    if (!self->g.map) Py_RETURN_NONE;
+    return Py_NewRef((PyObject *)self->g.map);
+}
+static PyObject *App_get_locked(AppenderObject *self, void *c) { return PyBool_FromLong(self->lock_depth > 0); }
+
+static PyGetSetDef App_getset[] = {
+    {"last_index_appended", (getter)App_get_last_index, NULL, "index of the last data message this appender wrote (-1: none)", NULL},
+    {"cycle", (getter)App_get_cycle, NULL, NULL, NULL},
+    {"_map", (getter)App_get_map, NULL, NULL, NULL},
+    {"_locked", (getter)App_get_locked, NULL, NULL, NULL},
+    {NULL}};
+
+static PyTypeObject AppenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chronq._native.AppenderCore",
+    .tp_basicsize = sizeof(AppenderObject),
+    .tp_dealloc = (destructor)App_dealloc,
+    .tp_traverse = (traverseproc)App_traverse,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Native appender state; subclassed by chronq.appender.Appender for the slow paths.",
+    .tp_methods = App_methods,
+    .tp_getset = App_getset,
+    .tp_new = App_new,
+};
+
+/* ------------------------------------------------------------------ Excerpt */
+
+typedef struct {
+    PyObject_HEAD
+    MapObject *map;
+    Py_ssize_t position; /* header position */
+    Py_ssize_t length;   /* body length as stored */
+    int64_t index;
+    int64_t cycle;
+    int64_t seq;
+    int metadata;
+} ExcerptObject;
+
+static PyTypeObject ExcerptType;
+
+static void Ex_dealloc(ExcerptObject *self) {
+    Py_XDECREF(self->map);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t ex_payload_len(ExcerptObject *self) {
+    /* an empty message is stored as one PADDING byte (Java's rule); give it back as empty */
+    if (self->length == 1 && (unsigned char)self->map->base[self->position + 4] == 0x8F) return 0;
+    return self->length;
+}
+
+static int Ex_getbuffer(ExcerptObject *self, Py_buffer *view, int flags) {
+    if (!self->map) {
+        PyErr_SetString(PyExc_BufferError, "excerpt has no data");
+        return -1;
+    }
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->map->base + self->position + 4, ex_payload_len(self), 1,
+                             flags);
+}
+
+static PyBufferProcs Ex_as_buffer = {(getbufferproc)Ex_getbuffer, NULL};
+
+static PyObject *Ex_payload(ExcerptObject *self, void *c) { return PyMemoryView_FromObject((PyObject *)self); }
+static PyObject *Ex_bytes(ExcerptObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (!self->map) return PyBytes_FromStringAndSize("", 0);
+    return PyBytes_FromStringAndSize(self->map->base + self->position + 4, ex_payload_len(self));
+}
+static PyObject *Ex_index(ExcerptObject *self, void *c) { return PyLong_FromLongLong(self->index); }
+static PyObject *Ex_cycle(ExcerptObject *self, void *c) { return PyLong_FromLongLong(self->cycle); }
+static PyObject *Ex_seq(ExcerptObject *self, void *c) { return PyLong_FromLongLong(self->seq); }
+static PyObject *Ex_position(ExcerptObject *self, void *c) { return PyLong_FromSsize_t(self->position); }
+static PyObject *Ex_metadata(ExcerptObject *self, void *c) { return PyBool_FromLong(self->metadata); }
+static PyObject *Ex_header(ExcerptObject *self, void *c) {
+    return PyLong_FromUnsignedLong((unsigned long)self->length | (self->metadata ? HDR_META : 0));
+}
+static Py_ssize_t Ex_len(ExcerptObject *self) { return self->map ? ex_payload_len(self) : 0; }
+
+static PyObject *Ex_repr(ExcerptObject *self) {
+    return PyUnicode_FromFormat("Excerpt(index=0x%llx, cycle=%lld, seq=%lld, position=%zd, length=%zd, metadata=%s)",
+                                (unsigned long long)self->index, (long long)self->cycle, (long long)self->seq,
+                                self->position, Ex_len(self), self->metadata ? "True" : "False");
+}
+
+static PyGetSetDef Ex_getset[] = {
+    {"payload", (getter)Ex_payload, NULL, "zero-copy memoryview of the body", NULL},
+    {"index", (getter)Ex_index, NULL, "queue index (for metadata: the index of the next data document)", NULL},
+    {"cycle", (getter)Ex_cycle, NULL, NULL, NULL},
+    {"seq", (getter)Ex_seq, NULL, NULL, NULL},
+    {"position", (getter)Ex_position, NULL, "file offset of the 4-byte header", NULL},
+    {"metadata", (getter)Ex_metadata, NULL, NULL, NULL},
+    {"header", (getter)Ex_header, NULL, "the raw 32-bit header", NULL},
+    {NULL}};
+
+static PyMethodDef Ex_methods[] = {{"bytes", (PyCFunction)Ex_bytes, METH_NOARGS, "copy of the body"}, {NULL}};
+static PySequenceMethods Ex_as_sequence = {.sq_length = (lenfunc)Ex_len};
+
+static PyTypeObject ExcerptType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chronq.Excerpt",
+    .tp_basicsize = sizeof(ExcerptObject),
+    .tp_dealloc = (destructor)Ex_dealloc,
+    .tp_repr = (reprfunc)Ex_repr,
+    .tp_as_sequence = &Ex_as_sequence,
+    .tp_as_buffer = &Ex_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One document read by a tailer. The mapping stays alive while the excerpt (or a view of it) does.",
+    .tp_methods = Ex_methods,
+    .tp_getset = Ex_getset,
+};
+
+/* ------------------------------------------------------------------ TailerCore */
+
+typedef struct {
+    PyObject_HEAD
+    Geometry g;
+    Py_ssize_t pos; /* next header to look at */
+    int64_t seq;    /* sequence of the next data document */
+    int direction;  /* 1 forward, -1 backward, 0 none */
+    ExcerptObject *ex;
+    /* named tailer: int64 slot in the table store updated with the next index after each read */
+    PyObject *named_obj;
+    Py_buffer named_view;
+    int has_named;
+    char *named_p;
+    int64_t pending_named; /* index to store when the open document finishes, or -1 */
+    Py_ssize_t release_every; /* drop pages behind the reader every N bytes (0 = never) */
+    Py_ssize_t released_to;
+} TailerObject;
+
+static void Tl_clear_named(TailerObject *self) {
+    if (self->has_named) {
+        PyBuffer_Release(&self->named_view);
+        self->has_named = 0;
+    }
+    self->named_p = NULL;
+    Py_CLEAR(self->named_obj);
+}
+
+static int Tl_traverse(TailerObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->g.map);
+    Py_VISIT(self->ex);
+    Py_VISIT(self->named_obj);
+    return 0;
+}
+
+static int Tl_clear(TailerObject *self) {
+    Py_CLEAR(self->ex);
+    Py_CLEAR(self->g.map);
+    return 0;
+}
+
+static void Tl_dealloc(TailerObject *self) {
+    PyObject_GC_UnTrack(self);
+    Tl_clear_named(self);
+    Tl_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Tl_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    TailerObject *self = (TailerObject *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->direction = 1;
+    self->pending_named = -1;
+    return (PyObject *)self;
+}
+
+static PyObject *Tl_attach(TailerObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* same geometry as the appender; positions the tailer at the start of the cycle */
+    if (parse_geometry(&self->g, args, nargs, "_attach") < 0) return NULL;
+    self->pos = 0;
+    self->seq = 0;
+    self->released_to = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tl_detach(TailerObject *self, PyObject *Py_UNUSED(ignored)) {
+    Py_CLEAR(self->g.map);
+    self->g.base = NULL;
+    self->g.size = 0;
+    self->pos = 0;
+    self->seq = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tl_remap(TailerObject *self, PyObject *arg) {
+    /* same file, bigger mapping: keep the position */
+    if (!Py_IS_TYPE(arg, &MapType)) {
+        PyErr_SetString(PyExc_TypeError, "expected a chronq._native.Map");
+        return NULL;
+    }
+    MapObject *m = (MapObject *)arg;
+    if (m->size < self->g.size) {
+        PyErr_SetString(PyExc_ValueError, "a remap may not shrink the mapping");
+        return NULL;
+    }
+    Py_INCREF(m);
+    Py_XSETREF(self->g.map, m);
+    self->g.base = m->base;
+    self->g.size = m->size;
+    self->released_to = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tl_set_named(TailerObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t off;
+    if (!PyArg_ParseTuple(args, "On", &obj, &off)) return NULL;
+    Tl_clear_named(self);
+    if (obj == Py_None) Py_RETURN_NONE;
+    if (PyObject_GetBuffer(obj, &self->named_view, PyBUF_WRITABLE) < 0) return NULL;
+    self->has_named = 1;
+    if (off < 0 || off > self->named_view.len - 8 || ((uintptr_t)((char *)self->named_view.buf + off) & 7)) {
+        Tl_clear_named(self);
+        PyErr_Format(PyExc_ValueError, "named tailer offset %zd is out of range or not 8-byte aligned", off);
+        return NULL;
+    }
+    Py_INCREF(obj);
+    self->named_obj = obj;
+    self->named_p = (char *)self->named_view.buf + off;
+    Py_RETURN_NONE;
+}
+
+static PyObject *call_bool_method(PyObject *self, const char *name, int *out) {
+    PyObject *r = PyObject_CallMethod(self, name, NULL);
+    if (!r) return NULL;
+    *out = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (*out < 0) return NULL;
+    return Py_None;
+}
+
+/* Advance to the next readable document. Returns 1 = document at self->pos (header in *hout),
+   0 = nothing ready, -1 = error. Slow paths: _map_end() (file grew?) and _next_cycle() (EOF/no file). */
+static int Tl_next_doc(TailerObject *self, int want_meta, uint32_t *hout) {
+    for (;;) {
+        Geometry *g = &self->g;
+        if (!g->map) {
+            int more;
+            if (!call_bool_method((PyObject *)self, "_next_cycle", &more)) return -1;
+            if (!more) return 0;
+            continue;
+        }
+        Py_ssize_t pos = self->pos;
+        if (pos > g->size - 4) {
+            int more;
+            if (!call_bool_method((PyObject *)self, "_map_end", &more)) return -1;
+            if (!more) return 0;
+            continue;
+        }
+        uint32_t h = ld32(g->base + pos);
+        if (h == 0) return 0;
+        if (h & HDR_NOT_COMPLETE) {
+            if (h != HDR_EOF) return 0;
+            int more;
+            if (!call_bool_method((PyObject *)self, "_next_cycle", &more)) return -1;
+            if (!more) return 0;
+            continue;
+        }
+        Py_ssize_t len = (Py_ssize_t)(h & HDR_LENGTH_MASK);
+        if (pos + 4 + len > g->size) {
+            int more;
+            if (!call_bool_method((PyObject *)self, "_map_end", &more)) return -1;
+            if (more) continue;
+            raise_corrupt(g->map->name, pos, "document of %zd bytes runs past the end of the file (%zd bytes)", len,
+                          g->size);
+            return -1;
+        }
+        if ((h & HDR_META) && !want_meta) {
+            self->pos = align_up(pos + 4 + len, g->align);
+            continue;
+        }
+        *hout = h;
+        return 1;
+    }
+}
+
+static int madvise_ok(Geometry *g, Py_ssize_t start, Py_ssize_t end) {
+    long page = sysconf(_SC_PAGESIZE);
+    start = align_up(start, page);
+    end &= ~(Py_ssize_t)(page - 1);
+    if (end <= start) return 0;
+    return madvise(g->base + start, (size_t)(end - start), MADV_DONTNEED) == 0;
+}
+
+static ExcerptObject *Tl_excerpt(TailerObject *self, Py_ssize_t max_refs) {
+    ExcerptObject *ex = self->ex;
+    if (ex && Py_REFCNT(ex) <= max_refs) {
+        if (ex->map != self->g.map) {
+            Py_INCREF(self->g.map);
+            Py_XSETREF(ex->map, self->g.map);
+        }
+        Py_INCREF(ex);
+        return ex;
+    }
+    ex = PyObject_New(ExcerptObject, &ExcerptType);
+    if (!ex) return NULL;
+    Py_INCREF(self->g.map);
+    ex->map = self->g.map;
+    Py_XSETREF(self->ex, ex);
+    Py_INCREF(ex);
+    return ex;
+}
+
+static PyObject *Tl_read_impl(TailerObject *self, int want_meta, int commit, Py_ssize_t max_refs) {
+    if (self->direction != 1) {
+        return PyObject_CallMethod((PyObject *)self, "_read_directional", "ii", want_meta, commit);
+    }
+    uint32_t h;
+    int r = Tl_next_doc(self, want_meta, &h);
+    if (r <= 0) {
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    ExcerptObject *ex = Tl_excerpt(self, max_refs);
+    if (!ex) return NULL;
+    Geometry *g = &self->g;
+    ex->position = self->pos;
+    ex->length = (Py_ssize_t)(h & HDR_LENGTH_MASK);
+    ex->metadata = (h & HDR_META) != 0;
+    ex->cycle = g->cycle;
+    ex->seq = self->seq;
+    ex->index = ((int64_t)g->cycle << g->shift) | self->seq;
+    self->pos = align_up(self->pos + 4 + ex->length, g->align);
+    if (!ex->metadata) {
+        self->seq++;
+        if (self->named_p) {
+            int64_t next = ((int64_t)g->cycle << g->shift) | self->seq;
+            if (commit)
+                st64(self->named_p, next);
+            else
+                self->pending_named = next;
+        }
+    }
+    if (self->release_every && self->pos - self->released_to > self->release_every) {
+        Py_ssize_t upto = ex->position;
+        if (madvise_ok(g, self->released_to, upto)) self->released_to = upto;
+    }
+    return (PyObject *)ex;
+}
+
+static PyObject *Tl_read(TailerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    int want_meta = 0;
+    if (nargs > 1 || (kwnames && PyTuple_GET_SIZE(kwnames) > 1)) {
+        PyErr_SetString(PyExc_TypeError, "read(metadata=False)");
+        return NULL;
+    }
+    if (kwnames && PyTuple_GET_SIZE(kwnames) == 1 &&
+        PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "metadata") != 0) {
+        PyErr_SetString(PyExc_TypeError, "read() got an unexpected keyword argument");
+        return NULL;
+    }
+    PyObject *m = nargs ? args[0] : (kwnames && PyTuple_GET_SIZE(kwnames) ? args[0] : NULL);
+    if (m) {
+        want_meta = PyObject_IsTrue(m);
+        if (want_meta < 0) return NULL;
+    }
+    return Tl_read_impl(self, want_meta, 1, 1);
+}
+
+static PyObject *Tl_read_open(TailerObject *self, PyObject *arg) {
+    /* for reading_document(): the named position moves only in _finish() */
+    int want_meta = PyObject_IsTrue(arg);
+    if (want_meta < 0) return NULL;
+    return Tl_read_impl(self, want_meta, 0, 1);
+}
+
+static PyObject *Tl_finish(TailerObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->pending_named >= 0 && self->named_p) st64(self->named_p, self->pending_named);
+    self->pending_named = -1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tl_iternext(TailerObject *self) {
+    /* the loop variable still holds the previous excerpt: reuse it when nobody else does */
+    PyObject *r = Tl_read_impl(self, 0, 1, 2);
+    if (r == Py_None) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
+}
+
+static PyObject *Tl_iter(PyObject *self) { return Py_NewRef(self); }
+
+static PyObject *Tl_seek(TailerObject *self, PyObject *arg) {
+    /* position at sequence seq of the attached cycle; returns 1 found, 0 at end, -1 beyond, -3 after EOF */
+    long long seq = PyLong_AsLongLong(arg);
+    if (seq == -1 && PyErr_Occurred()) return NULL;
+    if (!self->g.map) return PyLong_FromLong(-1);
+    Py_ssize_t pos;
+    int r = seek_seq(&self->g, seq, &pos);
+    if (r == -2) return NULL;
+    if (r >= 0) {
+        self->pos = pos;
+        self->seq = seq;
+    }
+    return PyLong_FromLong(r);
+}
+
+static PyObject *Tl_seek_end(TailerObject *self, PyObject *Py_UNUSED(ignored)) {
+    /* move past the last complete document of the attached cycle: returns (seq, at_eof) */
+    Geometry *g = &self->g;
+    if (!g->map) Py_RETURN_NONE;
+    int64_t wp = ld64(g->base + g->wp_off);
+    Py_ssize_t pos = g->data_start;
+    int64_t seq = 0;
+    if (wp > 0 && wp >= g->data_start && wp <= g->size - 4) {
+        uint32_t h = ld32(g->base + wp);
+        if (h != 0 && !(h & (HDR_NOT_COMPLETE | HDR_META))) {
+            int64_t s = seq_at_position(g, (Py_ssize_t)wp);
+            if (s < 0) return NULL;
+            pos = align_up((Py_ssize_t)wp + 4 + (Py_ssize_t)(h & HDR_LENGTH_MASK), g->align);
+            seq = s + 1;
+        }
+    }
+    int eof = 0;
+    while (pos <= g->size - 4) {
+        uint32_t h = ld32(g->base + pos);
+        if (h == HDR_EOF) {
+            eof = 1;
+            break;
+        }
+        if (h == 0 || (h & HDR_NOT_COMPLETE)) break;
+        Py_ssize_t len = (Py_ssize_t)(h & HDR_LENGTH_MASK);
+        if (pos + 4 + len > g->size) break;
+        if (!(h & HDR_META)) seq++;
+        pos = align_up(pos + 4 + len, g->align);
+    }
+    self->pos = pos;
+    self->seq = seq;
+    return Py_BuildValue("LO", (long long)seq, eof ? Py_True : Py_False);
+}
+
+static PyObject *Tl_set_position(TailerObject *self, PyObject *args) {
+    Py_ssize_t pos;
+    long long seq;
+    if (!PyArg_ParseTuple(args, "nL", &pos, &seq)) return NULL;
+    if (pos < 0 || (self->g.map && pos > self->g.size)) {
+        PyErr_Format(PyExc_ValueError, "position %zd is outside the mapping", pos);
+        return NULL;
+    }
+    self->pos = pos;
+    self->seq = seq;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tl_set_release(TailerObject *self, PyObject *arg) {
+    Py_ssize_t v = PyLong_AsSsize_t(arg);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    self->release_every = v < 0 ? 0 : v;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Tl_methods[] = {
+    {"read", (PyCFunction)(void (*)(void))Tl_read, METH_FASTCALL | METH_KEYWORDS,
+     "read(metadata=False) -> Excerpt | None"},
+    {"_read_open", (PyCFunction)Tl_read_open, METH_O, NULL},
+    {"_finish", (PyCFunction)Tl_finish, METH_NOARGS, NULL},
+    {"_attach", (PyCFunction)(void (*)(void))Tl_attach, METH_FASTCALL, NULL},
+    {"_detach", (PyCFunction)Tl_detach, METH_NOARGS, NULL},
+    {"_remap", (PyCFunction)Tl_remap, METH_O, NULL},
+    {"_set_named", (PyCFunction)Tl_set_named, METH_VARARGS, NULL},
+    {"_seek", (PyCFunction)Tl_seek, METH_O, NULL},
+    {"_seek_end", (PyCFunction)Tl_seek_end, METH_NOARGS, NULL},
+    {"_set_position", (PyCFunction)Tl_set_position, METH_VARARGS, NULL},
+    {"_set_release", (PyCFunction)Tl_set_release, METH_O, NULL},
+    {NULL}};
+
+static PyObject *Tl_get_index(TailerObject *self, void *c) {
+    return PyLong_FromLongLong(((int64_t)self->g.cycle << self->g.shift) | self->seq);
+}
+static PyObject *Tl_get_cycle(TailerObject *self, void *c) {
+    if (!self->g.map) Py_RETURN_NONE;
+    return PyLong_FromLongLong(self->g.cycle);
+}
+static PyObject *Tl_get_pos(TailerObject *self, void *c) { return PyLong_FromSsize_t(self->pos); }
+static PyObject *Tl_get_seq(TailerObject *self, void *c) { return PyLong_FromLongLong(self->seq); }
+static PyObject *Tl_get_map(TailerObject *self, void *c) {
+    if (!self->g.map) Py_RETURN_NONE;
+    return Py_NewRef((PyObject *)self->g.map);
+}
+static PyObject *Tl_get_dir(TailerObject *self, void *c) { return PyLong_FromLong(self->direction); }
+static int Tl_set_dir(TailerObject *self, PyObject *v, void *c) {
+    if (!v) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete the direction");
+        return -1;
+    }
+    long d = PyLong_AsLong(v);
+    if (d == -1 && PyErr_Occurred()) return -1;
+    if (d < -1 || d > 1) {
+        PyErr_SetString(PyExc_ValueError, "direction must be 1 (forward), -1 (backward) or 0 (none)");
+        return -1;
+    }
+    self->direction = (int)d;
+    return 0;
+}
+
+static PyGetSetDef Tl_getset[] = {
+    {"_index", (getter)Tl_get_index, NULL, NULL, NULL},
+    {"_cycle", (getter)Tl_get_cycle, NULL, NULL, NULL},
+    {"_pos", (getter)Tl_get_pos, NULL, NULL, NULL},
+    {"_seq", (getter)Tl_get_seq, NULL, NULL, NULL},
+    {"_map", (getter)Tl_get_map, NULL, NULL, NULL},
+    {"_direction", (getter)Tl_get_dir, (setter)Tl_set_dir, NULL, NULL},
+    {NULL}};
+
+static PyTypeObject TailerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chronq._native.TailerCore",
+    .tp_basicsize = sizeof(TailerObject),
+    .tp_dealloc = (destructor)Tl_dealloc,
+    .tp_traverse = (traverseproc)Tl_traverse,
+    .tp_clear = (inquiry)Tl_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Native tailer state; subclassed by chronq.tailer.Tailer for the slow paths.",
+    .tp_iter = Tl_iter,
+    .tp_iternext = (iternextfunc)Tl_iternext,
+    .tp_methods = Tl_methods,
+    .tp_getset = Tl_getset,
+    .tp_new = Tl_new,
+};
+
+/* ------------------------------------------------------------------ module-level helpers */
+
+static PyObject *py_write_eof(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    /* write_eof(buf, from_pos, align, name=None) -> position of the EOF header (or of an existing one) */
+    if (nargs < 3 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "write_eof(buf, from_pos, align, name=None)");
+        return NULL;
+    }
+    BufRef b;
+    if (get_buf(args[0], &b, 1) < 0) return NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long align = PyLong_AsLong(args[2]);
+    PyObject *name = nargs > 3 ? args[3] : Py_None;
+    if (PyErr_Occurred()) {
+        put_buf(&b);
+        return NULL;
+    }
+    if ((align != 1 && align != 4) || pos < 0) {
+        put_buf(&b);
+        PyErr_SetString(PyExc_ValueError, "write_eof: align must be 1 or 4 and the position >= 0");
+        return NULL;
+    }
+    for (int tries = 0; tries < 1000000; tries++) {
+        if (pos > b.len - 8) {
+            put_buf(&b);
+            raise_corrupt(name, pos, "no room for an EOF marker at the end of the mapping");
+            return NULL;
+        }
+        char *hp = b.base + pos;
+        uint32_t h = ((uintptr_t)hp & 3) ? 0 : ld32(hp);
+        if ((uintptr_t)hp & 3) memcpy(&h, hp, 4);
+        if (h == HDR_EOF) break;
+        if (h == 0) {
+            int ok;
+            if ((uintptr_t)hp & 3) {
+                uint32_t e = HDR_EOF;
+                memcpy(hp, &e, 4);
+                ok = 1;
+            } else {
+                ok = cas32p(hp, 0, HDR_EOF);
+            }
+            if (!ok) continue;
+            memcpy(hp + 4, "\xc3" "EOF", 4);
+            break;
+        }
+        if (h & HDR_NOT_COMPLETE) {
+            /* a stuck writer (we hold the write lock): close the file over it, as Java does after its timeout */
+            if (!((uintptr_t)hp & 3) && cas32p(hp, h, HDR_EOF)) break;
+            continue;
+        }
+        pos = align_up(pos + 4 + (Py_ssize_t)(h & HDR_LENGTH_MASK), align);
+    }
+    put_buf(&b);
+    return PyLong_FromSsize_t(pos);
+}
+
+static PyObject *py_scan(PyObject *m, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"buf", "start_pos", "end_pos", "start_seq", "max_rows", "include_metadata", "align", NULL};
+    PyObject *obj;
+    Py_ssize_t start, end, max_rows;
+    long long start_seq;
+    int include_meta = 0, align = 4;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnLn|pi", kwlist, &obj, &start, &end, &start_seq, &max_rows,
+                                     &include_meta, &align))
+        return NULL;
+    if (align != 1 && align != 4) {
+        PyErr_SetString(PyExc_ValueError, "align must be 1 or 4");
+        return NULL;
+    }
+    BufRef b;
+    if (get_buf(obj, &b, 0) < 0) return NULL;
+    if (end > b.len || end < 0) end = b.len;
+    if (start < 0 || max_rows < 0) {
+        put_buf(&b);
+        PyErr_SetString(PyExc_ValueError, "start_pos and max_rows must be >= 0");
+        return NULL;
+    }
+    Py_ssize_t cap = max_rows < 4096 ? max_rows : 4096, n = 0;
+    int64_t *positions = PyMem_Malloc((size_t)(cap ? cap : 1) * 8);
+    int32_t *lengths = PyMem_Malloc((size_t)(cap ? cap : 1) * 4);
+    uint8_t *flags = PyMem_Malloc((size_t)(cap ? cap : 1));
+    if (!positions || !lengths || !flags) {
+        PyMem_Free(positions);
+        PyMem_Free(lengths);
+        PyMem_Free(flags);
+        put_buf(&b);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t pos = start;
+    int64_t seq = start_seq;
+    int status = 3; /* 0 not ready, 1 EOF, 2 max_rows, 3 end_pos */
+    const char *name_err = NULL;
+    while (1) {
+        if (n >= max_rows) {
+            status = 2;
+            break;
+        }
+        if (pos > end - 4) {
+            status = 3;
+            break;
+        }
+        uint32_t h;
+        memcpy(&h, b.base + pos, 4);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (h == HDR_EOF) {
+            status = 1;
+            break;
+        }
+        if (h == 0 || (h & HDR_NOT_COMPLETE)) {
+            status = 0;
+            break;
+        }
+        Py_ssize_t len = (Py_ssize_t)(h & HDR_LENGTH_MASK);
+        if (pos + 4 + len > b.len) {
+            name_err = "document runs past the end of the buffer";
+            break;
+        }
+        int meta = (h & HDR_META) != 0;
+        if (!meta || include_meta) {
+            if (n == cap) {
+                cap *= 2;
+                int64_t *np = PyMem_Realloc(positions, (size_t)cap * 8);
+                if (np) positions = np;
+                int32_t *nl = PyMem_Realloc(lengths, (size_t)cap * 4);
+                if (nl) lengths = nl;
+                uint8_t *nf = PyMem_Realloc(flags, (size_t)cap);
+                if (nf) flags = nf;
+                if (!np || !nl || !nf) {
+                    PyMem_Free(positions);
+                    PyMem_Free(lengths);
+                    PyMem_Free(flags);
+                    put_buf(&b);
+                    return PyErr_NoMemory();
+                }
+            }
+            positions[n] = pos;
+            lengths[n] = (int32_t)len;
+            flags[n] = (uint8_t)meta;
+            n++;
+        }
+        if (!meta) seq++;
+        pos = align_up(pos + 4 + len, align);
+    }
+    put_buf(&b);
+    if (name_err) {
+        PyMem_Free(positions);
+        PyMem_Free(lengths);
+        PyMem_Free(flags);
+        raise_corrupt(Py_None, pos, "%s", name_err);
+        return NULL;
+    }
+    PyObject *r = Py_BuildValue("y#y#y#nLi", (const char *)positions, n * 8, (const char *)lengths, n * 4,
+                                (const char *)flags, n, pos, (long long)seq, status);
+    PyMem_Free(positions);
+    PyMem_Free(lengths);
+    PyMem_Free(flags);
+    return r;
+}
+
+static PyObject *py_gather(PyObject *m, PyObject *args) {
+    /* gather(buf, positions(int64 bytes), lengths(int32 bytes)) -> (bodies bytes, int32 offsets bytes) */
+    PyObject *obj;
+    Py_buffer pv, lv;
+    if (!PyArg_ParseTuple(args, "Oy*y*", &obj, &pv, &lv)) return NULL;
+    PyObject *res = NULL;
+    BufRef b;
+    if (get_buf(obj, &b, 0) < 0) goto done0;
+    Py_ssize_t n = pv.len / 8;
+    if (pv.len % 8 || lv.len != n * 4) {
+        PyErr_SetString(PyExc_ValueError, "positions must be int64 and lengths int32, same count");
+        goto done;
+    }
+    const int64_t *pos = pv.buf;
+    const int32_t *len = lv.buf;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (len[i] < 0 || pos[i] < 0 || pos[i] + 4 + len[i] > b.len) {
+            PyErr_Format(PyExc_IndexError, "row %zd (position %lld, length %d) is outside the buffer", i,
+                         (long long)pos[i], len[i]);
+            goto done;
+        }
+        total += len[i];
+        if (total > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "more than 2 GiB of bodies in one batch");
+            goto done;
+        }
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *offs = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    if (!data || !offs) {
+        Py_XDECREF(data);
+        Py_XDECREF(offs);
+        goto done;
+    }
+    char *d = PyBytes_AS_STRING(data);
+    int32_t *o = (int32_t *)PyBytes_AS_STRING(offs);
+    int32_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        o[i] = at;
+        memcpy(d + at, b.base + pos[i] + 4, (size_t)len[i]);
+        at += len[i];
+    }
+    o[n] = at;
+    res = Py_BuildValue("NN", data, offs);
+done:
+    put_buf(&b);
+done0:
+    PyBuffer_Release(&pv);
+    PyBuffer_Release(&lv);
+    return res;
+}
+
+static PyObject *py_index_array(PyObject *m, PyObject *args) {
+    /* index_array(buf, doc_pos, capacity=0) -> offset of the capacity field of an index document's array */
+    PyObject *obj;
+    Py_ssize_t pos;
+    long long cap = 0;
+    if (!PyArg_ParseTuple(args, "On|L", &obj, &pos, &cap)) return NULL;
+    BufRef b;
+    if (get_buf(obj, &b, 0) < 0) return NULL;
+    Py_ssize_t r = index_array_at(b.base, b.len, pos, cap, Py_None);
+    put_buf(&b);
+    if (r < 0) return NULL;
+    return PyLong_FromSsize_t(r);
+}
+
+static PyMethodDef module_methods[] = {
+    {"load32", (PyCFunction)(void (*)(void))py_load32, METH_FASTCALL, "load32(buf, off) -> int (acquire)"},
+    {"load64", (PyCFunction)(void (*)(void))py_load64, METH_FASTCALL, "load64(buf, off) -> int (acquire)"},
+    {"store32", (PyCFunction)(void (*)(void))py_store32, METH_FASTCALL, "store32(buf, off, v) (release)"},
+    {"store64", (PyCFunction)(void (*)(void))py_store64, METH_FASTCALL, "store64(buf, off, v) (release)"},
+    {"cas32", (PyCFunction)(void (*)(void))py_cas32, METH_FASTCALL, "cas32(buf, off, expected, new) -> bool"},
+    {"cas64", (PyCFunction)(void (*)(void))py_cas64, METH_FASTCALL, "cas64(buf, off, expected, new) -> bool"},
+    {"set_max64", (PyCFunction)(void (*)(void))py_set_max64, METH_FASTCALL, "set_max64(buf, off, v) -> new value"},
+    {"set_min64", (PyCFunction)(void (*)(void))py_set_min64, METH_FASTCALL, "set_min64(buf, off, v) -> new value"},
+    {"add64", (PyCFunction)(void (*)(void))py_add64, METH_FASTCALL, "add64(buf, off, delta) -> new value"},
+    {"write_eof", (PyCFunction)(void (*)(void))py_write_eof, METH_FASTCALL, "write_eof(buf, from_pos, align, name=None) -> pos"},
+    {"scan", (PyCFunction)(void (*)(void))py_scan, METH_VARARGS | METH_KEYWORDS, "batch header scan"},
+    {"gather", (PyCFunction)py_gather, METH_VARARGS, "copy bodies into one buffer + int32 offsets"},
+    {"index_array", (PyCFunction)py_index_array, METH_VARARGS, "locate an index document's int64 array"},
+    {NULL}};
+
+static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "chronq._native",
+                                           "chronq's native hot path (private; see _native.pyi).", -1, module_methods,
+                                           NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&MapType) < 0 || PyType_Ready(&AppenderType) < 0 || PyType_Ready(&ExcerptType) < 0 ||
+        PyType_Ready(&TailerType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&native_module);
+    if (!m) return NULL;
+    if (PyModule_AddObjectRef(m, "Map", (PyObject *)&MapType) < 0 ||
+        PyModule_AddObjectRef(m, "AppenderCore", (PyObject *)&AppenderType) < 0 ||
+        PyModule_AddObjectRef(m, "Excerpt", (PyObject *)&ExcerptType) < 0 ||
+        PyModule_AddObjectRef(m, "TailerCore", (PyObject *)&TailerType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyObject *unl = PyLong_FromLongLong(LOCK_UNLOCKED);
+    if (!unl || PyModule_AddObject(m, "UNLOCKED", unl) < 0) {
+        Py_XDECREF(unl);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

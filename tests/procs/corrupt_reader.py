@@ -1,0 +1,87 @@
+"""Opens damaged queues on request and reports what happened, one JSON line per request.
+
+stdin: one JSON object per line: {"dir": queue_dir, "mode": "read" | "append", "named": [names]}.
+stdout: {"status": "ok", "count": n} or {"status": "error", "type": ..., "chronq": bool, "file": ...,
+"position": ..., "message": ...} or {"status": "wrong", "message": ...} when the queue contradicted itself.
+It runs in its own process so that a segfault or a hang is seen by the test as exactly that.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from qhelp import BASE_MS
+
+import chronq
+from chronq.errors import ChronqError, CorruptQueueError
+from chronq.rollcycles import FixedClock
+
+LIMIT = 1_000_000  # more excerpts than a 200 KB file can hold means the reader is going round in circles
+
+
+def read_everything(q: Any, named: list[str]) -> int:
+    t = q.tailer()
+    forward = []
+    while (ex := t.read()) is not None:
+        forward.append((ex.index, bytes(ex.payload)))
+        if len(forward) > LIMIT:
+            raise AssertionError("reader does not terminate")
+    if forward:
+        # Whatever was readable must be found again by its index: anything else is silent corruption.
+        for index, payload in forward[:: max(1, len(forward) // 50)]:
+            if not t.move_to_index(index):
+                raise AssertionError(f"move_to_index({index:#x}) failed for an excerpt just read")
+            ex = t.read()
+            if ex is None or ex.index != index or bytes(ex.payload) != payload:
+                raise AssertionError(f"re-read at {index:#x} differs")
+    t.direction = chronq.Direction.BACKWARD
+    t.to_end()
+    backward = 0
+    while t.read() is not None:
+        backward += 1
+        if backward > LIMIT:
+            raise AssertionError("backward reader does not terminate")
+    for name in named:
+        nt = q.tailer(name)
+        while nt.read() is not None:
+            pass
+    return len(forward)
+
+
+def append_one(q: Any) -> int:
+    index = q.appender().write(b"written after the damage")
+    t = q.tailer()
+    if not t.move_to_index(index):
+        raise AssertionError(f"cannot move to the index {index:#x} just appended")
+    ex = t.read()
+    if ex is None or bytes(ex.payload) != b"written after the damage":
+        raise AssertionError(f"appended excerpt {index:#x} does not read back")
+    return 1
+
+
+def handle(req: dict[str, Any]) -> dict[str, Any]:
+    try:
+        if req["mode"] == "read":
+            with chronq.open(req["dir"], readonly=True) as q:
+                return {"status": "ok", "count": read_everything(q, req.get("named", []))}
+        with chronq.open(req["dir"], clock=FixedClock(BASE_MS)) as q:
+            return {"status": "ok", "count": append_one(q)}
+    except AssertionError as e:
+        return {"status": "wrong", "message": str(e)}
+    except Exception as e:
+        out = {"status": "error", "type": type(e).__name__, "chronq": isinstance(e, ChronqError),
+               "message": str(e)}
+        if isinstance(e, CorruptQueueError):
+            out.update(file=e.file, position=e.position)
+        return out
+
+
+def main() -> None:
+    for line in sys.stdin:
+        print(json.dumps(handle(json.loads(line))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""Damaged copies of the Java-written queues: a clear CorruptQueueError or what is valid, never a crash.
+
+Copies of the vectors are truncated, zeroed, bit-flipped or get a forged document header, then a
+separate long-lived process (``procs/corrupt_reader.py``) opens them read-only and reads everything
+forwards, by index and backwards, or opens them writable and appends. A dead reader process is a
+crash, a request that takes longer than ``TIMEOUT`` is a hang; both fail the test with the damage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import GENERATED, require_vectors
+from tests.procs.qhelp import child_env, script
+
+TIMEOUT = 20.0
+VECTORS = ["fast_daily_basic", "test_daily_tiny_index", "test4_daily_spacing4", "fast_hourly_roll_eof",
+           "named_tailer"]
+NAMED = {"named_tailer": ["myTailer", "replicated:tailerOne", "unreadTailer"]}
+
+
+def header_positions(data: bytes) -> list[int]:
+    """Positions of the documents in a dataFormat-1 file (the spec's 4-byte header walk)."""
+    out, pos = [], 0
+    while pos + 4 <= len(data):
+        (h,) = struct.unpack_from("<I", data, pos)
+        if h == 0 or h == 0xC000_0000:
+            out.append(pos)
+            break
+        out.append(pos)
+        pos += 4 + (h & 0x3FFF_FFFF)
+        pos += -pos & 3
+    return out
+
+
+@dataclass(frozen=True)
+class Damage:
+    file: str
+    kind: str  # truncate | zero | flip | header
+    at: int
+    size: int = 0  # bytes zeroed, bit number flipped, or the forged header value
+
+    def apply(self, path: Path) -> None:
+        with open(path, "r+b") as f:
+            if self.kind == "truncate":
+                f.truncate(self.at)
+            elif self.kind == "zero":
+                f.seek(self.at)
+                f.write(bytes(self.size))
+            elif self.kind == "flip":
+                f.seek(self.at)
+                byte = f.read(1)[0]
+                f.seek(self.at)
+                f.write(bytes([byte ^ (1 << self.size)]))
+            else:
+                f.seek(self.at)
+                f.write(struct.pack("<I", self.size))
+
+
+class Reader:
+    """The reader process; restarted after it crashed or hung so that later cases still run."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+
+    def ask(self, req: dict[str, Any]) -> dict[str, Any]:
+        import selectors
+
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen(
+                script("corrupt_reader"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, env=child_env(),
+            )
+        proc = self.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(req) + "\n")
+        proc.stdin.flush()
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(TIMEOUT)
+        if not ready:
+            proc.kill()
+            proc.wait()
+            return {"status": "hang"}
+        line = proc.stdout.readline()
+        if not line:
+            code = proc.wait()
+            assert proc.stderr is not None
+            return {"status": "crash", "code": code, "stderr": proc.stderr.read()[-2000:]}
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def reader() -> Iterator[Reader]:
+    r = Reader()
+    yield r
+    r.close()
+
+
+def copy_vector(name: str, into: Path) -> Path:
+    dst = into / name
+    dst.mkdir()
+    for src in (GENERATED / name).iterdir():
+        if src.suffix in (".cq4", ".cq4t"):
+            shutil.copyfile(src, dst / src.name)
+            os.chmod(dst / src.name, 0o644)  # the vectors are read-only
+    return dst
+
+
+def digest(queue: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(queue.iterdir())}
+
+
+def check(reader: Reader, vector: str, damages: list[Damage], mode: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="chronq-corrupt-") as tmp:
+        queue = copy_vector(vector, Path(tmp))
+        sizes = {p.name: p.stat().st_size for p in queue.iterdir()}
+        for d in damages:
+            d.apply(queue / d.file)
+        before = digest(queue)
+        result = reader.ask({"dir": str(queue), "mode": mode, "named": NAMED.get(vector, [])})
+        what = f"{mode} of {vector} damaged by {damages}: {result}"
+        assert result["status"] in ("ok", "error"), what
+        if result["status"] == "error":
+            assert result["chronq"], f"not a chronq error: {what}"
+            if result["type"] == "CorruptQueueError":
+                assert Path(result["file"]).name in sizes, f"error names no file of the queue: {what}"
+                assert 0 <= result["position"] <= max(sizes.values()), f"position outside the file: {what}"
+        if mode == "read":
+            assert digest(queue) == before, f"a read-only open changed the files: {what}"
+
+
+def files_of(vector: str) -> list[str]:
+    return sorted(p.name for p in (GENERATED / vector).iterdir() if p.suffix in (".cq4", ".cq4t"))
+
+
+@st.composite
+def damages(draw: st.DrawFn, vector: str) -> list[Damage]:
+    out = []
+    for _ in range(draw(st.integers(1, 3))):
+        file = draw(st.sampled_from(files_of(vector)))
+        data = (GENERATED / vector / file).read_bytes()
+        heads = header_positions(data)
+        # Most damage goes where the structure is: document headers, the store header, index entries.
+        near = st.sampled_from(heads).flatmap(lambda h: st.integers(max(0, h - 8), h + 64))
+        at = draw(st.one_of(near, st.integers(0, 1024), st.integers(0, len(data) - 1)))
+        at = min(at, len(data) - 1)
+        kind = draw(st.sampled_from(["truncate", "zero", "flip", "flip", "header"]))
+        if kind == "truncate":
+            out.append(Damage(file, kind, at))
+            continue
+        if kind == "zero":
+            size = draw(st.integers(1, 4096))
+        elif kind == "flip":
+            size = draw(st.integers(0, 7))
+        else:
+            at = draw(st.sampled_from(heads))
+            size = draw(st.one_of(st.integers(0, 2**32 - 1),
+                                  st.sampled_from([0x3FFF_FFFF, 0x7FFF_FFFF, 0x8000_0000, 0xC000_0000,
+                                                   0x4000_0000 | len(data), len(data) - at])))
+        out.append(Damage(file, kind, at, size))
+    return out
+
+
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=False,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@pytest.mark.parametrize("vector", VECTORS)
+def test_random_damage_read(reader: Reader, vector: str) -> None:
+    require_vectors()
+
+    @SETTINGS
+    @given(damages(vector))
+    def run(ds: list[Damage]) -> None:
+        check(reader, vector, ds, "read")
+
+    run()
+
+
+@pytest.mark.parametrize("vector", ["fast_daily_basic", "test_daily_tiny_index", "named_tailer"])
+def test_random_damage_append(reader: Reader, vector: str) -> None:
+    require_vectors()
+
+    @settings(SETTINGS, max_examples=25)
+    @given(damages(vector))
+    def run(ds: list[Damage]) -> None:
+        check(reader, vector, ds, "append")
+
+    run()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("vector", VECTORS)
+def test_random_damage_long(reader: Reader, vector: str) -> None:
+    require_vectors()
+
+    @settings(SETTINGS, max_examples=600)
+    @given(damages(vector), st.sampled_from(["read", "append"]))
+    def run(ds: list[Damage], mode: str) -> None:
+        check(reader, vector, ds, mode)
+
+    run()
+
+
+def fixed_damages() -> Iterator[Any]:
+    """Hand-picked damage every reader meets sooner or later, one test id each."""
+    cq4, meta = "20240115F.cq4", "metadata.cq4t"
+    cases = {
+        "cycle-empty": [Damage(cq4, "truncate", 0)],
+        "cycle-3-bytes": [Damage(cq4, "truncate", 3)],
+        "cycle-cut-in-store-header": [Damage(cq4, "truncate", 100)],
+        "cycle-cut-in-index2index": [Damage(cq4, "truncate", 20_000)],
+        "cycle-cut-in-message": [Damage(cq4, "truncate", 65_815)],
+        "cycle-cut-after-message": [Damage(cq4, "truncate", 65_830)],
+        "cycle-all-zero": [Damage(cq4, "zero", 0, 196_608)],
+        "cycle-header-zeroed": [Damage(cq4, "zero", 0, 200)],
+        "cycle-store-header-too-long": [Damage(cq4, "header", 0, 0x4000_0000 | 0x3FFF_FFFF)],
+        "cycle-store-header-not-metadata": [Damage(cq4, "header", 0, 193)],
+        "message-length-past-file": [Damage(cq4, "header", 65_808, 0x3FFF_FFFF)],
+        "message-length-to-file-end": [Damage(cq4, "header", 65_808, 196_608 - 65_808 - 4)],
+        "index2index-length-huge": [Damage(cq4, "header", 200, 0x4000_0000 | 0x3FFF_FFFF)],
+        "index-entry-points-past-file": [Damage(cq4, "header", 33_008 + 32, 0x7FFF_FFFF)],
+        "index-entry-misaligned": [Damage(cq4, "flip", 33_040, 0)],
+        "index-used-huge": [Damage(cq4, "flip", 33_039, 6)],
+        "write-position-huge": [Damage(cq4, "flip", 71, 6)],
+        "meta-empty": [Damage(meta, "truncate", 0)],
+        "meta-cut-in-header": [Damage(meta, "truncate", 50)],
+        "meta-all-zero": [Damage(meta, "zero", 0, 131_072)],
+        "meta-entry-length-huge": [Damage(meta, "header", 180, 0x3FFF_FFFF)],
+        "meta-roll-format-flipped": [Damage(meta, "flip", 80, 3)],
+        "both-empty": [Damage(cq4, "truncate", 0), Damage(meta, "truncate", 0)],
+    }
+    for name, ds in cases.items():
+        for mode in ("read", "append"):
+            yield pytest.param(ds, mode, id=f"{name}-{mode}")
+
+
+@pytest.mark.parametrize(("ds", "mode"), fixed_damages())
+def test_fixed_damage(reader: Reader, ds: list[Damage], mode: str) -> None:
+    require_vectors()
+    check(reader, "fast_daily_basic", ds, mode)

@@ -1,0 +1,68 @@
+"""A full disk is a clear error, and nothing committed before it is lost.
+
+Two ways to run out of space: RLIMIT_FSIZE (any user, any file system: growing or creating a file past
+the limit fails with EFBIG) and, where the test may mount one, a 1 MiB tmpfs (pages of a sparse mapped
+file cannot be allocated: a writer that does not reserve space first dies of SIGBUS).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.procs.qhelp import child_env, script
+
+
+def check_writer_output(out: str, code: int) -> int:
+    lines = out.splitlines()
+    assert code == 0, f"writer died (status {code}) instead of raising; last lines: {lines[-3:]}"
+    assert lines and lines[-1].startswith("error "), f"no error reported: {lines[-3:]}"
+    acked = len(lines) - 1
+    assert acked > 0, f"nothing could be written at all: {lines[-1]}"
+    return acked
+
+
+def test_file_size_limit(tmp_path: Path) -> None:
+    queue = tmp_path / "queue"
+    env = child_env()
+    w = subprocess.run([*script("full_disk"), "writer", str(queue), str(600_000), str(128 * 1024)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    check_writer_output(w.stdout, w.returncode)
+    error = w.stdout.splitlines()[-1]
+    assert ".cq4" in error, f"the error should name the file that could not grow: {error}"
+    acks = tmp_path / "acks"
+    acks.write_text(w.stdout)
+    v = subprocess.run([*script("full_disk"), "verify", str(queue), str(acks)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert v.returncode == 0 and v.stdout.startswith("ok"), v.stdout + v.stderr
+
+
+def can_mount_tmpfs(where: Path) -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-m", "mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+def test_tmpfs_full(tmp_path: Path) -> None:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if not can_mount_tmpfs(mnt):
+        pytest.skip("cannot mount a private tmpfs here (needs unshare -m and CAP_SYS_ADMIN)")
+    acks, rc = tmp_path / "acks", tmp_path / "rc"
+    queue = mnt / "queue"
+    # The mount lives only in this private mount namespace, so writer and verifier both run inside it.
+    shell = (
+        'mount -t tmpfs -o size=1m tmpfs "$1" || exit 9\n'
+        '"$4" "$5" writer "$2" 0 0 > "$3"; echo $? > "$6"\n'
+        '"$4" "$5" verify "$2" "$3"\n'
+    )
+    interp, path = script("full_disk")
+    argv = ["unshare", "-m", "sh", "-c", shell, "sh", str(mnt), str(queue), str(acks), interp, path, str(rc)]
+    v = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=300)
+    check_writer_output(acks.read_text(), int(rc.read_text()))
+    assert v.returncode == 0 and v.stdout.startswith("ok"), v.stdout + v.stderr

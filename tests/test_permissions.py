@@ -1,0 +1,27 @@
+"""Files a queue creates are never world-writable, whatever the umask, and never looser than the umask."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.procs.qhelp import child_env, script
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o002, 0o022, 0o077])
+def test_new_files_are_not_world_writable(tmp_path: Path, umask: int) -> None:
+    queue = tmp_path / "queue"
+    # A separate process: the umask is process-wide and must not leak into the test run.
+    proc = subprocess.run([*script("umask_writer"), str(queue), f"{umask:o}"], capture_output=True, text=True,
+                          env=child_env(), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(p for p in queue.rglob("*") if p.is_file())
+    assert {p.suffix for p in files} >= {".cq4", ".cq4t"}
+    assert len([p for p in files if p.suffix == ".cq4"]) == 2, "the roll should have made a second cycle file"
+    for p in files:
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert not mode & stat.S_IWOTH, f"{p.name} is world-writable: {mode:o} (umask {umask:o})"
+        assert not mode & umask, f"{p.name} mode {mode:o} ignores umask {umask:o}"

@@ -162,6 +162,190 @@ def _stop_float(out: bytearray, d: float, l6: int, as_float32: bool) -> bool:
     return False
 
 
+# ---------------------------------------------------------------- encoding onto a bytearray
+def put_field(b: bytearray, name: str) -> None:
+    """A field name: FIELD_NAME0..31, FIELD_NAME_ANY for longer names, and FIELD_NUMBER for a
+    decimal name such as "123" (Java's `write(CharSequence)` does the same)."""
+    if name[:1].isdigit() and name.isdigit() and str(int(name)) == name and int(name) <= _INT64_MAX:
+        b.append(FIELD_NUMBER)
+        write_stop_bit(b, int(name))
+        return
+    data = _latin1(name)
+    n = len(data)
+    if n < 32:
+        b.append(FIELD_NAME0 + n)
+    else:
+        b.append(FIELD_NAME_ANY)
+        write_stop_bit(b, n)
+    b += data
+
+
+def put_text(b: bytearray, value: str | None) -> None:
+    """Text: STRING_0..31 for up to 31 UTF-8 bytes, STRING_ANY above, NULL for None."""
+    if value is None:
+        b.append(NULL)
+        return
+    data = utf8(value)
+    n = len(data)
+    if n < 32:
+        b.append(STRING_0 + n)
+    else:
+        b.append(STRING_ANY)
+        write_stop_bit(b, n)
+    b += data
+
+
+def put_int(b: bytearray, v: int) -> None:
+    """Java's compact `writeNumber(long)`: the smallest code for the value, float32 for large
+    longs that a float32 holds exactly."""
+    if v >= 0:
+        if v <= 0xFF:
+            b.append(UINT8)
+            b.append(v)
+        elif v <= 0x7FFF:
+            b.append(INT16)
+            b += _I16.pack(v)
+        elif v <= 0xFFFF:
+            b.append(UINT16)
+            b += _U16.pack(v)
+        elif v <= 0x7FFFFFFF:
+            b.append(INT32)
+            b += _I32.pack(v)
+        elif v <= 0xFFFFFFFF:
+            b.append(UINT32)
+            b += _U32.pack(v)
+        else:
+            _put_int_large(b, v)
+    elif v >= -0x80:
+        b.append(INT8)
+        b += _I8.pack(v)
+    elif v >= -0x8000:
+        b.append(INT16)
+        b += _I16.pack(v)
+    elif v >= -0x80000000:
+        b.append(INT32)
+        b += _I32.pack(v)
+    else:
+        _put_int_large(b, v)
+
+
+def _put_int_large(b: bytearray, v: int) -> None:
+    if not _INT64_MIN <= v <= _INT64_MAX:
+        raise ValueError(f"integer {v} does not fit in a signed 64-bit long")
+    f = float(v)
+    # Java compares (float) v == v in long arithmetic; Long.MAX_VALUE rounds to 2^63, which it
+    # also accepts because the float converts back to Long.MAX_VALUE (saturating cast).
+    if f == v or (v == _INT64_MAX and f == 2.0**63):
+        try:
+            packed = _F32.pack(f)
+        except OverflowError:
+            packed = b""
+        if packed and float(_F32.unpack(packed)[0]) == f:
+            b.append(FLOAT32)
+            b += packed
+            return
+    b.append(INT64)
+    b += _I64.pack(v)
+
+
+def put_float(b: bytearray, d: float) -> None:
+    """Java's compact `writeNumber(double)` (spec 7.3)."""
+    if d.is_integer():
+        if d >= 0:
+            if d <= 255:
+                b.append(UINT8)
+                b.append(int(d))
+                return
+            if d <= 65535:
+                b.append(UINT16)
+                b += _U16.pack(int(d))
+                return
+            if _is_float32(d):
+                b.append(FLOAT32)
+                b += _F32.pack(d)
+                return
+            if d <= 0xFFFFFFFF:
+                b.append(UINT32)
+                b += _U32.pack(int(d))
+                return
+        else:
+            if d >= -128:
+                b.append(INT8)
+                b += _I8.pack(int(d))
+                return
+            if d >= -32768:
+                b.append(INT16)
+                b += _I16.pack(int(d))
+                return
+            if _is_float32(d):
+                b.append(FLOAT32)
+                b += _F32.pack(d)
+                return
+            if d >= -0x80000000:
+                b.append(INT32)
+                b += _I32.pack(int(d))
+                return
+        b.append(FLOAT64)
+        b += _F64.pack(d)
+        return
+    if math.isfinite(d):
+        l6 = math.floor(d * 1e6 + 0.5)
+        if l6 / 1e6 == d and -(1 << 35) < l6 < (1 << 42) and _stop_float(b, d, l6, False):
+            return
+    if _is_float32(d) or d != d:
+        b.append(FLOAT32)
+        b += _F32.pack(d)
+    else:
+        b.append(FLOAT64)
+        b += _F64.pack(d)
+
+
+def put_float32(b: bytearray, f: float) -> None:
+    """Java's compact `writeNumber(float)`: `f` is rounded to float32 first."""
+    f = _to_float32(f) if math.isfinite(f) else f
+    if f.is_integer():
+        if f >= 0:
+            if f <= 255:
+                b.append(UINT8)
+                b.append(int(f))
+                return
+            if f <= 65535:
+                b.append(UINT16)
+                b += _U16.pack(int(f))
+                return
+        else:
+            if f >= -128:
+                b.append(INT8)
+                b += _I8.pack(int(f))
+                return
+            if f >= -32768:
+                b.append(INT16)
+                b += _I16.pack(int(f))
+                return
+    elif math.isfinite(f):
+        l6 = math.floor(f * 1e6 + 0.5)
+        if _to_float32(l6 / 1e6) == f and -(1 << 14) < l6 < (1 << 21) and _stop_float(b, f, l6, True):
+            return
+    b.append(FLOAT32)
+    b += _F32.pack(f)
+
+
+def put_bytes(b: bytearray, data: bytes | bytearray | memoryview) -> None:
+    """`byte[]`: a length-prefixed block holding U8_ARRAY and the bytes."""
+    n = len(data) + 1
+    if n <= 0xFF:
+        b.append(BYTES_LENGTH8)
+        b.append(n)
+    elif n <= 0xFFFF:
+        b.append(BYTES_LENGTH16)
+        b += _U16.pack(n)
+    else:
+        b.append(BYTES_LENGTH32)
+        b += _U32.pack(n)
+    b.append(U8_ARRAY)
+    b += data
+
+
 # ---------------------------------------------------------------- Writer
 class Writer:
     """Appends BINARY wire to a bytearray.
@@ -176,6 +360,14 @@ class Writer:
     def __init__(self, base: int = 0) -> None:
         self.buffer = bytearray()
         self.base = base
+
+    @classmethod
+    def over(cls, buffer: bytearray, base: int = 0) -> Writer:
+        """A writer appending to an existing bytearray (used by compiled encoders)."""
+        w = cls.__new__(cls)
+        w.buffer = buffer
+        w.base = base
+        return w
 
     def __len__(self) -> int:
         return len(self.buffer)
@@ -195,17 +387,7 @@ class Writer:
     def field(self, name: str) -> None:
         """A field name: FIELD_NAME0..31, FIELD_NAME_ANY for longer names, and FIELD_NUMBER for a
         decimal name such as "123" (Java's `write(CharSequence)` does the same)."""
-        if name[:1].isdigit() and name.isdigit() and str(int(name)) == name and int(name) <= _INT64_MAX:
-            self.field_number(int(name))
-            return
-        data = _latin1(name)
-        n = len(data)
-        if n < 32:
-            self.buffer.append(FIELD_NAME0 + n)
-        else:
-            self.buffer.append(FIELD_NAME_ANY)
-            write_stop_bit(self.buffer, n)
-        self.buffer += data
+        put_field(self.buffer, name)
 
     def field_number(self, n: int) -> None:
         """FIELD_NUMBER: a numeric key, e.g. `@MethodId`; -1 is MessageHistory."""
@@ -232,17 +414,7 @@ class Writer:
 
     def text(self, value: str | None) -> None:
         """Text: STRING_0..31 for up to 31 UTF-8 bytes, STRING_ANY above, NULL for None."""
-        if value is None:
-            self.buffer.append(NULL)
-            return
-        data = utf8(value)
-        n = len(data)
-        if n < 32:
-            self.buffer.append(STRING_0 + n)
-        else:
-            self.buffer.append(STRING_ANY)
-            write_stop_bit(self.buffer, n)
-        self.buffer += data
+        put_text(self.buffer, value)
 
     def _utf8_with_length(self, code: int, value: str) -> None:
         data = utf8(value)
@@ -264,54 +436,7 @@ class Writer:
     def int_compact(self, v: int) -> None:
         """Java's compact `writeNumber(long)`: the smallest code for the value, float32 for large
         longs that a float32 holds exactly."""
-        b = self.buffer
-        if v >= 0:
-            if v <= 0xFF:
-                b.append(UINT8)
-                b.append(v)
-            elif v <= 0x7FFF:
-                b.append(INT16)
-                b += _I16.pack(v)
-            elif v <= 0xFFFF:
-                b.append(UINT16)
-                b += _U16.pack(v)
-            elif v <= 0x7FFFFFFF:
-                b.append(INT32)
-                b += _I32.pack(v)
-            elif v <= 0xFFFFFFFF:
-                b.append(UINT32)
-                b += _U32.pack(v)
-            else:
-                self._int_large(v)
-        elif v >= -0x80:
-            b.append(INT8)
-            b += _I8.pack(v)
-        elif v >= -0x8000:
-            b.append(INT16)
-            b += _I16.pack(v)
-        elif v >= -0x80000000:
-            b.append(INT32)
-            b += _I32.pack(v)
-        else:
-            self._int_large(v)
-
-    def _int_large(self, v: int) -> None:
-        if not _INT64_MIN <= v <= _INT64_MAX:
-            raise ValueError(f"integer {v} does not fit in a signed 64-bit long")
-        f = float(v)
-        # Java compares (float) v == v in long arithmetic; Long.MAX_VALUE rounds to 2^63, which it
-        # also accepts because the float converts back to Long.MAX_VALUE (saturating cast).
-        if f == v or (v == _INT64_MAX and f == 2.0**63):
-            try:
-                packed = _F32.pack(f)
-            except OverflowError:
-                packed = b""
-            if packed and float(_F32.unpack(packed)[0]) == f:
-                self.buffer.append(FLOAT32)
-                self.buffer += packed
-                return
-        self.buffer.append(INT64)
-        self.buffer += _I64.pack(v)
+        put_int(self.buffer, v)
 
     def int_fixed32(self, v: int) -> None:
         """INT32 always (Java's `object(Integer)` and fixed writer)."""
@@ -330,89 +455,11 @@ class Writer:
 
     def float_compact(self, d: float) -> None:
         """Java's compact `writeNumber(double)` (spec 7.3)."""
-        b = self.buffer
-        if d.is_integer():
-            if d >= 0:
-                if d <= 255:
-                    b.append(UINT8)
-                    b.append(int(d))
-                    return
-                if d <= 65535:
-                    b.append(UINT16)
-                    b += _U16.pack(int(d))
-                    return
-                if _is_float32(d):
-                    b.append(FLOAT32)
-                    b += _F32.pack(d)
-                    return
-                if d <= 0xFFFFFFFF:
-                    b.append(UINT32)
-                    b += _U32.pack(int(d))
-                    return
-            else:
-                if d >= -128:
-                    b.append(INT8)
-                    b += _I8.pack(int(d))
-                    return
-                if d >= -32768:
-                    b.append(INT16)
-                    b += _I16.pack(int(d))
-                    return
-                if _is_float32(d):
-                    b.append(FLOAT32)
-                    b += _F32.pack(d)
-                    return
-                if d >= -0x80000000:
-                    b.append(INT32)
-                    b += _I32.pack(int(d))
-                    return
-            b.append(FLOAT64)
-            b += _F64.pack(d)
-            return
-        if math.isfinite(d):
-            l6 = math.floor(d * 1e6 + 0.5)
-            if l6 / 1e6 == d and -(1 << 35) < l6 < (1 << 42) and _stop_float(b, d, l6, False):
-                return
-        if _is_float32(d) or d != d:
-            b.append(FLOAT32)
-            b += _F32.pack(d)
-        else:
-            b.append(FLOAT64)
-            b += _F64.pack(d)
+        put_float(self.buffer, d)
 
     def float32_compact(self, f: float) -> None:
         """Java's compact `writeNumber(float)`: `f` is rounded to float32 first."""
-        f = _to_float32(f) if math.isfinite(f) else f
-        b = self.buffer
-        if f.is_integer():
-            if f >= 0:
-                if f <= 255:
-                    b.append(UINT8)
-                    b.append(int(f))
-                    return
-                if f <= 65535:
-                    b.append(UINT16)
-                    b += _U16.pack(int(f))
-                    return
-            else:
-                if f >= -128:
-                    b.append(INT8)
-                    b += _I8.pack(int(f))
-                    return
-                if f >= -32768:
-                    b.append(INT16)
-                    b += _I16.pack(int(f))
-                    return
-        elif math.isfinite(f):
-            l6 = math.floor(f * 1e6 + 0.5)
-            if (
-                _to_float32(l6 / 1e6) == f
-                and -(1 << 14) < l6 < (1 << 21)
-                and _stop_float(b, f, l6, True)
-            ):
-                return
-        b.append(FLOAT32)
-        b += _F32.pack(f)
+        put_float32(self.buffer, f)
 
     def float64_fixed(self, d: float) -> None:
         self.buffer.append(FLOAT64)
@@ -441,19 +488,7 @@ class Writer:
 
     def bytes_value(self, data: bytes | bytearray | memoryview) -> None:
         """`byte[]`: a length-prefixed block holding U8_ARRAY and the bytes."""
-        n = len(data) + 1
-        b = self.buffer
-        if n <= 0xFF:
-            b.append(BYTES_LENGTH8)
-            b.append(n)
-        elif n <= 0xFFFF:
-            b.append(BYTES_LENGTH16)
-            b += _U16.pack(n)
-        else:
-            b.append(BYTES_LENGTH32)
-            b += _U32.pack(n)
-        b.append(U8_ARRAY)
-        b += data
+        put_bytes(self.buffer, data)
 
     # ----- padding and binding fields
     def padding(self, n: int) -> None:

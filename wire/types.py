@@ -51,9 +51,7 @@ class Typed:
         self.value = value
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Typed) and other.type_name == self.type_name and other.value == self.value
-        )
+        return isinstance(other, Typed) and other.type_name == self.type_name and other.value == self.value
 
     def __hash__(self) -> int:
         return hash(self.type_name)

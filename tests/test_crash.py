@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from chronq.table import TableStore
 from tests.procs.qhelp import child_env, finish, parse_checked, read_all, script, wait_line
 
 BLOCK = 128 * 1024  # the vectors' small block size, so files grow (remap) while being killed
@@ -87,6 +88,11 @@ def test_next_writer_takes_over_after_kill_inside_document(tmp_path: Path, parti
         out, err = holder.communicate()
     committed = [int(line) for line in out.decode().split()[:-1] if line != "open"]
     assert len(committed) == 5, err.decode(errors="replace")
+    store = TableStore.open(queue / "metadata.cq4t", readonly=True)
+    try:  # the dead writer still owns the lock: the takeover below is real
+        assert store.get("chronicle.write.lock") == holder.pid
+    finally:
+        store.close()
 
     before = read_all(queue)
     assert [i for i, _ in before] == committed, "a reader must stop at the unpublished document"

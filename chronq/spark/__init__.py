@@ -1,0 +1,21 @@
+"""Spark data source for chronq queues (needs the ``spark`` extra: pyspark and pyarrow).
+
+``chronq.spark.register(spark)`` makes ``spark.read.format("chronq")`` available; the top-level
+``pyspark_chronq`` module lets Spark find it without the call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chronq.spark.source import ChronqDataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["ChronqDataSource", "register"]
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``chronq`` format with a session (reliable even when automatic lookup is off)."""
+    spark.dataSource.register(ChronqDataSource)

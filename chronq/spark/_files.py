@@ -1,0 +1,371 @@
+"""Read-only view of a queue directory for the Spark source: cycle listing, store layout, header walk.
+
+Spark executors only need three things from a cycle file: where data starts, how headers are aligned, and
+where the last complete document ends. Everything here works on a read-only mmap so executors never take a
+lock or write a byte, and every header is bounds-checked against the file size.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+from array import array
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Final
+
+from chronq.errors import ChronqError, CorruptQueueError
+
+HEADER_LEN_MASK: Final = 0x3FFF_FFFF
+META_BIT: Final = 0x4000_0000
+NOT_COMPLETE: Final = 0x8000_0000
+EOF_HEADER: Final = 0xC000_0000
+DAY_MS: Final = 86_400_000
+WEEKLY_DEFAULT_EPOCH: Final = 259_200_000
+
+# Stop reasons of a header walk.
+STOP_LIMIT: Final = 0  # reached the pinned end or the row limit; more may follow
+STOP_NOT_READY: Final = 1  # header 0 or bit 31 set: a writer has not published it yet
+STOP_EOF: Final = 2  # the cycle is closed
+
+_I32 = struct.Struct("<i")
+_I64 = struct.Struct("<q")
+_U32 = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class RollInfo:
+    """Roll cycle as persisted in ``metadata.cq4t`` (format, length, epoch) — what names the files."""
+
+    format: str
+    length_ms: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The parts of a cycle file's ``SCQStore`` header a reader needs (spec section 3.1)."""
+
+    data_format: int
+    index_count: int
+    index_spacing: int
+    index2index: int
+    write_position: int
+    seq_hint: int
+    data_start: int
+
+    @property
+    def shift(self) -> int:
+        """Bits of the sequence number in a 64-bit index, derived from the file's own index parameters."""
+        return max(32, 2 * (self.index_count.bit_length() - 1) + (self.index_spacing.bit_length() - 1))
+
+    @property
+    def aligned(self) -> bool:
+        return self.data_format >= 1
+
+    def hinted_seq(self) -> int | None:
+        """Sequence of the message at ``write_position`` when the hint is valid (spec 3.4), else None."""
+        if self.write_position <= 0:
+            return None
+        shift = self.shift
+        hint = self.seq_hint & 0xFFFF_FFFF_FFFF_FFFF
+        mask = (1 << (64 - shift)) - 1
+        if (hint >> shift) != (self.write_position & mask):
+            return None
+        return hint & ((1 << shift) - 1)
+
+
+@dataclass(frozen=True)
+class CycleFile:
+    cycle: int
+    path: str
+
+
+# --------------------------------------------------------------------------------------------- table store
+
+
+def read_roll(queue_dir: str) -> RollInfo:
+    """Roll format/length/epoch from the table store, so file names can be turned back into cycles."""
+    table = os.path.join(queue_dir, "metadata.cq4t")
+    try:
+        with open(table, "rb") as f:
+            head = f.read(4096)
+    except FileNotFoundError:
+        raise ChronqError(f"{queue_dir}: not a chronq/Chronicle queue directory (no metadata.cq4t)") from None
+    if len(head) < 8:
+        raise CorruptQueueError(table, 0, "table store is shorter than one header")
+    (hdr,) = _U32.unpack_from(head, 0)
+    end = 4 + (hdr & HEADER_LEN_MASK)
+    if hdr & 0xC000_0000 != META_BIT or end > len(head):
+        raise CorruptQueueError(table, 0, f"first header 0x{hdr:08x} is not a ready metadata document")
+    body = head[4:end]
+    length = _field_int(body, b"\xc6length", table)
+    fmt = _field_text(body, b"\xc6format", table)
+    epoch = _field_int(body, b"\xc5epoch", table, default=0)
+    if length is None or fmt is None:
+        raise CorruptQueueError(table, 4, "roll cycle (length/format) missing from the table store header")
+    return RollInfo(fmt, length, epoch or 0)
+
+
+# --------------------------------------------------------------------------------------------- file names
+
+
+_TOKEN = re.compile(r"'([^']*)'|(yyyy|YYYY|MM|dd|HH|mm|ss|ww)")
+_FIELD_RE = {"yyyy": r"(?P<y>\d{4})", "YYYY": r"(?P<Y>\d{4})", "MM": r"(?P<M>\d{2})", "dd": r"(?P<d>\d{2})",
+             "HH": r"(?P<H>\d{2})", "mm": r"(?P<m>\d{2})", "ss": r"(?P<s>\d{2})", "ww": r"(?P<w>\d{2})"}
+
+
+def _name_regex(fmt: str) -> re.Pattern[str]:
+    out, pos = [], 0
+    for m in _TOKEN.finditer(fmt):
+        out.append(re.escape(fmt[pos:m.start()]))
+        out.append(re.escape(m.group(1)) if m.group(1) is not None else _FIELD_RE[m.group(2)])
+        pos = m.end()
+    out.append(re.escape(fmt[pos:]))
+    return re.compile("".join(out) + r"\.cq4")
+
+
+def cycle_of_name(name: str, roll: RollInfo) -> int | None:
+    """Cycle number of a cycle file name, or None if the name is not one of this roll cycle's files."""
+    m = _name_regex(roll.format).fullmatch(name)
+    if m is None:
+        return None
+    g = m.groupdict()
+    if g.get("Y") is not None:  # week-based pattern (WEEKLY): ISO week, Monday start
+        day = date.fromisocalendar(int(g["Y"]), int(g["w"]), 1)
+    else:
+        day = date(int(g["y"]), int(g.get("M") or 1), int(g.get("d") or 1))
+    seconds = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp())
+    seconds += int(g.get("H") or 0) * 3600 + int(g.get("m") or 0) * 60 + int(g.get("s") or 0)
+    epoch = roll.epoch or (WEEKLY_DEFAULT_EPOCH if roll.length_ms == 7 * DAY_MS else 0)
+    return (seconds * 1000 - epoch) // roll.length_ms
+
+
+def list_cycles(queue_dir: str) -> list[CycleFile]:
+    """Cycle files of a queue directory in cycle order (``.discard`` and foreign files ignored)."""
+    roll = read_roll(queue_dir)
+    found = []
+    for name in os.listdir(queue_dir):
+        if not name.endswith(".cq4"):
+            continue
+        cycle = cycle_of_name(name, roll)
+        if cycle is not None:
+            found.append(CycleFile(cycle, os.path.join(queue_dir, name)))
+    found.sort(key=lambda c: c.cycle)
+    return found
+
+
+# --------------------------------------------------------------------------------------------- store header
+
+
+def open_map(path: str) -> mmap.mmap | None:
+    """Read-only map of a whole cycle file, or None for an empty file (nothing written yet)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return None
+        return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+
+
+def read_layout(buf: mmap.mmap | bytes, path: str) -> Layout | None:
+    """Layout of a cycle file, or None while its first header is still being written."""
+    if len(buf) < 8:
+        return None
+    (hdr,) = _U32.unpack_from(buf, 0)
+    if hdr == 0 or hdr & NOT_COMPLETE:
+        return None
+    length = hdr & HEADER_LEN_MASK
+    if hdr & META_BIT == 0 or length > 65536 or 4 + length > len(buf):
+        raise CorruptQueueError(path, 0, f"first header 0x{hdr:08x} is not a store header")
+    body = bytes(buf[4 : 4 + length])
+    data_format = _field_int(body, b"\xcadataFormat", path, default=0) or 0
+    count = _field_int(body, b"\xcaindexCount", path)
+    spacing = _field_int(body, b"\xccindexSpacing", path)
+    if not count or not spacing or count & (count - 1) or spacing & (spacing - 1):
+        raise CorruptQueueError(path, 4, f"bad indexing parameters count={count} spacing={spacing}")
+    i2i = _binding_int64(body, b"\xcbindex2Index", path)
+    wp, hint = _write_position(body, path)
+    end = 4 + length
+    if data_format >= 1:
+        end += -end & 3
+    return Layout(data_format, count, spacing, i2i, wp, hint, end)
+
+
+def _find(body: bytes, key: bytes) -> int:
+    at = body.find(key)
+    return -1 if at < 0 else at + len(key)
+
+
+def _skip_padding(body: bytes, at: int, path: str) -> int:
+    while at < len(body):
+        code = body[at]
+        if code == 0x8F:
+            at += 1
+        elif code == 0x8E:
+            if at + 5 > len(body):
+                break
+            at += 5 + _U32.unpack_from(body, at + 1)[0]
+        else:
+            return at
+    raise CorruptQueueError(path, 4 + at, "store header ends inside padding")
+
+
+def _field_int(body: bytes, key: bytes, path: str, default: int | None = None) -> int | None:
+    at = _find(body, key)
+    if at < 0:
+        return default
+    at = _skip_padding(body, at, path)
+    code = body[at]
+    if code < 0x80:
+        return code
+    fmt = {0xA1: "<B", 0xA2: "<H", 0xA3: "<I", 0xA4: "<b", 0xA5: "<h", 0xA6: "<i", 0xA7: "<q"}.get(code)
+    if fmt is None or at + 1 + struct.calcsize(fmt) > len(body):
+        detail = f"expected an integer after {key[1:].decode()}, got 0x{code:02x}"
+        raise CorruptQueueError(path, 4 + at, detail)
+    return int(struct.unpack_from(fmt, body, at + 1)[0])
+
+
+def _field_text(body: bytes, key: bytes, path: str) -> str | None:
+    at = _find(body, key)
+    if at < 0:
+        return None
+    code = body[at]
+    if 0xE0 <= code <= 0xFF:
+        return body[at + 1 : at + 1 + code - 0xE0].decode()
+    if code == 0xB8:
+        n, at = body[at + 1], at + 2  # roll formats are short: one stop-bit byte
+        return body[at : at + n].decode()
+    raise CorruptQueueError(path, 4 + at, f"expected text after {key[1:].decode()}, got 0x{code:02x}")
+
+
+def _binding_int64(body: bytes, key: bytes, path: str) -> int:
+    at = _find(body, key)
+    if at < 0:
+        return 0
+    at = _skip_padding(body, at, path)
+    if body[at] != 0xA7 or at + 9 > len(body):
+        raise CorruptQueueError(path, 4 + at, f"expected int64 after {key[1:].decode()}")
+    return int(_I64.unpack_from(body, at + 1)[0])
+
+
+def _write_position(body: bytes, path: str) -> tuple[int, int]:
+    at = _find(body, b"\xcdwritePosition")
+    if at < 0:
+        return 0, 0
+    at = _skip_padding(body, at, path)
+    if body[at] == 0xA7 and at + 9 <= len(body):  # v4 before 4.6.49: plain int64
+        return int(_I64.unpack_from(body, at + 1)[0]), 0
+    if body[at] == 0x8D and at + 33 <= len(body):
+        return int(_I64.unpack_from(body, at + 17)[0]), int(_I64.unpack_from(body, at + 25)[0])
+    raise CorruptQueueError(path, 4 + at, "writePosition is neither an int64 nor a 2-long array")
+
+
+# --------------------------------------------------------------------------------------------- index lookup
+
+
+def indexed_position(buf: mmap.mmap, layout: Layout, seq: int, path: str) -> tuple[int, int]:
+    """(position, seq) of the nearest indexed message at or before ``seq``; (data_start, 0) if none.
+
+    Planning uses this to start partitions in the middle of a cycle without scanning the data before them.
+    """
+    if layout.index2index <= 0:
+        return layout.data_start, 0
+    c = layout.index_count.bit_length() - 1
+    s = layout.index_spacing.bit_length() - 1
+    i2 = seq >> (c + s)
+    i1 = (seq >> s) & (layout.index_count - 1)
+    while i2 >= 0:
+        secondary = _array_value(buf, layout.index2index, i2, layout.index_count, path)
+        if secondary > 0:
+            for slot in range(i1, -1, -1):
+                pos = _array_value(buf, secondary, slot, layout.index_count, path)
+                if pos > 0:
+                    return pos, (i2 << (c + s)) + (slot << s)
+        i2, i1 = i2 - 1, layout.index_count - 1
+    return layout.data_start, 0
+
+
+def _array_value(buf: mmap.mmap, doc_pos: int, slot: int, capacity: int, path: str) -> int:
+    """Value ``slot`` of the I64_ARRAY inside the index document at ``doc_pos`` (spec 3.2)."""
+    at = doc_pos + 4
+    end = at + (_U32.unpack_from(buf, doc_pos)[0] & HEADER_LEN_MASK) if doc_pos + 4 <= len(buf) else 0
+    if end > len(buf) or end <= at:
+        raise CorruptQueueError(path, doc_pos, "index document outside the file")
+    at = buf.find(b"\x8d", at, end)  # event name and padding precede the array code
+    if at < 0 or at + 17 + 8 * capacity > end:
+        raise CorruptQueueError(path, doc_pos, "index document has no int64 array of the expected size")
+    return int(_I64.unpack_from(buf, at + 17 + 8 * slot)[0])
+
+
+# --------------------------------------------------------------------------------------------- header walk
+
+
+@dataclass
+class Walk:
+    """Documents found by one walk: parallel arrays plus where and why it stopped."""
+
+    positions: array[int]
+    lengths: array[int]
+    seqs: array[int]
+    metas: array[int]
+    next_pos: int
+    next_seq: int
+    stop: int
+
+
+def walk(
+    buf: mmap.mmap,
+    path: str,
+    aligned: bool,
+    pos: int,
+    seq: int,
+    *,
+    end_pos: int,
+    lo_seq: int = 0,
+    hi_seq: int = 1 << 62,
+    max_rows: int = 1 << 62,
+    include_metadata: bool = False,
+) -> Walk:
+    """Walk complete documents from ``pos`` (whose data sequence is ``seq``), never past ``end_pos``.
+
+    Data documents with ``lo_seq <= seq < hi_seq`` are returned. Metadata documents too when asked, with
+    the sequence of the next data document as Chronicle's tailer reports them; one belongs to the range of
+    the data document before it (so adjacent ranges never both return it), and a range starting at 0 also
+    gets those before the first message. Stops before a not-ready header, at EOF, at the data document
+    ``hi_seq`` or after ``max_rows`` rows. This is the one place a native scanner would replace.
+    """
+    positions, lengths, seqs, metas = array("q"), array("q"), array("q"), array("b")
+    size = min(end_pos, len(buf))
+    stop = STOP_LIMIT
+    rows = 0
+    unpack = _U32.unpack_from
+    while pos + 4 <= size and rows < max_rows:
+        (h,) = unpack(buf, pos)
+        if h == 0 or h & NOT_COMPLETE:
+            stop = STOP_EOF if h == EOF_HEADER else STOP_NOT_READY
+            break
+        length = h & HEADER_LEN_MASK
+        nxt = pos + 4 + length
+        if nxt > len(buf):
+            raise CorruptQueueError(path, pos, f"header 0x{h:08x}: body runs past the end of the file")
+        if h & META_BIT:
+            if include_metadata and (lo_seq < seq <= hi_seq or seq == lo_seq == 0):
+                positions.append(pos)
+                lengths.append(length)
+                seqs.append(seq)
+                metas.append(1)
+                rows += 1
+        else:
+            if seq >= hi_seq:
+                break
+            if seq >= lo_seq:
+                positions.append(pos)
+                lengths.append(length)
+                seqs.append(seq)
+                metas.append(0)
+                rows += 1
+            seq += 1
+        pos = nxt + (-nxt & 3) if aligned else nxt
+    return Walk(positions, lengths, seqs, metas, pos, seq, stop)

@@ -1,0 +1,108 @@
+"""Snapshot planning: which bytes of which cycle files one DataFrame (or one micro-batch) reads.
+
+Plans run on the driver and only touch store headers, index arrays and the few documents after
+``writePosition``; executors then walk exactly the planned ranges. Every range carries the sequence
+bound pinned at planning time, so documents appended later never leak into a planned DataFrame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chronq.spark import _files
+from chronq.spark._files import CycleFile, Layout
+
+
+@dataclass(frozen=True)
+class CycleState:
+    """A cycle file as seen at planning time: its layout and the complete data documents it holds."""
+
+    cycle: int
+    path: str
+    layout: Layout
+    count: int  # complete data documents (next sequence number)
+    end_pos: int  # first byte after the last complete document
+    closed: bool  # EOF seen: nothing more will ever be appended
+
+
+@dataclass(frozen=True)
+class Range:
+    """Data sequences ``[lo, hi)`` of one cycle, walked from ``start_pos`` (sequence ``start_seq``).
+
+    Picklable; one is shipped to an executor per Spark partition.
+    """
+
+    path: str
+    cycle: int
+    shift: int
+    aligned: bool
+    start_pos: int
+    start_seq: int
+    lo: int
+    hi: int
+    end_pos: int
+
+
+def cycle_state(cf: CycleFile) -> CycleState | None:
+    """Count the complete documents of one cycle file, or None if the file has no header yet."""
+    buf = _files.open_map(cf.path)
+    if buf is None:
+        return None
+    try:
+        layout = _files.read_layout(buf, cf.path)
+        if layout is None:
+            return None
+        seq = layout.hinted_seq()
+        pos = layout.write_position
+        if seq is None:  # no valid hint (no message yet, or an old writer): count from the start
+            pos, seq = layout.data_start, 0
+        w = _files.walk(buf, cf.path, layout.aligned, pos, seq, end_pos=len(buf))
+        return CycleState(cf.cycle, cf.path, layout, w.next_seq, w.next_pos, w.stop == _files.STOP_EOF)
+    finally:
+        buf.close()
+
+
+def snapshot(queue_dir: str, first_cycle: int | None = None, last_cycle: int | None = None,
+             ) -> list[CycleState]:
+    """Every readable cycle of the queue within the cycle bounds (inclusive), in cycle order."""
+    states = []
+    lowest = -1 if first_cycle is None else first_cycle
+    highest = 1 << 62 if last_cycle is None else last_cycle
+    for cf in _files.list_cycles(queue_dir):
+        if not lowest <= cf.cycle <= highest:
+            continue
+        st = cycle_state(cf)
+        if st is not None:
+            states.append(st)
+    return states
+
+
+def ranges(state: CycleState, lo: int, hi: int, rows_per_range: int) -> list[Range]:
+    """Split ``[lo, hi)`` of one cycle into ranges of at most ``rows_per_range`` messages.
+
+    Range starts are found through the cycle's index (nearest indexed message at or before the start),
+    so the driver never walks the data in between.
+    """
+    hi = min(hi, state.count)
+    if lo >= hi and not (lo == 0 and state.count == 0):
+        return []
+    layout = state.layout
+    step = max(layout.index_spacing, rows_per_range - rows_per_range % layout.index_spacing)
+    out = []
+    buf = _files.open_map(state.path)
+    assert buf is not None  # it had a header when the state was taken
+    try:
+        start = lo
+        while True:
+            stop = min(hi, (start // step + 1) * step)
+            if start == 0:
+                pos, seq = 0, 0  # from the file start, so the queue's own metadata is readable too
+            else:
+                pos, seq = _files.indexed_position(buf, layout, start, state.path)
+            out.append(Range(state.path, state.cycle, layout.shift, layout.aligned, pos, seq, start, stop,
+                             state.end_pos))
+            if stop >= hi:
+                return out
+            start = stop
+    finally:
+        buf.close()

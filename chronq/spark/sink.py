@@ -1,0 +1,99 @@
+"""``df.write.format("chronq").mode("append").save(path)``: stage per task, append on the driver.
+
+A queue has one writer order, so executors only stage their rows (Arrow IPC files next to the queue);
+the driver's ``commit()`` appends every staged partition in partition order with one appender, and
+``abort()`` deletes the staging files. Nothing reaches the queue unless Spark commits the whole job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from chronq.errors import ChronqError
+from chronq.spark import _decode
+
+STAGING_DIR = ".chronq-spark-staging"
+
+
+@dataclass(frozen=True)
+class Staged(WriterCommitMessage):
+    """What one task staged: its partition (the append order), the file and the row count."""
+
+    partition: int
+    file: str
+    rows: int
+
+
+class QueueWriter(DataSourceArrowWriter):
+    """Rows are either raw ``payload`` bytes or method calls (``method`` + ``args`` JSON columns)."""
+
+    def __init__(self, path: str, schema: StructType) -> None:
+        names = schema.fieldNames()
+        if "payload" in names:
+            self.column = "payload"
+        elif "method" in names:
+            self.column = "method"
+        else:
+            raise ChronqError(f"writing to a queue needs a 'payload' or a 'method' column, got {names}")
+        self.names = tuple(names)
+        self.path = path
+        self.staging = os.path.join(path, STAGING_DIR, uuid.uuid4().hex)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Staged:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        os.makedirs(self.staging, exist_ok=True)
+        file = os.path.join(self.staging, f"part-{partition:06d}-{attempt}.arrow")
+        rows = 0
+        schema = pa.schema([pa.field("body", pa.binary())])
+        with pa.OSFile(file, "wb") as sink, pa.ipc.new_stream(sink, schema) as out:
+            for batch in iterator:
+                out.write_batch(pa.RecordBatch.from_arrays([self._bodies(batch)], schema=schema))
+                rows += batch.num_rows
+        return Staged(partition, file, rows)
+
+    def _bodies(self, batch: pa.RecordBatch) -> pa.Array:
+        if self.column == "payload":
+            col = batch.column(batch.schema.get_field_index("payload"))
+            if col.null_count:
+                raise ChronqError("payload column holds nulls; a queue message needs bytes")
+            return col.cast(pa.binary())
+        methods = batch.column(batch.schema.get_field_index("method")).to_pylist()
+        args_at = batch.schema.get_field_index("args")
+        args = batch.column(args_at).to_pylist() if args_at >= 0 else [None] * len(methods)
+        return pa.array([_decode.encode_call(m, a) for m, a in zip(methods, args, strict=True)], pa.binary())
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        import chronq
+
+        staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
+        try:
+            with chronq.open(self.path) as queue:
+                appender = queue.appender()
+                for part in staged:
+                    with pa.OSFile(part.file, "rb") as source, pa.ipc.open_stream(source) as reader:
+                        for batch in reader:
+                            for body in batch.column(0).to_pylist():
+                                appender.write(body)
+        finally:
+            self._clean()
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        self._clean()
+
+    def _clean(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another job may be staging too
+            os.rmdir(os.path.dirname(self.staging))

@@ -1,0 +1,342 @@
+"""The ``chronq`` Spark data source: batch reads, a streaming source and an append-only sink.
+
+Everything Spark pickles (the source, readers, partitions) holds only paths and numbers; files are
+mapped inside ``read()`` on the executor. Reads are pinned to the documents that were complete when
+Spark planned them, so a DataFrame is a consistent snapshot while writers go on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    Filter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from chronq.errors import ChronqError
+from chronq.spark import _arrow, _decode, _files, _plan
+from chronq.spark._plan import CycleState, Range
+
+SCHEMA_DDL = "index long, cycle int, seq long, position long, metadata boolean, payload binary"
+DEFAULT_PARTITION_ROWS = 4_000_000
+DEFAULT_BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class Options:
+    """Parsed, validated data source options (names are case-insensitive in Spark)."""
+
+    path: str
+    start_index: int | None
+    end_index: int | None
+    start_cycle: int | None
+    end_cycle: int | None
+    include_metadata: bool
+    partition_rows: int
+    batch_rows: int
+    decode: tuple[str, ...]
+    push_filters: bool
+    max_rows_per_trigger: int | None
+    starting: str
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> Options:
+        path = options.get("path")
+        if not path:
+            raise ChronqError("the chronq data source needs a queue directory: .load(path) or option('path')")
+        decode = tuple(d.strip() for d in (options.get("decode") or "").split(",") if d.strip())
+        unknown = set(decode) - set(_decode.GROUPS)
+        if unknown:
+            known = list(_decode.GROUPS)
+            raise ChronqError(f"option decode: unknown column group(s) {sorted(unknown)}; known: {known}")
+        starting = (options.get("startingOffsets") or "earliest").lower()
+        if starting not in ("earliest", "latest"):
+            raise ChronqError(f"option startingOffsets must be 'earliest' or 'latest', not {starting!r}")
+        return cls(
+            path=path,
+            start_index=_int_opt(options, "startIndex"),
+            end_index=_int_opt(options, "endIndex"),
+            start_cycle=_int_opt(options, "startCycle"),
+            end_cycle=_int_opt(options, "endCycle"),
+            include_metadata=_bool_opt(options, "includeMetadata"),
+            partition_rows=_int_opt(options, "partitionRows") or DEFAULT_PARTITION_ROWS,
+            batch_rows=_int_opt(options, "batchRows") or DEFAULT_BATCH_ROWS,
+            decode=decode,
+            push_filters=_bool_opt(options, "pushFilters"),
+            max_rows_per_trigger=_int_opt(options, "maxRowsPerTrigger"),
+            starting=starting,
+        )
+
+
+def _int_opt(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw, 0)
+    except ValueError:
+        raise ChronqError(f"option {name}: expected an integer, got {raw!r}") from None
+
+
+def _bool_opt(options: Mapping[str, str], name: str) -> bool:
+    raw = (options.get(name) or "false").lower()
+    if raw not in ("true", "false"):
+        raise ChronqError(f"option {name}: expected true or false, got {raw!r}")
+    return raw == "true"
+
+
+class ChronqDataSource(DataSource):
+    """``spark.read.format("chronq").load(path)``; see docs/spark.md for options and columns."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "chronq"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._opts = Options.parse(options)
+
+    def schema(self) -> str:
+        return ", ".join([SCHEMA_DDL, *(_decode.GROUPS[g] for g in self._opts.decode)])
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        cls = FilteringBatchReader if self._opts.push_filters else BatchReader
+        return cls(self._opts, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StreamReader(self._opts, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from chronq.spark.sink import QueueWriter
+
+        if overwrite:
+            raise ChronqError("a chronq queue is append-only: use mode('append')")
+        return QueueWriter(self._opts.path, schema)
+
+
+# --------------------------------------------------------------------------------------------- reading
+
+
+class _Reading:
+    """What batch and stream readers share: the declared columns and the executor-side walk."""
+
+    def __init__(self, opts: Options, schema: StructType) -> None:
+        self.opts = opts
+        self.names = tuple(schema.fieldNames())
+        for name in self.names:
+            if name not in _arrow.BASE_NAMES and name not in _decode.COLUMNS:
+                raise ChronqError(f"column {name!r} is not produced by the chronq source")
+        self.arrow_schema = pa.schema([_arrow_field(name) for name in self.names])
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        rng = getattr(partition, "value", None)
+        if not isinstance(rng, Range):  # Spark's placeholder when there is nothing to read
+            return
+        opts = self.opts
+        yield from read_range(rng, self.names, self.arrow_schema, opts.include_metadata, opts.batch_rows)
+
+
+def _arrow_field(name: str) -> pa.Field:
+    base = dict(_arrow.BASE_FIELDS)
+    if name in base:
+        return pa.field(name, base[name])
+    return pa.field(name, _decode.COLUMNS[name])
+
+
+def read_range(
+    rng: Range, names: Sequence[str], schema: pa.Schema, include_metadata: bool, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of one planned range; maps the file for the duration of the read only."""
+    buf = _files.open_map(rng.path)
+    if buf is None:
+        return
+    try:
+        pos, seq = rng.start_pos, rng.start_seq
+        while True:
+            w = _files.walk(buf, rng.path, rng.aligned, pos, seq, end_pos=rng.end_pos, lo_seq=rng.lo,
+                            hi_seq=rng.hi, max_rows=batch_rows, include_metadata=include_metadata)
+            if w.positions:
+                cols = [
+                    _arrow.base_column(n, buf, w, rng) if n in _arrow.BASE_NAMES else None for n in names
+                ]
+                if any(c is None for c in cols):
+                    decoded = _decode.columns(buf, w, [n for n in names if n not in _arrow.BASE_NAMES], rng)
+                    cols = [c if c is not None else decoded[n] for c, n in zip(cols, names, strict=True)]
+                yield pa.RecordBatch.from_arrays(cols, schema=schema)
+            if len(w.positions) < batch_rows or w.next_pos == pos:
+                return
+            pos, seq = w.next_pos, w.next_seq
+    finally:
+        buf.close()
+
+
+class BatchReader(_Reading, DataSourceReader):
+    """Plans a snapshot of the queue at the first ``partitions()`` call (Spark plans once per DataFrame)."""
+
+    def __init__(self, opts: Options, schema: StructType) -> None:
+        super().__init__(opts, schema)
+        self.lo_index = opts.start_index
+        self.hi_index = opts.end_index  # exclusive
+        self.first_cycle = opts.start_cycle
+        self.last_cycle = opts.end_cycle
+
+    def partitions(self) -> Sequence[InputPartition]:
+        out: list[InputPartition] = []
+        for st in _plan.snapshot(self.opts.path, self.first_cycle, self.last_cycle):
+            lo, hi = 0, st.count
+            if self.lo_index is not None:
+                lo = _seq_bound(self.lo_index, st)
+            if self.hi_index is not None:
+                hi = min(hi, _seq_bound(self.hi_index, st))
+            out.extend(InputPartition(r) for r in _plan.ranges(st, lo, hi, self.opts.partition_rows))
+        return out
+
+
+def _seq_bound(index: int, st: CycleState) -> int:
+    """First sequence of cycle ``st`` whose index is >= ``index``."""
+    shift = st.layout.shift
+    cycle = index >> shift
+    if cycle < st.cycle:
+        return 0
+    if cycle > st.cycle:
+        return 1 << 62
+    return index & ((1 << shift) - 1)
+
+
+class FilteringBatchReader(BatchReader):
+    """Opt-in (option ``pushFilters`` plus ``spark.sql.python.filterPushdown.enabled``) range pruning.
+
+    Pushed filters only narrow the planned ranges; all are handed back to Spark, which still applies
+    them, so a filter is never trusted for correctness. PySpark 4.3 reuses the pruned partitions for
+    later actions on the same DataFrame object; docs/spark.md says to load a fresh DataFrame per query.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        from pyspark.sql import datasource as ds
+
+        for f in filters:
+            attribute: tuple[str, ...] = getattr(f, "attribute", ())
+            col = attribute[0] if len(attribute) == 1 else None
+            value = getattr(f, "value", None)
+            if col in ("index", "cycle") and isinstance(value, int):
+                lo, hi = {
+                    ds.EqualTo: (value, value + 1),
+                    ds.GreaterThan: (value + 1, None),
+                    ds.GreaterThanOrEqual: (value, None),
+                    ds.LessThan: (None, value),
+                    ds.LessThanOrEqual: (None, value + 1),
+                }.get(type(f), (None, None))
+                if col == "index":
+                    self.lo_index = _max(self.lo_index, lo)
+                    self.hi_index = _min(self.hi_index, hi)
+                else:
+                    self.first_cycle = _max(self.first_cycle, lo)
+                    self.last_cycle = _min(self.last_cycle, None if hi is None else hi - 1)
+            yield f
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _min(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+# --------------------------------------------------------------------------------------------- streaming
+
+
+def offset(cycle: int, seq: int) -> dict[str, int]:
+    """A stream offset: the queue position (cycle, next sequence to read), JSON with a fixed key order."""
+    return {"cycle": int(cycle), "seq": int(seq)}
+
+
+class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches between queue positions; runs in one long-lived driver-side process per query."""
+
+    def __init__(self, opts: Options, schema: StructType) -> None:
+        super().__init__(opts, schema)
+        self._pinned: dict[int, int] = {}  # cycle -> count of a cycle once a later cycle was seen
+        self._available_now: dict[str, int] | None = None
+
+    def _states(self, from_cycle: int) -> list[CycleState]:
+        first = max(from_cycle, self.opts.start_cycle if self.opts.start_cycle is not None else from_cycle)
+        return _plan.snapshot(self.opts.path, first, self.opts.end_cycle)
+
+    def _end(self) -> dict[str, int]:
+        states = self._states(-1)
+        if not states:
+            return offset(-1, 0)
+        return offset(states[-1].cycle, states[-1].count)
+
+    def initialOffset(self) -> dict[str, int]:
+        if self.opts.starting == "latest":
+            return self._end()
+        if self.opts.start_index is not None:
+            states = self._states(-1)
+            if states:
+                shift = states[0].layout.shift
+                return offset(self.opts.start_index >> shift, self.opts.start_index & ((1 << shift) - 1))
+        return offset(-1, 0)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+        n = self.opts.max_rows_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = self._end()
+
+    def reportLatestOffset(self) -> dict[str, int]:
+        return self._end()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        cap = self._available_now
+        end = offset(start["cycle"], start["seq"])
+        for st in self._states(start["cycle"]):
+            if cap is not None and st.cycle > cap["cycle"]:
+                break
+            count = st.count if cap is None or st.cycle < cap["cycle"] else min(st.count, cap["seq"])
+            lo = start["seq"] if st.cycle == start["cycle"] else 0
+            take = max(0, count - lo)
+            if budget is not None:
+                if take >= budget:
+                    return offset(st.cycle, lo + budget)
+                budget -= take
+            self._pinned[st.cycle] = lo + take  # what partitions() reads of this cycle if the batch passes it
+            end = offset(st.cycle, lo + take)
+        return end
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        out: list[InputPartition] = []
+        for st in self._states(start["cycle"]):
+            if st.cycle > end["cycle"]:
+                break
+            lo = start["seq"] if st.cycle == start["cycle"] else 0
+            hi = end["seq"] if st.cycle == end["cycle"] else self._pinned.get(st.cycle, st.count)
+            if lo < hi:
+                out.extend(InputPartition(r) for r in _plan.ranges(st, lo, hi, self.opts.partition_rows))
+        return out
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: a tailer never consumes, and the checkpoint holds the position."""
+
+    def stop(self) -> None:
+        """No open resources: files are mapped only inside ``read()``."""
+
+
+def offset_json(cycle: int, seq: int) -> str:
+    return json.dumps(offset(cycle, seq))

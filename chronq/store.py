@@ -1,0 +1,379 @@
+"""Cycle files (`.cq4`): Java's exact creation layout, and parsing their `SCQStore` header into offsets.
+
+The queue core maps these files and updates `writePosition`, `lastIndex` and the index arrays in place,
+so this module's job is to say *where* those live (a `StoreLayout`) and to create new files that Java
+would have written byte for byte. Document-level constants shared with the table store live here too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chronq.errors import CorruptQueueError
+from chronq.rollcycles import RollCycle
+from wire.binary import I64_ARRAY, INT64, TYPE_PREFIX, Reader, Writer
+from wire.errors import WireError
+
+__all__ = [
+    "DATA_FORMAT",
+    "END_OF_DATA",
+    "LENGTH_MASK",
+    "META_DATA",
+    "NOT_COMPLETE",
+    "CycleRoll",
+    "Document",
+    "StoreLayout",
+    "align4",
+    "create_cycle_file",
+    "cycle_file_size",
+    "documents",
+    "read_layout",
+]
+
+LENGTH_MASK = 0x3FFF_FFFF
+META_DATA = 0x4000_0000
+NOT_COMPLETE = 0x8000_0000
+END_OF_DATA = 0xC000_0000
+DATA_FORMAT = 1
+MAX_FIRST_HEADER = 1 << 16
+PAGE = 4096
+
+_U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+
+Buffer = Any  # mmap, bytearray, bytes or memoryview
+
+
+# Loads of headers use struct rather than the native acquire loads: v4 files have unaligned headers,
+# and an aligned 4/8-byte load is atomic on every supported CPU anyway.
+def load32(buf: Buffer, off: int) -> int:
+    return int(_U32.unpack_from(buf, off)[0])
+
+
+def load64(buf: Buffer, off: int) -> int:
+    return int(_I64.unpack_from(buf, off)[0])
+
+
+def align4(pos: int) -> int:
+    return (pos + 3) & ~3
+
+
+# -- documents -----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One complete document: `position` of its 4-byte header, the raw `header`, body at `position + 4`."""
+
+    position: int
+    header: int
+
+    @property
+    def length(self) -> int:
+        return self.header & LENGTH_MASK
+
+    @property
+    def metadata(self) -> bool:
+        return bool(self.header & META_DATA)
+
+    @property
+    def body_start(self) -> int:
+        return self.position + 4
+
+    @property
+    def end(self) -> int:
+        return self.position + 4 + (self.header & LENGTH_MASK)
+
+
+def documents(buf: Buffer, start: int, *, aligned: bool, file: str,
+              end: int | None = None) -> Iterator[Document]:
+    """Walk complete documents from `start`; stops at a 0, not-complete or EOF header (use `stop_header`).
+
+    A length running past the end of the buffer is corruption, not "more data later": Java never
+    publishes a header before its body fits.
+    """
+    limit = len(buf) if end is None else end
+    pos = start
+    while pos + 4 <= limit:
+        header = load32(buf, pos)
+        if header == 0 or header & NOT_COMPLETE:
+            return
+        doc = Document(pos, header)
+        if doc.end > limit:
+            raise CorruptQueueError(file, pos, f"header 0x{header:08x} claims {doc.length} bytes but only "
+                                                f"{limit - pos - 4} remain in the file")
+        yield doc
+        pos = align4(doc.end) if aligned else doc.end
+
+
+def stop_header(buf: Buffer, start: int, *, aligned: bool, file: str) -> tuple[int, int]:
+    """(position, header) of the first header `documents` stops at (0, not complete or EOF)."""
+    pos = start
+    for doc in documents(buf, start, aligned=aligned, file=file):
+        pos = align4(doc.end) if aligned else doc.end
+    return pos, load32(buf, pos) if pos + 4 <= len(buf) else 0
+
+
+# -- the SCQStore header ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CycleRoll:
+    """Roll parameters that Chronicle 4.x kept in every cycle header (5.x keeps them in metadata.cq4t)."""
+
+    length_ms: int
+    format: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLayout:
+    """Where a cycle file keeps what the queue core maps: every offset is absolute in the file.
+
+    `index2index` and `last_index` are the values when parsed; live values are at the offsets.
+    """
+
+    file: str
+    headerless: bool
+    version: int                     # 5, or 4 for Chronicle 4.x headers (roll kept in the file)
+    data_format: int                 # 1: 4-byte aligned headers; 0: none
+    index_count: int
+    index_spacing: int
+    write_position_offset: int       # int64 writePosition; -1 when headerless
+    has_sequence_hint: bool          # writePosition is a 2-long array: the hint is at offset + 8
+    index2index_offset: int          # int64 field holding the index2index document position; -1 if none
+    index2index: int
+    last_index_offset: int           # int64 `lastIndex` (next sequence to be indexed); -1 if none
+    last_index: int
+    header_end: int                  # where scanning for messages starts
+    roll: CycleRoll | None = None
+
+    @property
+    def aligned(self) -> bool:
+        return self.data_format == 1
+
+    @property
+    def cycle_shift(self) -> int:
+        bits = 2 * (self.index_count.bit_length() - 1) + self.index_spacing.bit_length() - 1
+        return max(32, bits)
+
+
+def _skip_type_prefix(r: Reader) -> str | None:
+    if r.peek_code() != TYPE_PREFIX:
+        return None
+    r.pos += 1
+    n = r.read_stop_bit()
+    name = bytes(r.buf[r.pos:r.pos + n]).decode("utf-8", "replace")
+    r.pos += n
+    return name
+
+
+def read_layout(buf: Buffer, file_name: str | os.PathLike[str], *,
+                roll_cycle: RollCycle | None = None) -> StoreLayout:
+    """Parse a cycle file's first document. Raises CorruptQueueError naming the file and offset.
+
+    A file whose first document is data (libchronicle writes no header) is `headerless`: it has no
+    index and no alignment, and takes its index parameters from `roll_cycle` (FAST_DAILY's if None).
+    """
+    file = os.fspath(file_name)
+    if len(buf) < 8:
+        raise CorruptQueueError(file, 0, f"file of {len(buf)} bytes is too short for a cycle file")
+    header = load32(buf, 0)
+    if header == 0 or header == NOT_COMPLETE:
+        raise CorruptQueueError(file, 0, f"first header is 0x{header:08x}: the file is empty or still "
+                                         "being created")
+    if header & NOT_COMPLETE:
+        raise CorruptQueueError(file, 0, f"first header 0x{header:08x} is not a complete document")
+    length = header & LENGTH_MASK
+    if not header & META_DATA:
+        return _headerless(buf, file, roll_cycle)
+    if length > MAX_FIRST_HEADER or 4 + length > len(buf):
+        raise CorruptQueueError(file, 0, f"first header claims {length} bytes (limit {MAX_FIRST_HEADER}, "
+                                         f"file {len(buf)})")
+    try:
+        return _parse_store(buf, file, length)
+    except WireError as e:
+        at = e.offset if e.offset is not None else 4
+        raise CorruptQueueError(file, at, f"bad SCQStore header: {e}") from None
+
+
+def _headerless(buf: Buffer, file: str, roll_cycle: RollCycle | None) -> StoreLayout:
+    from chronq.rollcycles import DEFAULT
+
+    rc = roll_cycle or DEFAULT
+    return StoreLayout(file, True, 4, 0, rc.index_count, rc.index_spacing, -1, False, -1, 0, -1, 0, 0)
+
+
+_STORE_CLASS = "net.openhft.chronicle.queue.impl.single.SingleChronicleQueueStore"
+
+
+def _parse_store(buf: Buffer, file: str, length: int) -> StoreLayout:
+    r = Reader(buf, 4, 4 + length)
+    key = r.read_field()
+    if key != "header":
+        raise CorruptQueueError(file, 4, f"first document is {key!r}, not the SCQStore header")
+    type_name = _skip_type_prefix(r)
+    if type_name not in (None, "SCQStore", _STORE_CLASS):
+        raise CorruptQueueError(file, 4, f"header has type {type_name!r}, not SCQStore")
+    body = r.enter()
+    found: dict[str, Any] = {}
+    roll: CycleRoll | None = None
+    while body.has_more():
+        at = body.position
+        name = body.read_field()
+        if name == "writePosition":
+            code = body.peek_code()
+            if code not in (INT64, I64_ARRAY):
+                raise CorruptQueueError(file, body.position, f"writePosition has code 0x{code:02x}")
+            off = body.binding_offset()
+            found["writePosition"] = (off + 16, True) if code == I64_ARRAY else (off, False)
+        elif name == "indexing":
+            _skip_type_prefix(body)
+            indexing = body.enter()
+            while indexing.has_more():
+                field = indexing.read_field()
+                if field in ("index2Index", "lastIndex"):
+                    if indexing.peek_code() != INT64:
+                        raise CorruptQueueError(file, indexing.position, f"{field} is not an int64 binding")
+                    found[field] = indexing.binding_offset()
+                elif field in ("indexCount", "indexSpacing"):
+                    found[field] = indexing.read_int()
+                else:
+                    indexing.skip_value()
+        elif name == "dataFormat":
+            found["dataFormat"] = body.read_int()
+        elif name == "roll":
+            _skip_type_prefix(body)
+            values = body.enter().read_document()
+            try:
+                roll = CycleRoll(int(values["length"]), str(values["format"]), int(values.get("epoch", 0)))
+            except (KeyError, TypeError, ValueError):
+                raise CorruptQueueError(file, at, f"incomplete roll in cycle header: {values!r}") from None
+        else:
+            body.skip_value()
+    for required in ("writePosition", "indexCount", "indexSpacing", "index2Index", "lastIndex"):
+        if required not in found:
+            raise CorruptQueueError(file, 4, f"SCQStore header lacks {required}")
+    count, spacing = found["indexCount"], found["indexSpacing"]
+    for what, n in (("indexCount", count), ("indexSpacing", spacing)):
+        if n <= 0 or n & (n - 1) or n > 1 << 30:
+            raise CorruptQueueError(file, 4, f"{what} {n} is not a power of two")
+    data_format = found.get("dataFormat", 0)
+    data_format = data_format if data_format in (0, 1) else 0  # Java maps unknown values to 0 as well
+    wp_off, hint = found["writePosition"]
+    end = 4 + length
+    return StoreLayout(
+        file=file, headerless=False, version=4 if roll is not None else 5, data_format=data_format,
+        index_count=count, index_spacing=spacing, write_position_offset=wp_off, has_sequence_hint=hint,
+        index2index_offset=found["index2Index"], index2index=load64(buf, found["index2Index"]),
+        last_index_offset=found["lastIndex"], last_index=load64(buf, found["lastIndex"]),
+        header_end=align4(end) if data_format == 1 else end, roll=roll,
+    )
+
+
+# -- creating a cycle file ---------------------------------------------------------------------------
+def cycle_file_size(block_size: int, index_count: int) -> tuple[int, int]:
+    """(chunk, overlap) Java maps a new cycle file with; the file starts `chunk + overlap` bytes long."""
+    block = max(block_size, PAGE, 32 * index_count)
+    chunk = -(-block // PAGE) * PAGE
+    if chunk < 1 << 16:
+        overlap = chunk
+    elif chunk < 1 << 18:
+        overlap = 1 << 16
+    elif chunk < 1 << 32:
+        overlap = chunk // 4
+    else:
+        overlap = 1 << 30
+    return chunk, overlap
+
+
+def _pad_to_cache_line(w: Writer) -> None:
+    # Java's padToCacheAlign: the next 4-byte header must not straddle a 64-byte cache line.
+    mod = w.position & 63
+    if mod > 60:
+        w.padding(64 - mod)
+
+
+def _index_doc(position: int, name: str, capacity: int, used: int, values: tuple[int, ...]) -> bytes:
+    w = Writer(base=position + 4)
+    w.event_name(name)
+    w.int64_array(capacity, used, values)
+    return _U32.pack(META_DATA | len(w)) + w.getvalue()
+
+
+def cycle_file_prefix(index_count: int, index_spacing: int) -> bytes:
+    """Everything Java writes when it creates a cycle file: header, index2index and the first index."""
+    w = Writer(base=4)
+    w.event_name("header")
+    w.type_prefix("SCQStore")
+    store = w.begin()
+    w.field("writePosition")
+    w.int128_binding(0, 0)
+    w.field("indexing")
+    w.type_prefix("SCQSIndexing")
+    indexing = w.begin()
+    w.field("indexCount")
+    w.int_compact(index_count)
+    w.field("indexSpacing")
+    w.int_compact(index_spacing)
+    w.field("index2Index")
+    index2index_at = w.int64_binding(0)
+    w.field("lastIndex")
+    w.int64_binding(0)
+    w.end(indexing)
+    w.field("dataFormat")
+    w.int_compact(DATA_FORMAT)
+    w.end(store)
+    _pad_to_cache_line(w)
+    out = bytearray(_U32.pack(META_DATA | len(w)) + w.getvalue())
+    i2i_pos = align4(len(out))
+    out += bytes(i2i_pos - len(out))
+    # the index2index document's size does not depend on its values: build it once to learn where
+    # the first index goes, then again pointing at it
+    index_pos = align4(i2i_pos + len(_index_doc(i2i_pos, "index2index", index_count, 1, (0,))))
+    i2i = _index_doc(i2i_pos, "index2index", index_count, 1, (index_pos,))
+    out += i2i
+    out += bytes(index_pos - len(out))
+    out += _index_doc(index_pos, "index", index_count, 0, ())
+    _I64.pack_into(out, index2index_at, i2i_pos)
+    out += bytes(align4(len(out)) - len(out))
+    return bytes(out)
+
+
+def create_cycle_file(path: str | os.PathLike[str], roll_cycle: RollCycle, cycle: int, *,
+                      block_size: int = 64 << 20, epoch: int = 0, index_count: int | None = None,
+                      index_spacing: int | None = None) -> bool:
+    """Create a cycle file as Java does (sparse, `chunk + overlap` bytes, header published).
+
+    `path` is the file, or the queue directory (the file is then named after `cycle` and `epoch`).
+    The file is built under a temporary name and hard-linked into place, so readers never see it
+    half-written and of two racing creators exactly one wins. Returns False if the file already existed
+    (the caller then just opens it).
+    """
+    target = Path(path)
+    if target.is_dir():
+        target = target / roll_cycle.file_name(cycle, epoch)
+    count = index_count or roll_cycle.index_count
+    spacing = index_spacing or roll_cycle.index_spacing
+    chunk, overlap = cycle_file_size(block_size, count)
+    prefix = cycle_file_prefix(count, spacing)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.ftruncate(fd, chunk + overlap)
+        os.pwrite(fd, prefix, 0)
+        os.close(fd)
+        fd = -1
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)

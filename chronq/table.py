@@ -1,0 +1,461 @@
+"""The table store `metadata.cq4t`: queue-wide 64-bit values (locks, cycle listing, named tailers).
+
+Every value is an int64 inside a small wire document; processes (Java and Python alike) find a key
+once and then read, store and CAS the value in place in the shared mapping. New keys are appended under
+the POSIX record lock Java takes on the file, so two processes never add the same key twice.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import mmap
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chronq import store as _store
+from chronq._native import add64, cas32, cas64, set_max64, set_min64, store64
+from chronq.errors import ChronqError, CorruptQueueError
+from chronq.rollcycles import DEFAULT, RollCycle, by_format
+from chronq.store import LENGTH_MASK, META_DATA, NOT_COMPLETE, align4, documents, load32, load64
+from wire.binary import INT64, Reader, Writer
+from wire.errors import WireError
+from wire.types import Typed
+
+__all__ = [
+    "APPEND_LOCK",
+    "HIGHEST_CYCLE",
+    "LAST_ACKNOWLEDGED_INDEX_REPLICATED",
+    "LAST_INDEX_MSYNCED",
+    "LAST_INDEX_REPLICATED",
+    "LOWEST_CYCLE",
+    "MOD_COUNT",
+    "NORMALISED_EOFS_TO",
+    "TABLE_STORE_FILE",
+    "UNLOCKED",
+    "V4_TABLE_STORE_FILE",
+    "WRITE_LOCK",
+    "RollMetadata",
+    "TableStore",
+    "find_table_store",
+    "tailer_index_key",
+    "tailer_lock_key",
+    "tailer_version_key",
+]
+
+TABLE_STORE_FILE = "metadata.cq4t"
+V4_TABLE_STORE_FILE = "directory-listing.cq4t"
+CHUNK = 1 << 16          # Java maps the table store with chunk = overlap = OS.SAFE_PAGE_SIZE
+TABLE_SIZE = 2 * CHUNK
+UNLOCKED = -(1 << 63)    # Long.MIN_VALUE: the lock and "not yet set" value
+_INT_MAX = (1 << 31) - 1
+_LOCK_START = (1 << 63) - 2   # Java locks the byte range [Long.MAX_VALUE - 1, Long.MAX_VALUE)
+
+HIGHEST_CYCLE = "listing.highestCycle"
+LOWEST_CYCLE = "listing.lowestCycle"
+MOD_COUNT = "listing.modCount"
+WRITE_LOCK = "chronicle.write.lock"
+APPEND_LOCK = "chronicle.append.lock"
+LAST_INDEX_REPLICATED = "chronicle.lastIndexReplicated"
+LAST_ACKNOWLEDGED_INDEX_REPLICATED = "chronicle.lastAcknowledgedIndexReplicated"
+LAST_INDEX_MSYNCED = "chronicle.lastIndexMSynced"
+NORMALISED_EOFS_TO = "normalisedEOFsTo"
+
+# the keys (and defaults) a writable Java queue creates, in Java's order
+_QUEUE_KEYS = (
+    (HIGHEST_CYCLE, UNLOCKED), (LOWEST_CYCLE, UNLOCKED), (MOD_COUNT, UNLOCKED),
+    (WRITE_LOCK, UNLOCKED), (APPEND_LOCK, UNLOCKED), (LAST_INDEX_REPLICATED, -1),
+    (LAST_ACKNOWLEDGED_INDEX_REPLICATED, -1), (LAST_INDEX_MSYNCED, -1),
+)
+
+_process_lock = threading.RLock()  # POSIX record locks do not exclude threads of one process
+
+
+def tailer_index_key(name: str) -> str:
+    """Key of a named tailer's position: the index of the next excerpt it will read (0 = from the start)."""
+    return "index." + name
+
+
+def tailer_version_key(name: str) -> str | None:
+    """Replicated named tailers (`replicated:<name>`) also keep an update counter; None for others."""
+    return f"index.{name}.version" if name.startswith("replicated:") else None
+
+
+def tailer_lock_key(name: str) -> str | None:
+    """The PID lock guarding a replicated named tailer's updates; None for plain named tailers."""
+    return f"index.{name}.lock" if name.startswith("replicated:") else None
+
+
+def find_table_store(queue_dir: str | os.PathLike[str]) -> Path | None:
+    """The queue's table store: `metadata.cq4t` (v5) or `directory-listing.cq4t` (v4), if present."""
+    for name in (TABLE_STORE_FILE, V4_TABLE_STORE_FILE):
+        p = Path(queue_dir) / name
+        if p.is_file():
+            return p
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class RollMetadata:
+    """The roll a queue was created with, as stored in `SCQMeta.roll`; it wins over a builder's choice."""
+
+    format: str
+    length_ms: int
+    epoch: int = 0
+    roll_time: str | None = None        # LocalTime text, e.g. "05:00", when set with rollTime()
+    roll_time_zone: str | None = None
+
+    @classmethod
+    def of(cls, roll_cycle: RollCycle, epoch: int = 0, roll_time: _dt.time | None = None) -> RollMetadata:
+        """What Java stores for a builder with this cycle and epoch (or roll time, which sets the epoch)."""
+        if roll_time is None:
+            return cls(roll_cycle.format, roll_cycle.length_ms, epoch)
+        if roll_time.tzinfo is not None and roll_time.utcoffset() != _dt.timedelta(0):
+            raise ValueError("roll_time must be UTC: chronq rolls in UTC only")
+        seconds = roll_time.hour * 3600 + roll_time.minute * 60 + roll_time.second
+        text = roll_time.strftime("%H:%M:%S" if roll_time.second else "%H:%M")
+        return cls(roll_cycle.format, roll_cycle.length_ms, seconds * 1000, text)
+
+    def roll_cycle(self, index_count: int | None = None, index_spacing: int | None = None) -> RollCycle:
+        return by_format(self.format, self.length_ms, index_count, index_spacing)
+
+
+def _encode_header(roll: RollMetadata, source_id: int, delta_checkpoint_interval: int) -> bytes:
+    w = Writer(base=4)
+    w.event_name("header")
+    w.type_prefix("STStore")
+    st = w.begin()
+    w.field("wireType")
+    w.type_prefix("WireType")
+    w.text("BINARY_LIGHT")
+    w.field("metadata")
+    w.type_prefix("SCQMeta")
+    meta = w.begin()
+    w.field("roll")
+    w.type_prefix("SCQSRoll")
+    r = w.begin()
+    w.field("length")
+    w.int_compact(roll.length_ms)
+    w.field("format")
+    w.text(roll.format)
+    w.field("epoch")
+    w.int_compact(roll.epoch)
+    if roll.roll_time is not None:
+        w.field("rollTime")
+        w.time(_dt.time.fromisoformat(roll.roll_time))
+    if roll.roll_time_zone is not None:
+        w.field("rollTimeZone")
+        w.text(roll.roll_time_zone)
+    w.end(r)
+    w.field("deltaCheckpointInterval")
+    w.int_compact(delta_checkpoint_interval)
+    w.field("sourceId")
+    w.int_compact(source_id)
+    w.end(meta)
+    w.align_to(4)
+    w.end(st)
+    mod = w.position & 63  # padToCacheAlign
+    if mod > 60:
+        w.padding(64 - mod)
+    return _store._U32.pack(META_DATA | len(w)) + w.getvalue()
+
+
+def _encode_entry(position: int, key: str, value: int) -> tuple[bytes, int]:
+    """One key/value document at `position`; returns it and the absolute offset of the int64."""
+    w = Writer(base=position + 4)
+    w.event_name(key)
+    at = w.int64_binding(value)
+    w.align_to(4)
+    return _store._U32.pack(len(w)) + w.getvalue(), at
+
+
+class TableStore:
+    """An open `metadata.cq4t` (or v4 `directory-listing.cq4t`). Use `TableStore.open`.
+
+    `buffer` is the shared mapping and `value_offset(key)` the absolute offset of a value in it, for
+    code that CASes values directly (the appender's write lock).
+    """
+
+    def __init__(self, path: Path, fd: int, buf: mmap.mmap, readonly: bool) -> None:
+        self.path = path
+        self.readonly = readonly
+        self._fd = fd
+        self._buf = buf
+        self._file = os.fspath(path)
+        self._keys: dict[str, tuple[str, int]] = {}   # lower-cased key -> (key as stored, value offset)
+        self._scan_pos = 0
+        self.roll: RollMetadata | None = None
+        self.source_id: int | None = None
+        self.delta_checkpoint_interval: int | None = None
+        self._parse_header()
+        self._scan()
+
+    # -- opening ---------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, readonly: bool = False, roll: RollMetadata | None = None,
+             source_id: int = 0, timeout: float = 10.0) -> TableStore:
+        """Open a table store, creating it (writable only) with `roll` (default FAST_DAILY) if missing.
+
+        An existing store keeps its own roll metadata: compare `store.roll` with what you asked for.
+        """
+        p = Path(path)
+        deadline = time.monotonic() + timeout
+        if readonly:
+            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+        else:
+            fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            while True:
+                with cls._file_lock(fd, shared=readonly, what=os.fspath(p)):
+                    size = os.fstat(fd).st_size
+                    if size == 0 and not readonly:
+                        os.ftruncate(fd, TABLE_SIZE)
+                        header = _encode_header(roll or RollMetadata.of(DEFAULT), source_id, 64)
+                        os.pwrite(fd, header[4:], 4)
+                        os.pwrite(fd, header[:4], 0)  # published last, as Java's updateFirstHeader
+                        size = TABLE_SIZE
+                    if size >= 4 and load32(os.pread(fd, 4, 0), 0) != 0:
+                        buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
+                        return cls(p, fd, buf, readonly)
+                if time.monotonic() > deadline:
+                    raise CorruptQueueError(os.fspath(p), 0, f"table store has no header ({size} bytes) "
+                                            f"after waiting {timeout} s")
+                time.sleep(0.01)  # a creator opened the file but has not taken the lock yet
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @staticmethod
+    def _file_lock(fd: int, *, shared: bool, what: str) -> _FileLock:
+        return _FileLock(fd, shared, what)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            self._buf.close()
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> TableStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<TableStore {self._file} {len(self._keys)} keys{' read-only' if self.readonly else ''}>"
+
+    @property
+    def buffer(self) -> mmap.mmap:
+        return self._buf
+
+    # -- parsing ---------------------------------------------------------------------------------------
+    def _parse_header(self) -> None:
+        buf, file = self._buf, self._file
+        header = load32(buf, 0)
+        length = header & LENGTH_MASK
+        if header & NOT_COMPLETE or not header & META_DATA:
+            raise CorruptQueueError(file, 0, f"first header 0x{header:08x} is not complete metadata")
+        if length > _store.MAX_FIRST_HEADER or 4 + length > len(buf):
+            raise CorruptQueueError(file, 0, f"first header claims {length} bytes (file {len(buf)})")
+        try:
+            r = Reader(buf, 4, 4 + length)
+            key = r.read_field()
+            value = r.read_value()
+        except WireError as e:
+            raise CorruptQueueError(file, e.offset if e.offset is not None else 4,
+                                    f"bad table store header: {e}") from None
+        if key != "header" or not isinstance(value, Typed) or not isinstance(value.value, dict):
+            raise CorruptQueueError(file, 4, f"first document is {key!r}: {value!r}, not an STStore header")
+        meta = value.value.get("metadata")
+        if meta is not None:
+            try:
+                fields: dict[str, Any] = _untyped(meta)
+                roll = _untyped(fields["roll"])
+                self.roll = RollMetadata(str(roll["format"]), int(roll["length"]), int(roll.get("epoch", 0)),
+                                         _text_or_none(roll.get("rollTime")),
+                                         _text_or_none(roll.get("rollTimeZone")))
+                self.source_id = int(fields.get("sourceId", 0))
+                self.delta_checkpoint_interval = int(fields.get("deltaCheckpointInterval", 64))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise CorruptQueueError(file, 4, f"incomplete SCQMeta in the header: {meta!r}") from None
+        self._scan_pos = align4(4 + length)
+
+    def _scan(self) -> None:
+        """Index entries added since the last scan (by any process)."""
+        buf, file = self._buf, self._file
+        pos = self._scan_pos
+        for doc in documents(buf, pos, aligned=True, file=file):
+            pos = align4(doc.end)
+            if doc.metadata:
+                continue
+            try:
+                r = Reader(buf, doc.body_start, doc.end)
+                key = r.read_field()
+                if not isinstance(key, str):
+                    raise WireError(f"table store key {key!r} is not text", doc.body_start)
+                if r.peek_code() != INT64:
+                    code = r.peek_code()
+                    raise WireError(f"value of {key!r} has code 0x{code:02x}, not an int64", r.position)
+                offset = r.binding_offset()
+            except WireError as e:
+                raise CorruptQueueError(file, doc.position, f"bad table store entry: {e}") from None
+            self._keys.setdefault(key.lower(), (str(key), offset))
+        self._scan_pos = pos
+
+    def _lookup(self, key: str) -> int | None:
+        hit = self._keys.get(key.lower())
+        if hit is None:
+            self._scan()
+            hit = self._keys.get(key.lower())
+        return None if hit is None else hit[1]
+
+    # -- keys ------------------------------------------------------------------------------------------
+    def keys(self) -> list[str]:
+        """Every key, as stored, in file order."""
+        self._scan()
+        return [k for k, _ in sorted(self._keys.values(), key=lambda kv: kv[1])]
+
+    def items(self) -> Iterator[tuple[str, int]]:
+        for key in self.keys():
+            yield key, load64(self._buf, self.value_offset(key))
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._lookup(key) is not None
+
+    def value_offset(self, key: str) -> int:
+        """Absolute offset of the key's int64 in `buffer` (8-aligned); KeyError if absent."""
+        off = self._lookup(key)
+        if off is None:
+            raise KeyError(f"{key!r} is not in table store {self._file}")
+        return off
+
+    def acquire(self, key: str, default: int) -> int:
+        """Offset of `key`'s value, adding the key with `default` (under the file lock) if missing."""
+        off = self._lookup(key)
+        if off is not None:
+            return off
+        self._writable()
+        try:
+            key.encode("latin-1")
+        except UnicodeEncodeError:
+            raise ValueError(f"table store keys are 8-bit text; {key!r} is not") from None
+        with _FileLock(self._fd, False, self._file):
+            off = self._lookup(key)   # another process may have added it meanwhile
+            if off is not None:
+                return off
+            pos = self._scan_pos
+            doc, at = _encode_entry(pos, key, default)
+            if pos + len(doc) + 4 > len(self._buf):
+                raise ChronqError(f"{self._file}: table store full, cannot add {key!r}")
+            # under the lock a non-zero header here is a crashed adder's leftover: Java overwrites it too
+            self._buf[pos:pos + 4] = bytes(4)
+            self._buf[pos + 4:pos + len(doc)] = doc[4:]
+            if not cas32(self._buf, pos, 0, load32(doc, 0)):
+                raise CorruptQueueError(self._file, pos, "entry header changed while the file lock was held")
+            self._scan()
+        return at
+
+    def _writable(self) -> None:
+        if self.readonly:
+            raise ChronqError(f"{self._file}: table store is open read-only")
+
+    # -- values ----------------------------------------------------------------------------------------
+    def get(self, key: str, default: int | None = None) -> int | None:
+        off = self._lookup(key)
+        return default if off is None else load64(self._buf, off)
+
+    def set(self, key: str, value: int) -> None:
+        """Store a value (ordered store); a missing key is added."""
+        self._writable()
+        store64(self._buf, self.acquire(key, value), value)
+
+    def cas(self, key: str, expected: int, new: int) -> bool:
+        self._writable()
+        return cas64(self._buf, self.value_offset(key), expected, new)
+
+    def set_max(self, key: str, value: int) -> int:
+        """Raise the value to at least `value`; returns the value now stored."""
+        self._writable()
+        return set_max64(self._buf, self.value_offset(key), value)
+
+    def set_min(self, key: str, value: int) -> int:
+        self._writable()
+        return set_min64(self._buf, self.value_offset(key), value)
+
+    def add(self, key: str, delta: int) -> int:
+        """Atomically add (wrapping like Java's long); returns the new value."""
+        self._writable()
+        return add64(self._buf, self.value_offset(key), delta)
+
+    # -- what a queue keeps here -----------------------------------------------------------------------
+    def init_queue_keys(self) -> None:
+        """Create the keys a writable queue needs, in Java's order and with Java's initial values."""
+        for key, default in _QUEUE_KEYS:
+            self.acquire(key, default)
+        self.cas(LOWEST_CYCLE, UNLOCKED, _INT_MAX)
+        self.cas(MOD_COUNT, UNLOCKED, 0)
+
+    def note_cycle(self, cycle: int) -> None:
+        """Record that a cycle file exists: widen the listing range and bump modCount for listeners."""
+        self.set_max(HIGHEST_CYCLE, cycle)
+        self.set_min(LOWEST_CYCLE, cycle)
+        self.add(MOD_COUNT, 1)
+
+    @property
+    def highest_cycle(self) -> int | None:
+        v = self.get(HIGHEST_CYCLE)
+        return None if v is None or v == UNLOCKED else v
+
+    @property
+    def lowest_cycle(self) -> int | None:
+        v = self.get(LOWEST_CYCLE)
+        return None if v is None or v in (UNLOCKED, _INT_MAX) else v
+
+    @property
+    def mod_count(self) -> int | None:
+        return self.get(MOD_COUNT)
+
+
+def _untyped(value: Any) -> Any:
+    return value.value if isinstance(value, Typed) else value
+
+
+def _text_or_none(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.isoformat(timespec="minutes" if not value.second else "seconds") \
+        if isinstance(value, _dt.time) else str(value)
+
+
+class _FileLock:
+    """Java's table-store lock: a POSIX record lock on [2**63-2, 2**63-1), plus a lock for our threads."""
+
+    def __init__(self, fd: int, shared: bool, what: str, timeout: float = 10.0) -> None:
+        self.fd, self.shared, self.what, self.timeout = fd, shared, what, timeout
+
+    def __enter__(self) -> None:
+        if not _process_lock.acquire(timeout=self.timeout):
+            raise ChronqError(f"{self.what}: table store lock not acquired within {self.timeout} s")
+        deadline = time.monotonic() + self.timeout
+        op = (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB
+        while True:
+            try:
+                fcntl.lockf(self.fd, op, 1, _LOCK_START, os.SEEK_SET)
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    _process_lock.release()
+                    raise ChronqError(f"{self.what}: table store file lock held by another process for "
+                                      f"more than {self.timeout} s") from None
+                time.sleep(0.001)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _LOCK_START, os.SEEK_SET)
+        finally:
+            _process_lock.release()

@@ -1,0 +1,538 @@
+"""Typed marshalling: Python classes <-> BINARY marshallables, the way Java's `SelfDescribingMarshallable`
+writes them (fields in declaration order, compact numbers, no type prefix when the declared class is the
+runtime class).
+
+Supported: msgspec Structs, attrs classes, dataclasses, enums (by constant name), Decimal, the datetime
+family, UUID, bytes, list/tuple/set/dict, Optional/Any and builtins. Decoding matches fields BY NAME:
+unknown fields are skipped, missing ones take their defaults, order does not matter, and numbers convert
+(int -> float, Java-style truncation float -> int). `!type` tags become classes only through
+`wire.register`.
+
+Per class, an encoder and a decoder are generated once as Python source (registered with `linecache`
+so tracebacks show it, as attrs does) and cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import enum
+import linecache
+import threading
+import types
+import typing
+import uuid
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from wire import _javatime, binary, registry
+from wire.binary import Reader, Writer
+from wire.errors import WireError
+from wire.types import Typed
+
+Encoder = Callable[[bytearray, Any], None]
+Decoder = Callable[[Reader], Any]
+
+_MISSING: Any = object()
+_lock = threading.RLock()
+_encoders: dict[Any, Encoder] = {}
+_field_encoders: dict[Any, Encoder] = {}
+_decoders: dict[Any, Decoder] = {}
+_field_decoders: dict[Any, Decoder] = {}
+
+
+# ---------------------------------------------------------------- class introspection
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    name: str  # attribute name
+    wire_name: str  # name on the wire
+    init_name: str  # constructor keyword
+    type: Any
+    default: Any  # _MISSING when required
+    factory: Callable[[], Any] | None
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # unresolvable forward references: fall back to generic values
+        return {}
+
+
+def _fields(cls: type[Any]) -> list[_Field] | None:
+    """The fields of a structured class, or None if `cls` is not one."""
+    try:
+        import msgspec
+    except ImportError:  # pragma: no cover - msgspec is a dependency
+        msgspec = None  # type: ignore[assignment]
+    if msgspec is not None and isinstance(cls, type) and issubclass(cls, msgspec.Struct):
+        out = []
+        for f in msgspec.structs.fields(cls):
+            factory = None if f.default_factory is msgspec.NODEFAULT else f.default_factory
+            default = _MISSING if f.default is msgspec.NODEFAULT else f.default
+            out.append(_Field(f.name, f.encode_name, f.name, f.type, default, factory))
+        return out
+    attrs_fields = getattr(cls, "__attrs_attrs__", None)
+    if attrs_fields is not None:
+        import attrs
+
+        hints = _hints(cls)
+        out = []
+        for a in attrs_fields:
+            if not a.init:
+                continue
+            factory = a.default.factory if isinstance(a.default, attrs.Factory) else None  # type: ignore[arg-type]
+            if factory is not None and a.default.takes_self:
+                raise TypeError(f"{cls.__qualname__}.{a.name}: self-referencing factories are not supported")
+            default = _MISSING if a.default is attrs.NOTHING or factory is not None else a.default
+            alias = getattr(a, "alias", None) or a.name.lstrip("_")
+            out.append(_Field(a.name, a.name, alias, hints.get(a.name, a.type or Any), default, factory))
+        return out
+    if dataclasses.is_dataclass(cls) and isinstance(cls, type):
+        hints = _hints(cls)
+        out = []
+        for d in dataclasses.fields(cls):
+            if not d.init:
+                continue
+            factory = None if d.default_factory is dataclasses.MISSING else d.default_factory
+            default = _MISSING if d.default is dataclasses.MISSING else d.default
+            out.append(_Field(d.name, d.name, d.name, hints.get(d.name, Any), default, factory))
+        return out
+    return None
+
+
+def _is_structured(tp: Any) -> bool:
+    return isinstance(tp, type) and _fields(tp) is not None
+
+
+def _optional(tp: Any) -> Any:
+    """T for Optional[T] / T | None, else None."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return args[0]
+    return None
+
+
+# ---------------------------------------------------------------- encoding
+def _put_bool(b: bytearray, x: Any) -> None:
+    b.append(binary.NULL if x is None else binary.TRUE if x else binary.FALSE)
+
+
+def _put_generic(b: bytearray, x: Any) -> None:
+    binary._write_value(Writer.over(b), x, 0)
+
+
+def _value_writer(tp: Any) -> Encoder:
+    """How a value declared as `tp` is written (no type prefix when the runtime type is `tp`)."""
+    if tp is int:
+        return binary.put_int
+    if tp is float:
+        return lambda b, x: binary.put_float(b, float(x))
+    if tp is str:
+        return binary.put_text
+    if tp is bool:
+        return _put_bool
+    if tp is bytes or tp is bytearray:
+        return binary.put_bytes
+    inner = _optional(tp)
+    if inner is not None:
+        write = _value_writer(inner)
+
+        def optional(b: bytearray, x: Any) -> None:
+            if x is None:
+                b.append(binary.NULL)
+            else:
+                write(b, x)
+
+        return optional
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return lambda b, x: binary.put_text(b, x.name) if type(x) is tp else _put_generic(b, x)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (list, tuple, set, frozenset) or tp in (list, tuple, set, frozenset):
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            writers = [_value_writer(a) for a in args]
+
+            def fixed_tuple(b: bytearray, x: Any) -> None:
+                b += b"\x82\x00\x00\x00\x00"
+                start = len(b)
+                for w, item in zip(writers, x, strict=True):
+                    w(b, item)
+                binary._U32.pack_into(b, start - 4, len(b) - start)
+
+            return fixed_tuple
+        item_writer = _value_writer(args[0]) if args else _put_generic
+
+        def sequence(b: bytearray, x: Any) -> None:
+            b += b"\x82\x00\x00\x00\x00"
+            start = len(b)
+            for item in x:
+                item_writer(b, item)
+            binary._U32.pack_into(b, start - 4, len(b) - start)
+
+        return sequence
+    if origin is dict or tp is dict:
+        value_writer = _value_writer(args[1]) if len(args) == 2 else _put_generic
+
+        def mapping(b: bytearray, x: Any) -> None:
+            # Java writes Map keys as EVENT_NAME (0xB9), other keys with EVENT_OBJECT
+            b += b"\x82\x00\x00\x00\x00"
+            start = len(b)
+            w = Writer.over(b)
+            for k, v in x.items():
+                if isinstance(k, str):
+                    w.event_name(k)
+                else:
+                    w.event_object()
+                    _put_generic(b, k)
+                value_writer(b, v)
+            binary._U32.pack_into(b, start - 4, len(b) - start)
+
+        return mapping
+    if _is_structured(tp):
+
+        def structured(b: bytearray, x: Any) -> None:
+            if type(x) is tp:
+                encoder_for(tp)(b, x)
+            else:
+                _put_generic(b, x)
+
+        return structured
+    return _put_generic
+
+
+def _key_bytes(name: str) -> bytes:
+    b = bytearray()
+    binary.put_field(b, name)
+    return bytes(b)
+
+
+def _compile(name: str, source: str, namespace: dict[str, Any]) -> Any:
+    filename = f"<wire.marshal {name}>"
+    code = compile(source, filename, "exec")
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(code, namespace)
+    return namespace[name]
+
+
+def _fields_encoder(cls: type[Any]) -> Encoder:
+    """Generated: append `cls`'s fields (no length prefix)."""
+    fields = _fields(cls)
+    assert fields is not None
+    ns: dict[str, Any] = {
+        "put_int": binary.put_int,
+        "put_text": binary.put_text,
+        "put_float": binary.put_float,
+    }
+    lines = ["def encode_fields(b, v):"]
+    for i, f in enumerate(fields):
+        ns[f"K{i}"] = _key_bytes(f.wire_name)
+        lines.append(f"    b += K{i}")
+        lines.append(f"    x = v.{f.name}")
+        if f.type is int:  # inline the most common small-int case
+            lines.append("    if x.__class__ is int and 0 <= x <= 255:")
+            lines.append("        b.append(0xA1)")
+            lines.append("        b.append(x)")
+            lines.append("    else:")
+            lines.append("        put_int(b, x)")
+        elif f.type is str:  # short ASCII text inline
+            lines.append("    if x.__class__ is str and len(x) < 32 and x.isascii():")
+            lines.append("        b.append(0xE0 + len(x))")
+            lines.append("        b += x.encode()")
+            lines.append("    else:")
+            lines.append("        put_text(b, x)")
+        elif f.type is float:
+            lines.append("    put_float(b, x if x.__class__ is float else float(x))")
+        elif f.type is bool:
+            lines.append("    b.append(0xB1 if x else 0xB0)")
+        elif isinstance(f.type, type) and issubclass(f.type, enum.Enum):
+            ns[f"T{i}"] = f.type
+            ns[f"W{i}"] = _value_writer(f.type)
+            lines.append(f"    if x.__class__ is T{i} and len(x.name) < 32 and x.name.isascii():")
+            lines.append("        b.append(0xE0 + len(x.name))")
+            lines.append("        b += x.name.encode()")
+            lines.append("    else:")
+            lines.append(f"        W{i}(b, x)")
+        else:
+            ns[f"W{i}"] = _value_writer(f.type)
+            lines.append(f"    W{i}(b, x)")
+    if not fields:
+        lines.append("    pass")
+    return typing.cast(Encoder, _compile("encode_fields", "\n".join(lines) + "\n", ns))
+
+
+def field_encoder_for(tp: Any) -> Encoder:
+    """A compiled function appending the fields of a `tp` instance (a document body, no length)."""
+    enc = _field_encoders.get(tp)
+    if enc is None:
+        with _lock:
+            if not _is_structured(tp):
+                raise TypeError(f"{tp!r} is not a msgspec Struct, attrs class or dataclass")
+            enc = _field_encoders[tp] = _fields_encoder(tp)
+    return enc
+
+
+def encoder_for(tp: Any) -> Encoder:
+    """A compiled function appending a `tp` value as Java writes a declared-type argument: a structured
+    class as `82 len fields`, anything else by its declared-type rules."""
+    enc = _encoders.get(tp)
+    if enc is not None:
+        return enc
+    with _lock:
+        if not _is_structured(tp):
+            enc = _value_writer(tp)
+        else:
+            fields_enc = field_encoder_for(tp)
+            from wire.binary import _U32
+
+            def enc(b: bytearray, v: Any) -> None:
+                b += b"\x82\x00\x00\x00\x00"
+                start = len(b)
+                fields_enc(b, v)
+                _U32.pack_into(b, start - 4, len(b) - start)
+
+        _encoders[tp] = enc
+    return enc
+
+
+def write_object(w: Writer, v: Any) -> None:
+    """A value whose declared type is `Object`: registered classes get their `!alias` prefix."""
+    cls = type(v)
+    alias = registry.alias_of(cls)
+    if alias is not None:
+        w.type_prefix(alias)
+    if isinstance(v, enum.Enum):
+        w.text(v.name)
+    elif _is_structured(cls):
+        encoder_for(cls)(w.buffer, v)
+    elif isinstance(v, Decimal):
+        w.text(str(v))
+    elif isinstance(v, set | frozenset):
+        _value_writer(list)(w.buffer, v)
+    elif isinstance(v, bool | int | float | str | list | tuple | dict | bytes) or v is None:
+        binary._write_value(w, _plain(v), 0)
+    else:
+        raise TypeError(f"cannot encode {cls.__qualname__} values; register it or use a supported type")
+
+
+def _plain(v: Any) -> Any:
+    """Builtin subclasses (IntEnum aside) as their base value."""
+    base: type[Any]
+    for base in (bool, int, float, str, bytes, list, tuple, dict):
+        if isinstance(v, base):
+            return base(v)
+    return v
+
+
+def write_fields(w: Writer, v: Any) -> None:
+    field_encoder_for(type(v))(w.buffer, v)
+
+
+# ---------------------------------------------------------------- decoding
+def _value_reader(tp: Any) -> Decoder:
+    """How a value declared as `tp` is read, liberally."""
+    if tp is int:
+        return Reader.read_int
+    if tp is float:
+        return Reader.read_float
+    if tp is str:
+        return Reader.read_text
+    if tp is bool:
+        return Reader.read_bool
+    if tp is Any or tp is object:
+        return Reader.read_value
+    inner = _optional(tp)
+    if inner is not None:
+        read = _value_reader(inner)
+
+        def optional(r: Reader) -> Any:
+            if r.peek_code() == binary.NULL:
+                r.pos += 1
+                return None
+            return read(r)
+
+        return optional
+    if isinstance(tp, type) and (issubclass(tp, enum.Enum) or _is_structured(tp)):
+        return lambda r: decoder_for(tp)(r)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (list, tuple, set, frozenset) or tp in (list, tuple, set, frozenset):
+        container = origin or tp
+        if container is tuple and args and args[-1] is not Ellipsis:
+            readers = [_value_reader(a) for a in args]
+
+            def fixed_tuple(r: Reader) -> Any:
+                inner = _enter_or_null(r)
+                if inner is None:
+                    return None
+                items = []
+                for read in readers:
+                    if not inner.has_more():
+                        raise WireError(f"tuple of {len(readers)} items is short", inner.pos)
+                    items.append(read(inner))
+                return tuple(items)
+
+            return fixed_tuple
+        item_reader = _value_reader(args[0]) if args else Reader.read_value
+
+        def sequence(r: Reader) -> Any:
+            inner = _enter_or_null(r)
+            if inner is None:
+                return None
+            items = []
+            while inner.has_more():
+                items.append(item_reader(inner))
+            return items if container is list else container(items)
+
+        return sequence
+    if origin is dict or tp is dict:
+        key_type = args[0] if len(args) == 2 else Any
+        value_reader = _value_reader(args[1]) if len(args) == 2 else Reader.read_value
+
+        def mapping(r: Reader) -> Any:
+            inner = _enter_or_null(r)
+            if inner is None:
+                return None
+            out = {}
+            while inner.has_more():
+                key = inner.read_field()
+                out[_convert(key, key_type, inner.pos)] = value_reader(inner)
+            return out
+
+        return mapping
+    return lambda r: _convert(r.read_value(), tp, r.pos)
+
+
+def _enter_or_null(r: Reader) -> Reader | None:
+    code = r.peek_code()
+    if code == binary.NULL:
+        r.pos += 1
+        return None
+    if code == binary.TYPE_PREFIX:  # e.g. `!int[]` before a sequence: the declared type wins
+        r.pos += 1
+        r._chunk(r.read_stop_bit())
+    return r.enter()
+
+
+def _convert(v: Any, tp: Any, at: int) -> Any:
+    """A generic value converted to `tp` without loss (or as Java would read it)."""
+    if isinstance(v, Typed):
+        v = v.value
+    try:
+        if tp is Any or tp is object or v is None:
+            return v
+        if tp is str:
+            return v if type(v) is str else str.__str__(v) if isinstance(v, str) else str(v)
+        if tp is int and isinstance(v, int | float | str):
+            return int(v)
+        if tp is float and isinstance(v, int | float | str):
+            return float(v)
+        if tp is Decimal:
+            return Decimal(str(v))
+        if tp is bytes:
+            return v.encode() if isinstance(v, str) else bytes(v)
+        if tp is uuid.UUID:
+            return v if isinstance(v, uuid.UUID) else uuid.UUID(str(v))
+        if tp is _dt.datetime:
+            return v if isinstance(v, _dt.datetime) else _javatime.parse_datetime(str(v))
+        if tp is _dt.date:
+            return v if isinstance(v, _dt.date) else _javatime.parse_date(str(v))
+        if tp is _dt.time:
+            return v if isinstance(v, _dt.time) else _javatime.parse_time(str(v))
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            return v if isinstance(v, tp) else tp[str(v)]
+        if isinstance(tp, type) and isinstance(v, tp):
+            return v
+    except (ValueError, KeyError, TypeError, InvalidOperation) as e:
+        raise WireError(f"cannot read {v!r} as {getattr(tp, '__qualname__', tp)}: {e}", at) from None
+    return v  # unions and other annotations: the generic value
+
+
+def _fields_decoder(cls: type[Any]) -> Decoder:
+    """Generated: read the remaining fields of a reader into a `cls`."""
+    fields = _fields(cls)
+    assert fields is not None
+    ns: dict[str, Any] = {"cls": cls, "MISSING": _MISSING, "WireError": WireError}
+    lines = ["def decode_fields(r):"]
+    for i in range(len(fields)):
+        lines.append(f"    f{i} = MISSING")
+    lines.append("    has_more = r.has_more")
+    lines.append("    read_field = r.read_field")
+    lines.append("    while has_more():")
+    lines.append("        k = read_field()")
+    for i, f in enumerate(fields):
+        ns[f"R{i}"] = _value_reader(f.type)
+        lines.append(f"        {'if' if i == 0 else 'elif'} k == {f.wire_name!r}:")
+        lines.append(f"            f{i} = R{i}(r)")
+    if fields:
+        lines.append("        else:")
+        lines.append("            r.skip_value()")
+    else:
+        lines.append("        r.skip_value()")
+    for i, f in enumerate(fields):
+        lines.append(f"    if f{i} is MISSING:")
+        if f.factory is not None:
+            ns[f"F{i}"] = f.factory
+            lines.append(f"        f{i} = F{i}()")
+        elif f.default is not _MISSING:
+            ns[f"D{i}"] = f.default
+            lines.append(f"        f{i} = D{i}")
+        else:
+            message = f"{cls.__qualname__}: required field {f.wire_name!r} is missing"
+            lines.append(f"        raise WireError({message!r}, r.pos)")
+    args = ", ".join(f"{f.init_name}=f{i}" for i, f in enumerate(fields))
+    lines.append(f"    return cls({args})")
+    return typing.cast(Decoder, _compile("decode_fields", "\n".join(lines) + "\n", ns))
+
+
+def fields_decoder_for(tp: Any) -> Decoder:
+    """A compiled function reading the remaining fields of a Reader (a document body) as a `tp`."""
+    dec = _field_decoders.get(tp)
+    if dec is None:
+        with _lock:
+            if not _is_structured(tp):
+                raise TypeError(f"{tp!r} is not a msgspec Struct, attrs class or dataclass")
+            dec = _field_decoders[tp] = _fields_decoder(tp)
+    return dec
+
+
+def decoder_for(tp: Any) -> Decoder:
+    """A compiled function reading one value declared as `tp` (a structured class: its marshallable,
+    optionally behind a `!type` prefix; a registered subclass named by the prefix is honoured)."""
+    dec = _decoders.get(tp)
+    if dec is not None:
+        return dec
+    with _lock:
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            enum_cls: Any = tp
+
+            def dec(r: Reader) -> Any:
+                v = r.read_value()
+                if isinstance(v, enum_cls):
+                    return v
+                return _convert(v, enum_cls, r.pos)
+
+        elif _is_structured(tp):
+            fields_dec = fields_decoder_for(tp)
+            cls: Any = tp
+
+            def dec(r: Reader) -> Any:
+                code = r.peek_code()
+                if code == binary.TYPE_PREFIX:
+                    r.pos += 1
+                    named = registry.lookup(r._utf8(r.read_stop_bit()))
+                    if named is not None and named is not cls and isinstance(named, type):
+                        return decoder_for(named)(r)
+                    code = r.peek_code()
+                if code == binary.NULL:
+                    r.pos += 1
+                    return None
+                return fields_dec(r.enter())
+
+        else:
+            dec = _value_reader(tp)
+        _decoders[tp] = dec
+    return dec

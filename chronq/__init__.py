@@ -1,1 +1,33 @@
 """chronq: Chronicle Queue v5 for Python, a persisted broker-less queue on memory-mapped files."""
+
+from chronq.appender import Appender, DocumentContext
+from chronq.errors import (
+    ChronqError,
+    CorruptQueueError,
+    IndexNotFoundError,
+    QueueLockedError,
+    RollCycleMismatchError,
+)
+from chronq.pausers import BusyPauser, Pauser, SleepingPauser, YieldingPauser
+from chronq.queue import Queue, open
+from chronq.tailer import Direction, Excerpt, Tailer, TailerState
+
+__all__ = [
+    "Appender",
+    "BusyPauser",
+    "ChronqError",
+    "CorruptQueueError",
+    "Direction",
+    "DocumentContext",
+    "Excerpt",
+    "IndexNotFoundError",
+    "Pauser",
+    "Queue",
+    "QueueLockedError",
+    "RollCycleMismatchError",
+    "SleepingPauser",
+    "Tailer",
+    "TailerState",
+    "YieldingPauser",
+    "open",
+]

@@ -172,9 +172,13 @@ static PyGetSetDef Map_getset[] = {{"size", (getter)Map_get_size, NULL, NULL, NU
                                    {"writable", (getter)Map_get_writable, NULL, NULL, NULL},
                                    {NULL}};
 
+static Py_ssize_t Map_len(MapObject *self) { return self->size; }
+static PySequenceMethods Map_as_sequence = {.sq_length = (lenfunc)Map_len};
+
 static PyTypeObject MapType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chronq._native.Map",
     .tp_basicsize = sizeof(MapObject),
+    .tp_as_sequence = &Map_as_sequence,
     .tp_dealloc = (destructor)Map_dealloc,
     .tp_as_buffer = &Map_as_buffer,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -1199,9 +1203,11 @@ static PyObject *Ex_header(ExcerptObject *self, void *c) {
 static Py_ssize_t Ex_len(ExcerptObject *self) { return self->map ? ex_payload_len(self) : 0; }
 
 static PyObject *Ex_repr(ExcerptObject *self) {
-    return PyUnicode_FromFormat("Excerpt(index=0x%llx, cycle=%lld, seq=%lld, position=%zd, length=%zd, metadata=%s)",
-                                (unsigned long long)self->index, (long long)self->cycle, (long long)self->seq,
-                                self->position, Ex_len(self), self->metadata ? "True" : "False");
+    char buf[200];
+    snprintf(buf, sizeof buf, "Excerpt(index=0x%llx, cycle=%lld, seq=%lld, position=%zd, length=%zd, metadata=%s)",
+             (unsigned long long)self->index, (long long)self->cycle, (long long)self->seq, self->position,
+             Ex_len(self), self->metadata ? "True" : "False");
+    return PyUnicode_FromString(buf);
 }
 
 static PyGetSetDef Ex_getset[] = {

@@ -1,0 +1,243 @@
+"""The appender: `write` is a direct C call; rolls, growth and stale locks are handled here.
+
+The native core calls back into this class (with the queue's write lock held) when the clock says a
+new cycle began or the file holds EOF (`_roll`), when a message needs a bigger mapping (`_grow`), and
+when the write lock stays taken (`_lock_contended`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from chronq import _native
+from chronq.errors import ChronqError, QueueLockedError
+from chronq.table import NORMALISED_EOFS_TO, UNLOCKED, WRITE_LOCK
+
+if TYPE_CHECKING:
+    from wire.binary import Writer
+
+    from chronq.queue import CycleFile, Queue
+
+__all__ = ["Appender", "DocumentContext"]
+
+
+class DocumentContext:
+    """An open document: bytes written here are published on a clean exit, dropped on an exception."""
+
+    def __init__(self, appender: Appender, index: int, metadata: bool) -> None:
+        self._buf = bytearray()
+        self.index = index
+        """Index the document gets (for metadata: the index of the next data document)."""
+        self.metadata = metadata
+        self._wire: Writer | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._flush_wire()
+        self._buf += data
+
+    @property
+    def wire(self) -> Writer:
+        """A `wire.binary.Writer` appending to this document (self-describing BINARY wire)."""
+        if self._wire is None:
+            from wire.binary import Writer
+
+            self._flush_wire()
+            self._wire = Writer()
+        return self._wire
+
+    def _flush_wire(self) -> None:
+        if self._wire is not None:
+            self._buf += self._wire.getvalue()
+            self._wire = None
+
+    def getvalue(self) -> bytes:
+        self._flush_wire()
+        return bytes(self._buf)
+
+
+class Appender(_native.AppenderCore):
+    """Writes excerpts to the end of the queue; one per thread (see `Queue.appender`)."""
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        self._file: CycleFile | None = None
+        self.closed = False
+        table = queue.table
+        assert table is not None
+        self._lock_off = table.acquire(WRITE_LOCK, UNLOCKED)
+        self._set_lock(table.buffer, self._lock_off, os.getpid())
+        self._normalise_eofs()
+
+    # -- public API ------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def writing_document(self, metadata: bool = False) -> Iterator[DocumentContext]:
+        """Open a document (holding the write lock); rolled back if the block raises."""
+        index = self._begin(metadata)
+        dc = DocumentContext(self, index, metadata)
+        try:
+            yield dc
+        except BaseException:
+            self._abort()
+            raise
+        written = self._commit(dc.getvalue())
+        if not metadata:
+            dc.index = written
+
+    def write_document(self, value: object) -> int:
+        """Encode `value` with Chronicle BINARY wire (see `wire.binary.encode`) and append it."""
+        from wire import binary
+
+        return int(self.write(binary.encode(value)))
+
+    @property
+    def queue(self) -> Queue:
+        return self._queue
+
+    def close(self) -> None:
+        """Drop the lock/table references so the queue can close its table store."""
+        if not self.closed:
+            self.closed = True
+            self._abort()
+            self._set_lock(None, 0, 0)
+            self._detach()
+
+    def sync(self) -> None:
+        """msync the current cycle file (Chronicle's `appender.sync()`)."""
+        m = self._map
+        if m is not None:
+            m.sync()
+
+    # -- slow paths called from C ----------------------------------------------------------------------
+    def _attach_file(self, cf: CycleFile) -> None:
+        self._file = cf
+        self._attach(*cf.geometry())
+        chunk, overlap = self._queue.chunk_and_overlap(cf.layout.index_count)
+        self._set_grow_at(cf.map.size - overlap if cf.map.size > overlap else cf.map.size)
+        rc, q = self._queue.roll_cycle, self._queue
+        start, end = rc.cycle_start(cf.cycle, q.epoch), rc.cycle_end(cf.cycle, q.epoch)
+        self._set_clock(not q.system_clock, start, end)
+
+    def _roll(self, eof_seen: bool) -> None:
+        q = self._queue
+        if self.closed:
+            raise ChronqError(f"{q.path}: appender is closed")
+        target = q.cycle_now()
+        current = self.cycle
+        if current is not None and target <= current:
+            if not eof_seen:
+                if target < current:  # the clock went back: keep appending to the newest cycle, as Java
+                    self._set_clock(not q.system_clock, -(1 << 62), self._clock_end(current))
+                return
+            highest = max(q._fresh_cycles(), default=current)
+            if highest <= current:
+                raise ChronqError(f"{q.file_for(current)}: cycle {current} is closed (EOF) but the clock "
+                                  f"says cycle {target}; cannot append")
+            target = highest
+        if current is not None and self._file is not None:
+            self._write_eof(self._file)
+        cf = q.open_cycle(target, writable=True, create=True)
+        assert cf is not None
+        self._attach_file(cf)
+
+    def _clock_end(self, cycle: int) -> int:
+        return self._queue.roll_cycle.cycle_end(cycle, self._queue.epoch)
+
+    def _write_eof(self, cf: CycleFile) -> None:
+        wp = _native.load64(cf.map, cf.layout.write_position_offset)
+        start = wp if wp >= cf.layout.header_end else cf.layout.header_end
+        try:
+            _native.write_eof(cf.map, start, cf.align, str(cf.path))
+        except ChronqError:
+            cf.remap()
+            _native.write_eof(cf.map, start, cf.align, str(cf.path))
+
+    def _normalise_eofs(self) -> None:
+        """Close (EOF) older cycles a crashed or rolled writer left open, newest first, as Java does.
+
+        Stops at the first older cycle that already has EOF; `normalisedEOFsTo` is honoured when present.
+        """
+        q = self._queue
+        table = q.table
+        assert table is not None
+        cycles = q._fresh_cycles()
+        if len(cycles) < 2:
+            return
+        done = table.get(NORMALISED_EOFS_TO, None)
+        self._lock()
+        try:
+            for c in reversed(cycles[:-1]):
+                if done is not None and done != UNLOCKED and c < done:
+                    break
+                cf = q.open_cycle(c, writable=True)
+                if cf is None:
+                    continue
+                wp = _native.load64(cf.map, cf.layout.write_position_offset)
+                start = wp if wp >= cf.layout.header_end else cf.layout.header_end
+                if _native.scan(cf.map, start, -1, 0, 1 << 62, True, cf.align)[5] == 1:
+                    break
+                self._write_eof(cf)
+            if done is not None:
+                table.set_max(NORMALISED_EOFS_TO, cycles[-1])
+        finally:
+            self._unlock()
+
+    def _grow(self, pos: int, need_end: int) -> None:
+        cf = self._file
+        assert cf is not None
+        chunk, overlap = self._queue.chunk_and_overlap(cf.layout.index_count)
+        want = (pos // chunk + 1) * chunk + overlap
+        if need_end > want:
+            raise ChronqError(
+                f"{cf.path}: a document of {need_end - pos - 12} bytes at position {pos} does not fit "
+                f"in the mapping overlap ({overlap} bytes); use a bigger block_size"
+            )
+        if os.fstat(cf.fd).st_size < want:
+            os.ftruncate(cf.fd, want)
+        cf.remap()
+        self._attach(*cf.geometry())
+        self._set_grow_at(cf.map.size - overlap)
+
+    def _lock_contended(self) -> None:
+        q = self._queue
+        table = q.table
+        assert table is not None
+        buf, off, me = table.buffer, self._lock_off, os.getpid()
+        deadline = time.monotonic() + q.lock_timeout
+        sleep = 1e-5
+        while True:
+            if _native.cas64(buf, off, UNLOCKED, me):
+                return
+            if time.monotonic() > deadline:
+                holder = _native.load64(buf, off)
+                pid = holder & 0xFFFF_FFFF
+                if holder != UNLOCKED and not _alive(pid):
+                    if _native.cas64(buf, off, holder, UNLOCKED):
+                        warnings.warn(
+                            f"{table.path}: took over the write lock held by dead process {pid}", stacklevel=2
+                        )
+                    deadline = time.monotonic() + q.lock_timeout
+                    continue
+                raise QueueLockedError(
+                    f"{table.path}: {WRITE_LOCK} held by live process {pid} for more than {q.lock_timeout} s"
+                )
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 0.005)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    if os.path.isdir("/proc/self"):
+        return os.path.exists(f"/proc/{pid}")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,389 @@
+"""A queue directory: cycle files + `metadata.cq4t`, and the factory for appenders and tailers.
+
+The hot paths live in `chronq._native`; this module decides *which* file to map, names and rolls
+cycles, keeps the table store in sync and answers questions about the whole queue.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from chronq import _native
+from chronq.errors import ChronqError, RollCycleMismatchError
+from chronq.rollcycles import Clock, RollCycle, SystemClock, by_name
+from chronq.store import StoreLayout, create_cycle_file, cycle_file_size, read_layout
+from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore
+
+__all__ = ["CycleFile", "Queue", "open"]
+
+K = TypeVar("K")
+Listener = Callable[[int, Path], None]
+DEFAULT_BLOCK_SIZE = 64 << 20
+
+
+@dataclass
+class CycleFile:
+    """One mapped cycle file: the mapping, where its header fields are, and the index geometry."""
+
+    cycle: int
+    path: Path
+    map: _native.Map
+    layout: StoreLayout
+    fd: int
+
+    @property
+    def align(self) -> int:
+        return 4 if self.layout.data_format == 1 else 1
+
+    def geometry(self) -> tuple[Any, ...]:
+        """Arguments of the native cores' `_attach`."""
+        lay = self.layout
+        i2i = _native.load64(self.map, lay.index2index_offset) if lay.index2index_offset >= 0 else 0
+        return (
+            self.map,
+            self.cycle,
+            lay.cycle_shift,
+            self.align,
+            lay.index_count,
+            lay.index_spacing,
+            lay.write_position_offset,
+            int(lay.has_sequence_hint),
+            i2i,
+            max(lay.last_index_offset, 0),
+            lay.header_end,
+        )
+
+    def remap(self) -> bool:
+        """Map the file again if it grew; True if the mapping is now bigger."""
+        size = os.fstat(self.fd).st_size
+        if size <= self.map.size:
+            return False
+        self.map = _native.Map(self.fd, size, self.map.writable, str(self.path))
+        return True
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class Queue:
+    """An open queue. Create with :func:`chronq.open`; close (or use ``with``) to release files."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        roll_cycle: str | RollCycle = "FAST_DAILY",
+        source_id: int = 0,
+        clock: Clock | None = None,
+        block_size: int | None = None,
+        readonly: bool = False,
+        epoch: int = 0,
+        lock_timeout: float = 15.0,
+        on_acquired: Listener | None = None,
+        on_released: Listener | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self.source_id = source_id
+        self.clock: Clock = clock or SystemClock()
+        self.system_clock = clock is None
+        self.block_size = block_size or DEFAULT_BLOCK_SIZE
+        self.lock_timeout = lock_timeout
+        self.on_acquired = on_acquired
+        self.on_released = on_released
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._files: dict[tuple[int, bool], CycleFile] = {}
+        self._cycles: list[int] | None = None
+        self._cycles_mod = -1
+        self._closed = False
+        requested = by_name(roll_cycle)
+        if readonly:
+            if not self.path.is_dir():
+                raise ChronqError(f"{self.path}: no queue directory to open read-only")
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+        table = self.path / TABLE_STORE_FILE
+        if readonly and not table.exists() and (self.path / V4_TABLE_STORE_FILE).exists():
+            table = self.path / V4_TABLE_STORE_FILE
+        self.table: TableStore | None = None
+        if table.exists() or not readonly:
+            self.table = TableStore.open(
+                table, readonly=readonly, roll=RollMetadata.of(requested, epoch), source_id=source_id
+            )
+        stored = self.table.roll if self.table is not None else None
+        self.epoch = epoch
+        if stored is not None:
+            rc = stored.roll_cycle()
+            if (rc.format, rc.length_ms) != (requested.format, requested.length_ms) and roll_cycle != "FAST_DAILY":
+                warnings.warn(
+                    f"{self.path}: queue was created with roll cycle {rc.name}; using it instead of {requested.name}",
+                    stacklevel=3,
+                )
+            self.epoch = stored.epoch
+            requested = rc
+        self.roll_cycle: RollCycle = requested
+        if self.table is not None and not readonly:
+            self.table.init_queue_keys()
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the appender lock buffers and files. Excerpts still referenced keep their mapping."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for a in list(getattr(self, "_appenders", [])):
+                a.close()
+            for key, cf in list(self._files.items()):
+                cf.close()
+                if self.on_released:
+                    self.on_released(key[0], cf.path)
+            self._files.clear()
+            if self.table is not None:
+                try:
+                    self.table.close()
+                except BufferError:  # a tailer still maps a named position; the OS frees it at exit
+                    pass
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ChronqError(f"{self.path}: queue is closed")
+
+    def __repr__(self) -> str:
+        return f"<chronq.Queue {str(self.path)!r} {self.roll_cycle.name}{' readonly' if self.readonly else ''}>"
+
+    # -- cycles ----------------------------------------------------------------------------------------
+    def cycle_now(self) -> int:
+        return self.roll_cycle.cycle_at(self.clock.millis(), self.epoch)
+
+    def file_for(self, cycle: int) -> Path:
+        return self.path / self.roll_cycle.file_name(cycle, self.epoch)
+
+    def cycles(self) -> list[int]:
+        """Cycles that have a file, ascending (the directory is re-listed when the listing changed)."""
+        mod = self.table.mod_count if self.table is not None else None
+        if self._cycles is None or mod is None or mod != self._cycles_mod:
+            found = []
+            for name in os.listdir(self.path):
+                if not name.endswith(".cq4"):
+                    continue
+                try:
+                    found.append(self.roll_cycle.parse_file_name(name, self.epoch))
+                except ValueError:
+                    continue
+            self._cycles = sorted(found)
+            self._cycles_mod = mod if mod is not None else -1
+        return list(self._cycles)
+
+    def _refresh(self) -> None:
+        self._cycles = None
+
+    def next_cycle_after(self, cycle: int | None) -> int | None:
+        for c in self.cycles() if cycle is None else self._fresh_cycles():
+            if cycle is None or c > cycle:
+                return c
+        return None
+
+    def previous_cycle_before(self, cycle: int) -> int | None:
+        before = [c for c in self._fresh_cycles() if c < cycle]
+        return before[-1] if before else None
+
+    def _fresh_cycles(self) -> list[int]:
+        self._cycles = None
+        return self.cycles()
+
+    def open_cycle(self, cycle: int, *, writable: bool = False, create: bool = False) -> CycleFile | None:
+        """Map a cycle file (shared per queue); None if it does not exist and `create` is False."""
+        self._check_open()
+        with self._lock:
+            cf = self._files.get((cycle, writable))
+            if cf is not None:
+                cf.remap()
+                return cf
+            path = self.file_for(cycle)
+            if create and not path.exists():
+                if self.readonly:
+                    raise ChronqError(f"{self.path}: cannot create cycle {cycle} in a read-only queue")
+                rc = self.roll_cycle
+                if create_cycle_file(path, rc, cycle, block_size=self.block_size):
+                    assert self.table is not None
+                    self.table.note_cycle(cycle)
+                self._refresh()
+            try:
+                fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return None
+            try:
+                size = os.fstat(fd).st_size
+                m = _native.Map(fd, size, writable, str(path))
+                layout = read_layout(memoryview(m), path, roll_cycle=self.roll_cycle)
+            except BaseException:
+                os.close(fd)
+                raise
+            if layout.headerless or layout.write_position_offset < 0:
+                os.close(fd)
+                raise ChronqError(f"{path}: headerless cycle files are not supported by the queue core")
+            cf = CycleFile(cycle, path, m, layout, fd)
+            self._files[(cycle, writable)] = cf
+            if self.on_acquired:
+                self.on_acquired(cycle, path)
+            return cf
+
+    def chunk_and_overlap(self, index_count: int) -> tuple[int, int]:
+        return cycle_file_size(self.block_size, index_count)
+
+    # -- appenders and tailers -------------------------------------------------------------------------
+    def appender(self) -> Any:
+        """The calling thread's appender (one per thread, as in Chronicle)."""
+        self._check_open()
+        if self.readonly:
+            raise ChronqError(f"{self.path}: queue is open read-only")
+        a = getattr(self._local, "appender", None)
+        if a is None or a.closed:
+            from chronq.appender import Appender
+
+            a = Appender(self)
+            self._local.appender = a
+            if not hasattr(self, "_appenders"):
+                self._appenders: list[Any] = []
+            self._appenders.append(a)
+        return a
+
+    def tailer(self, name: str | None = None) -> Any:
+        """A new tailer at the start; a named one resumes where the name last finished reading."""
+        self._check_open()
+        from chronq.tailer import Tailer
+
+        return Tailer(self, name)
+
+    # -- whole-queue questions -------------------------------------------------------------------------
+    def _count_in(self, cycle: int) -> int:
+        """Number of data documents in a cycle file (0 if it has none)."""
+        from chronq.tailer import Tailer
+
+        t = Tailer(self, None)
+        if not t._attach_cycle(cycle):
+            return 0
+        r = t._seek_end()
+        return 0 if r is None else r[0]
+
+    @property
+    def first_index(self) -> int | None:
+        """Index of the first excerpt, or None for an empty queue."""
+        for c in self._fresh_cycles():
+            if self._count_in(c):
+                return self.roll_cycle.to_index(c, 0)
+        return None
+
+    @property
+    def last_index(self) -> int | None:
+        """Index of the last excerpt written, or None for an empty queue."""
+        for c in reversed(self._fresh_cycles()):
+            n = self._count_in(c)
+            if n:
+                return self.roll_cycle.to_index(c, n - 1)
+        return None
+
+    def count_excerpts(self, from_index: int, to_index: int) -> int:
+        """Excerpts with ``from_index <= index < to_index`` (sequences are dense within a cycle)."""
+        if to_index <= from_index:
+            return 0
+        rc = self.roll_cycle
+        c0, s0 = rc.split(from_index)
+        c1, s1 = rc.split(to_index)
+        total = 0
+        for c in self._fresh_cycles():
+            if c < c0 or c > c1:
+                continue
+            n = self._count_in(c)
+            lo = s0 if c == c0 else 0
+            hi = min(n, s1) if c == c1 else n
+            total += max(0, hi - lo)
+        return total
+
+    def _ordinals(self) -> tuple[list[int], list[int]]:
+        cycles = [c for c in self._fresh_cycles()]
+        counts = [self._count_in(c) for c in cycles]
+        return cycles, counts
+
+    def bisect(self, key: Callable[[memoryview], K], target: K) -> int | None:
+        """Index of the first excerpt whose ``key(payload) >= target`` in a queue ordered by `key`.
+
+        None if every key is smaller. O(log n) `move_to_index` calls across cycles.
+        """
+        cycles, counts = self._ordinals()
+        total = sum(counts)
+        starts = []
+        acc = 0
+        for n in counts:
+            starts.append(acc)
+            acc += n
+        t = self.tailer()
+
+        def index_of(ordinal: int) -> int:
+            i = max(k for k in range(len(cycles)) if starts[k] <= ordinal and counts[k])
+            return self.roll_cycle.to_index(cycles[i], ordinal - starts[i])
+
+        lo, hi = 0, total
+        while lo < hi:
+            mid = (lo + hi) // 2
+            idx = index_of(mid)
+            if not t.move_to_index(idx):
+                raise ChronqError(f"{self.path}: index {idx:#x} vanished during a search")
+            ex = t.read()
+            assert ex is not None
+            if key(ex.payload) < target:  # type: ignore[operator]
+                lo = mid + 1
+            else:
+                hi = mid
+        return None if lo == total else index_of(lo)
+
+    def dump(self) -> str:
+        """Chronicle-style text dump of the whole queue directory."""
+        from chronq import dump as _dump
+
+        fn = getattr(_dump, "dump_text", None) or getattr(_dump, "dump")
+        out = fn(self.path)
+        return out if isinstance(out, str) else "".join(out)
+
+    def __iter__(self) -> Iterator[Any]:
+        """Read every excerpt from the start (a fresh tailer)."""
+        return iter(self.tailer())
+
+
+def open(
+    path: str | os.PathLike[str],
+    roll_cycle: str | RollCycle = "FAST_DAILY",
+    source_id: int = 0,
+    clock: Clock | None = None,
+    block_size: int | None = None,
+    readonly: bool = False,
+    **options: Any,
+) -> Queue:
+    """Open (creating unless `readonly`) the queue directory at `path`.
+
+    A roll cycle already stored in the queue wins over `roll_cycle` (with a warning if they differ).
+    Options: ``epoch`` (ms), ``lock_timeout`` (s), ``on_acquired``/``on_released`` (cycle, path) listeners.
+    """
+    try:
+        return Queue(path, roll_cycle, source_id, clock, block_size, readonly, **options)
+    except RollCycleMismatchError:
+        raise

@@ -1,0 +1,288 @@
+"""The tailer: `read()` and iteration are direct C calls; cycle changes and seeks are decided here."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from chronq import _native
+from chronq.errors import ChronqError
+from chronq.pausers import Pauser, SleepingPauser
+from chronq.table import tailer_index_key
+
+if TYPE_CHECKING:
+    from chronq.queue import CycleFile, Queue
+
+__all__ = ["Direction", "Excerpt", "Tailer", "TailerState"]
+
+Excerpt = _native.Excerpt
+
+
+class Direction(enum.IntEnum):
+    FORWARD = 1
+    BACKWARD = -1
+    NONE = 0
+
+
+class TailerState(enum.Enum):
+    UNINITIALISED = "uninitialised"  # no cycle file yet
+    FOUND_IN_CYCLE = "found_in_cycle"
+    END_OF_CYCLE = "end_of_cycle"  # at an EOF with no newer cycle yet
+    BEFORE_START = "before_start"  # reading backward went past the first excerpt
+
+
+class Tailer(_native.TailerCore):
+    """Reads excerpts in order without consuming them.
+
+    `read()` returns an `Excerpt` whose `payload` is a zero-copy view of the mapped file. Iteration
+    (``for ex in tailer``) stops at the current end and reuses the excerpt object between steps when
+    nothing else holds it, so keep ``bytes(ex.payload)`` (or `ex.bytes()`), not `ex`, beyond one step.
+    """
+
+    def __init__(self, queue: Queue, name: str | None = None) -> None:
+        self._queue = queue
+        self.name = name
+        self._file: CycleFile | None = None
+        self._before_start = False
+        self._eof = False
+        if name is not None:
+            table = queue.table
+            if table is None:
+                raise ChronqError(f"{queue.path}: named tailers need metadata.cq4t")
+            key = tailer_index_key(name)
+            if queue.readonly:
+                start = table.get(key, 0) or 0
+            else:
+                off = table.acquire(key, 0)
+                self._set_named(table.buffer, off)
+                start = _native.load64(table.buffer, off)
+            if start:
+                if not self.move_to_index(start):
+                    self._place_at(start)
+                return
+        self.to_start()
+
+    # -- positioning -----------------------------------------------------------------------------------
+    @property
+    def queue(self) -> Queue:
+        return self._queue
+
+    @property
+    def index(self) -> int:
+        """Index of the next excerpt `read()` returns (0 before the first cycle exists)."""
+        return self._index if self._map is not None else 0
+
+    @property
+    def cycle(self) -> int | None:
+        return self._cycle
+
+    @property
+    def direction(self) -> Direction:
+        return Direction(self._direction)
+
+    @direction.setter
+    def direction(self, d: Direction) -> None:
+        self._direction = int(Direction(d))
+
+    @property
+    def state(self) -> TailerState:
+        if self._before_start:
+            return TailerState.BEFORE_START
+        if self._map is None:
+            return TailerState.UNINITIALISED
+        return TailerState.END_OF_CYCLE if self._eof else TailerState.FOUND_IN_CYCLE
+
+    def _attach_cycle(self, cycle: int) -> bool:
+        cf = self._queue.open_cycle(cycle, writable=False)
+        if cf is None:
+            return False
+        self._file = cf
+        self._attach(*cf.geometry())
+        self._eof = False
+        return True
+
+    def to_start(self) -> Tailer:
+        """Go to the first excerpt of the queue (or wait for the first cycle file)."""
+        self._before_start = False
+        first = self._queue.next_cycle_after(None)
+        if first is None:
+            self._file = None
+            self._detach()
+        else:
+            self._attach_cycle(first)
+        return self
+
+    def to_end(self) -> Tailer:
+        """Go past the last excerpt (FORWARD: `read()` returns the next one written; BACKWARD: the last)."""
+        self._before_start = False
+        cycles = self._queue._fresh_cycles()
+        if not cycles:
+            self._file = None
+            self._detach()
+            return self
+        if self.direction == Direction.BACKWARD:
+            last = self._queue.last_index
+            if last is not None:
+                self.move_to_index(last)
+            return self
+        self._attach_cycle(cycles[-1])
+        r = self._seek_end()
+        self._eof = bool(r and r[1])
+        return self
+
+    def move_to_index(self, index: int) -> bool:
+        """Position so that the next `read()` returns excerpt `index`; False (position unchanged) if absent.
+
+        The index right after the last excerpt also returns False but leaves the tailer there, so the
+        next excerpt written is read next.
+        """
+        rc = self._queue.roll_cycle
+        cycle, seq = index >> rc.cycle_shift, index & rc.sequence_mask
+        if index < 0:
+            return False
+        saved = (self._file, self._pos, self._seq) if self._map is not None else None
+        if self._cycle != cycle or self._map is None:
+            if not self._attach_cycle(cycle):
+                self._restore(saved)
+                return False
+        r = self._seek(seq)
+        if r == 1:
+            self._before_start = False
+            return True
+        if r != 0:
+            self._restore(saved)
+        else:
+            self._before_start = False
+        return False
+
+    def move_to_cycle(self, cycle: int) -> bool:
+        """Go to the first excerpt of `cycle` (or of the next cycle that exists)."""
+        c = cycle if cycle in self._queue._fresh_cycles() else self._queue.next_cycle_after(cycle)
+        if c is None:
+            return False
+        self._before_start = False
+        return self._attach_cycle(c)
+
+    def _restore(self, saved: tuple[CycleFile | None, int, int] | None) -> None:
+        if saved is None or saved[0] is None:
+            self._file = None
+            self._detach()
+            return
+        cf, pos, seq = saved
+        self._file = cf
+        self._attach(*cf.geometry())
+        self._set_position(pos, seq)
+
+    def _place_at(self, index: int) -> None:
+        """A stored named position whose cycle has no file yet: start from the next cycle that exists."""
+        rc = self._queue.roll_cycle
+        nxt = self._queue.next_cycle_after(rc.to_cycle(index) - 1)
+        if nxt is None:
+            self._file = None
+            self._detach()
+        else:
+            self._attach_cycle(nxt)
+
+    # -- slow paths called from C ----------------------------------------------------------------------
+    def _next_cycle(self) -> bool:
+        nxt = self._queue.next_cycle_after(self._cycle)
+        if nxt is None:
+            self._eof = self._map is not None
+            return False
+        return self._attach_cycle(nxt)
+
+    def _map_end(self) -> bool:
+        cf = self._file
+        if cf is None or not cf.remap():
+            return False
+        self._remap(cf.map)
+        return True
+
+    def _read_directional(self, metadata: bool, commit: bool) -> Excerpt | None:
+        direction = self._direction
+        if self._before_start:
+            return None
+        saved = (self._file, self._pos, self._seq) if self._map is not None else None
+        self._direction = 1
+        try:
+            ex = self.read(metadata) if commit else self._read_open(metadata)
+        finally:
+            self._direction = direction
+        if ex is None:
+            return None
+        if direction == 0:
+            self._restore(saved)
+        elif not ex.metadata:
+            self._step_back(ex.index)
+        return ex
+
+    def _step_back(self, index: int) -> None:
+        rc = self._queue.roll_cycle
+        cycle, seq = rc.split(index)
+        if seq > 0:
+            self._seek(seq - 1)
+            return
+        prev = self._queue.previous_cycle_before(cycle)
+        while prev is not None:
+            n = self._queue._count_in(prev)
+            if n and self.move_to_index(rc.to_index(prev, n - 1)):
+                return
+            prev = self._queue.previous_cycle_before(prev)
+        self._before_start = True
+
+    # -- conveniences ----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def reading_document(self, metadata: bool = False) -> Iterator[Excerpt | None]:
+        """Read one document; a named tailer's stored position moves only when the block finishes.
+
+        If the block raises, the tailer is put back so the same document is read again.
+        """
+        before = (self._file, self._pos, self._seq) if self._map is not None else None
+        ex = self._read_open(metadata)
+        try:
+            yield ex
+        except BaseException:
+            if ex is not None and self.direction == Direction.FORWARD:
+                self._restore(before)
+            raise
+        self._finish()
+
+    def wait_read(self, timeout: float | None = None, pauser: Pauser | None = None) -> Excerpt | None:
+        """Block until an excerpt is available (or `timeout` seconds pass: None)."""
+        p = pauser or SleepingPauser()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            ex = self.read()
+            if ex is not None:
+                p.reset()
+                return ex
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            p.pause()
+
+    def follow(self, pauser: Pauser | None = None) -> Iterator[Excerpt]:
+        """Yield excerpts forever, waiting with `pauser` when there is nothing new."""
+        p = pauser or SleepingPauser()
+        while True:
+            ex = self.read()
+            if ex is None:
+                p.pause()
+                continue
+            p.reset()
+            yield ex
+
+    def release_pages_every(self, nbytes: int) -> None:
+        """Drop already-read pages from this process every `nbytes` of progress (flat RSS on replays)."""
+        self._set_release(nbytes)
+
+    def close(self) -> None:
+        self._set_named(None, 0)
+        self._file = None
+        self._detach()
+
+    def __repr__(self) -> str:
+        name = f" {self.name!r}" if self.name else ""
+        return f"<chronq.Tailer{name} index={self.index:#x} {self.direction.name}>"

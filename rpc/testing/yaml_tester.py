@@ -11,14 +11,14 @@ produce, rendered back to YAML.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rpc import _codec
 from rpc._reader import MethodReader
-from wire import binary
+from wire import binary, text
 
 __all__ = ["Recorder", "ReplayResult", "YamlTester", "read_calls", "render_calls"]
 
@@ -42,30 +42,11 @@ class Recorder:
 
 def read_calls(yaml_text: str) -> list[dict[str, Any]]:
     """The YAML documents of a scenario file: each a mapping of event name to argument value."""
-    docs = []
-    for chunk in _split_documents(yaml_text):
-        from wire import text
-
-        value = text.from_yaml(chunk)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            raise ValueError(f"a scenario document must be a mapping of method: argument, got {value!r}")
-        docs.append(value)
+    docs = text.from_yaml_all(yaml_text)
+    for doc in docs:
+        if not isinstance(doc, dict):
+            raise ValueError(f"a scenario document must be a mapping of method: argument, got {doc!r}")
     return docs
-
-
-def _split_documents(yaml_text: str) -> Iterable[str]:
-    lines: list[str] = []
-    for line in yaml_text.splitlines():
-        if line.rstrip() in ("---", "..."):
-            if any(ln.strip() and not ln.lstrip().startswith("#") for ln in lines):
-                yield "\n".join(lines) + "\n"
-            lines = []
-        else:
-            lines.append(line)
-    if any(ln.strip() and not ln.lstrip().startswith("#") for ln in lines):
-        yield "\n".join(lines) + "\n"
 
 
 def encode_call(doc: dict[str, Any]) -> bytes:
@@ -96,8 +77,6 @@ def render_calls(docs: Sequence[dict[str, Any]], comments: Sequence[str | None] 
         comment = comments[i] if i < len(comments) else None
         if comment:
             parts.append(f"# {comment}\n")
-        from wire import text
-
         body = text.to_yaml(doc)
         parts.append(body if body.endswith("\n") else body + "\n")
         parts.append("---\n")

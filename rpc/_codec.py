@@ -1,0 +1,82 @@
+"""The only place rpc touches the wire layer: events, arguments and MessageHistory in BINARY.
+
+Everything here is a thin binding to `wire.binary` / `wire.history`, so the bytes are exactly the ones
+the wire layer (and Java) defines; rpc adds no encoding of its own beyond the sequence length patch.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from wire import WireError
+from wire import binary as _b
+from wire import history as _h
+from wire.history import MessageHistory
+
+__all__ = ["WireError"]
+
+Encoder = Callable[[bytearray, Any], None]
+Decoder = Callable[[_b.Reader], Any]
+
+_U32 = struct.Struct("<I")
+
+
+def event_bytes(event: str | int) -> bytes:
+    """EVENT_NAME for a method name, FIELD_NUMBER for an `@method_id`: written once per method."""
+    w = _b.Writer()
+    if isinstance(event, int):
+        w.field_number(event)
+    else:
+        w.event_name(event)
+    return w.getvalue()
+
+
+def value_encoder(tp: Any) -> Encoder:
+    """Appends one argument of declared type `tp` the way Java's method writer does (spec 7.5)."""
+    return _b.encoder_for(tp)
+
+
+def value_decoder(tp: Any) -> Decoder:
+    """Reads one argument into `tp` (fields by name, lossless conversions); `Any` gives the generic value."""
+    if tp is Any:
+        return _b.Reader.read_value
+    return _b.decoder_for(tp)
+
+
+def seq_end(buf: bytearray, start: int) -> None:
+    """Patch the u32 length of the sequence whose contents begin at `start` (after `82 00000000`)."""
+    _U32.pack_into(buf, start - 4, len(buf) - start)
+
+
+def open_document(payload: Any) -> tuple[MessageHistory | None, _b.Reader]:
+    """The document's history (either form, if it starts with one) and a reader for the rest."""
+    h, pos = _h.read_history(payload, 0)
+    return h, _b.Reader(payload, pos)
+
+
+def enter_sequence(r: _b.Reader) -> _b.Reader:
+    return r.enter()
+
+
+def read_event(r: _b.Reader) -> str | int | None:
+    """The next event key (name, or method id; -1 is history), or None at the end of the document."""
+    if not r.has_more():
+        return None
+    key = r.read_field()
+    if isinstance(key, int):
+        return int(key)
+    return str(key)
+
+
+def add_source(h: MessageHistory | None, source_id: int, index: int, now: int) -> MessageHistory:
+    """What a reader with a source id records: where the message was read from, and when."""
+    if h is None:
+        return MessageHistory([(source_id, index)], [now])
+    return MessageHistory([*h.sources, (source_id, index)], [*h.timings, now])
+
+
+def history_bytes(sources: Iterable[tuple[int, int]], timings: Iterable[int]) -> bytearray:
+    """`BA 80 00` + the binary MessageHistory: the form Java writes since Wire 2.25ea13."""
+    return bytearray(MessageHistory(sources, timings).encode())

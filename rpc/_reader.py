@@ -1,0 +1,205 @@
+"""Method readers: decode each document's event and arguments once, call every handler that has it."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rpc import _codec
+from rpc._history import current
+from rpc._interface import MethodSpec, describe, is_protocol
+
+log = logging.getLogger("rpc")
+
+UnknownHook = Callable[[str | int, int], None]
+MetadataHandler = Callable[[memoryview, int], None]
+
+
+def _log_unknown(event: str | int, index: int) -> None:
+    log.debug("no handler for event %r at index %#x; skipped", event, index)
+
+
+@dataclass
+class _Entry:
+    """How to decode one event's arguments and whom to call with them."""
+
+    name: str
+    decode: Callable[[Any], tuple[Any, ...]]
+    chain: type | None
+    targets: list[Callable[..., Any]] = field(default_factory=list)
+
+
+def _decoder(params: Sequence[tuple[str, Any]]) -> Callable[[Any], tuple[Any, ...]]:
+    """Arguments are one value, a sequence of values, or (no parameters) one ignored value: spec 7.5."""
+    if not params:
+
+        def none(r: Any) -> tuple[Any, ...]:
+            r.skip_value()
+            return ()
+
+        return none
+    if len(params) == 1:
+        one = _codec.value_decoder(params[0][1])
+        return lambda r: (one(r),)
+    decs = [_codec.value_decoder(tp) for _, tp in params]
+
+    def many(r: Any) -> tuple[Any, ...]:
+        s = _codec.enter_sequence(r)
+        return tuple(d(s) for d in decs)
+
+    return many
+
+
+def _handler_specs(handler: object, interfaces: Sequence[type]) -> dict[str, MethodSpec]:
+    """Message methods of `handler`: from the Protocols it declares or is given, else its own annotations."""
+    specs: dict[str, MethodSpec] = {}
+    protos = [c for c in type(handler).__mro__ if is_protocol(c)] + list(interfaces)
+    for proto in protos:
+        for m in describe(proto).methods:
+            if callable(getattr(handler, m.name, None)):
+                specs.setdefault(m.name, m)
+    for name, fn in inspect.getmembers(type(handler), inspect.isfunction):
+        if name.startswith("_") or name in specs:
+            continue
+        specs[name] = _spec_from_function(name, fn)
+    return specs
+
+
+def _spec_from_function(name: str, fn: Callable[..., Any]) -> MethodSpec:
+    try:
+        hints = typing.get_type_hints(fn)
+    except NameError:
+        hints = {}
+    params = tuple(
+        (p.name, hints.get(p.name, Any))
+        for i, p in enumerate(inspect.signature(fn).parameters.values())
+        if i > 0 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)
+    )
+    ret = hints.get("return")
+    return MethodSpec(name, name, params, ret if is_protocol(ret) else None)
+
+
+class MethodReader:
+    """Reads documents from a tailer and calls the handlers' methods named by each document's event.
+
+    Unknown events never stop the reader: they go to `on_unknown(event, index)` (default: a debug log)
+    and nothing is instantiated for them. With a `source_id` (default: the tailer's queue's), the
+    message's history gains (source_id, index) and the read time, as Chronicle's readers do.
+    """
+
+    def __init__(
+        self,
+        tailer: Any,
+        *handlers: object,
+        interfaces: Sequence[type] = (),
+        on_unknown: UnknownHook | None = None,
+        metadata_handler: MetadataHandler | None = None,
+        source_id: int | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        if not handlers:
+            raise TypeError("rpc.reader needs at least one handler")
+        self.tailer = tailer
+        self.on_unknown = on_unknown or _log_unknown
+        self.metadata_handler = metadata_handler
+        if source_id is None:
+            source_id = int(getattr(getattr(tailer, "queue", None), "source_id", 0) or 0)
+        self.source_id = source_id
+        self.clock = clock or time.monotonic_ns
+        self._entries: dict[str | int, _Entry] = {}
+        for h in handlers:
+            for name, m in _handler_specs(h, interfaces).items():
+                entry = self._entries.get(m.event)
+                if entry is None:
+                    entry = _Entry(name, _decoder(m.params), m.chain)
+                    self._entries[m.event] = entry
+                entry.targets.append(getattr(h, name))
+        self._chains: dict[type, dict[str | int, _Entry]] = {}
+
+    def read_one(self) -> bool:
+        """Consume one document if there is one (True), dispatching it; False when none is ready."""
+        ex = self.tailer.read()
+        if ex is None:
+            return False
+        if ex.metadata:
+            if self.metadata_handler is not None:
+                self.metadata_handler(ex.payload, ex.index)
+            return True
+        self.dispatch(ex.payload, ex.index)
+        return True
+
+    def dispatch(self, payload: Any, index: int = 0) -> None:
+        """Decode one document body and call the handlers; usable without a queue (replay tests)."""
+        history, r = _codec.open_document(payload)
+        event = _codec.read_event(r)
+        if event is None:
+            return
+        if self.source_id:
+            history = _codec.add_source(history, self.source_id, index, self.clock())
+        entry = self._entries.get(event)
+        if entry is None:
+            self.on_unknown(event, index)
+            return
+        saved = current.history
+        current.history = history
+        try:
+            args = entry.decode(r)
+            if entry.chain is None:
+                for t in entry.targets:
+                    t(*args)
+            else:
+                self._chain(r, entry, [t(*args) for t in entry.targets], index)
+        except _codec.WireError as e:
+            e.add_note(f"while decoding event {event!r} of the document at index {index:#x}")
+            raise
+        finally:
+            current.history = saved
+
+    def _chain(self, r: Any, entry: _Entry, results: list[Any], index: int) -> None:
+        """Continue a chained call (`a.b().c()` in one document) on what each handler returned."""
+        chain = entry.chain
+        while chain is not None:
+            nexts = [x for x in results if x is not None]
+            if not nexts:
+                return  # every handler chose to ignore the rest of the document
+            event = _codec.read_event(r)
+            if event is None:
+                return
+            table = self._chains.get(chain)
+            if table is None:
+                methods = describe(chain).methods
+                table = {m.event: _Entry(m.name, _decoder(m.params), m.chain) for m in methods}
+                self._chains[chain] = table
+            step = table.get(event)
+            if step is None:
+                self.on_unknown(event, index)
+                return
+            args = step.decode(r)
+            results = [getattr(x, step.name)(*args) for x in nexts]
+            chain = step.chain
+
+
+def reader(
+    tailer: Any,
+    *handlers: object,
+    interfaces: Sequence[type] = (),
+    on_unknown: UnknownHook | None = None,
+    metadata_handler: MetadataHandler | None = None,
+    source_id: int | None = None,
+    clock: Callable[[], int] | None = None,
+) -> MethodReader:
+    """A `MethodReader` over `tailer` calling `handlers`; see `MethodReader` for the options."""
+    return MethodReader(
+        tailer,
+        *handlers,
+        interfaces=interfaces,
+        on_unknown=on_unknown,
+        metadata_handler=metadata_handler,
+        source_id=source_id,
+        clock=clock,
+    )

@@ -67,7 +67,7 @@ def parse_datetime(text: str) -> _dt.datetime:
     if zone is not None:
         try:
             tz = ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):
             return value
         value = value.replace(tzinfo=tz) if value.tzinfo is None else value.astimezone(tz)
     return value

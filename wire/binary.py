@@ -783,7 +783,7 @@ class Reader:
         if code == FIELD_NAME_ANY:
             return self._8bit(self.read_stop_bit())
         if code == EVENT_OBJECT:
-            key = self.read_value()
+            key = self._nested(Reader.read_value)
             try:
                 hash(key)
             except TypeError:
@@ -986,15 +986,26 @@ class Reader:
         self.pos = p
         raise WireError(f"unknown or unsupported wire code 0x{code:02x}", p)
 
+    def _nested(self, read: Callable[[Reader], Any]) -> Any:
+        """Run `read` one nesting level deeper: type prefixes and EVENT_OBJECT keys nest without a
+        length-prefixed block, so they are counted here to keep hostile input off the Python stack."""
+        if self.depth >= MAX_DEPTH:
+            raise WireError(f"nesting deeper than {MAX_DEPTH} levels", self.pos)
+        self.depth += 1
+        try:
+            return read(self)
+        finally:
+            self.depth -= 1
+
     def _typed(self, name: str, at: int) -> Any:
         from wire import registry
 
         cls = registry.lookup(name)
         if cls is None:
-            return Typed(name, self.read_value())
+            return Typed(name, self._nested(Reader.read_value))
         from wire import marshal
 
-        return marshal.decoder_for(cls)(self)
+        return self._nested(marshal.decoder_for(cls))
 
     def _block_value(self) -> Any:
         """A block's contents: fields -> dict, U8_ARRAY -> bytes, HISTORY -> HistoryBytes, else a list."""
@@ -1014,7 +1025,10 @@ class Reader:
         out: dict[Any, Any] = {}
         while self.has_more():
             key = self.read_field()
-            out[key] = self.read_value() if self.has_more() else None
+            # a field with no value (the next thing is another key, or the end) reads as None
+            out[key] = (
+                None if not self.has_more() or self.buf[self.pos] in _FIELD_CODES else self.read_value()
+            )
         return out
 
     def read_document(self) -> dict[Any, Any]:
@@ -1023,11 +1037,9 @@ class Reader:
         A document may also hold bare values (Java's `writeBytes` payloads are not wire at all); those
         raise WireError so callers can fall back to showing raw bytes.
         """
-        out: dict[Any, Any] = {}
-        while self.has_more():
-            key = self.read_field()
-            out[key] = self.read_value() if self.has_more() else None
-        return out
+        if self.has_more() and self.buf[self.pos] not in _FIELD_CODES:
+            raise WireError(f"expected a field name, found code 0x{self.buf[self.pos]:02x}", self.pos)
+        return self._fields_here()
 
     def skip_value(self) -> None:
         """Skip one value (cheaply for blocks: their length is known)."""
@@ -1037,7 +1049,7 @@ class Reader:
         elif code == TYPE_PREFIX:
             self.pos += 1
             self._chunk(self.read_stop_bit())
-            self.skip_value()
+            self._nested(Reader.skip_value)
         else:
             self.read_value()
 

@@ -1,0 +1,129 @@
+"""Hostile input: random and mutated bytes may only ever raise WireError (with an offset)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import GENERATED
+from wire import WireError
+from wire.binary import Reader, decode, decode_document
+
+
+class Message2(msgspec.Struct):
+    number: int
+    price: float
+    flag: bool
+
+
+class Outer(msgspec.Struct):
+    inner: Message2 | None = None
+    items: list[int] = []
+    names: dict[str, str] = {}
+
+
+def _bodies() -> list[bytes]:
+    """Document bodies of a few vectors (empty when the vectors are absent: the random cases still run)."""
+    out: list[bytes] = []
+    for name in (
+        "wire_types",
+        "method_writer",
+        "method_writer_history/out",
+        "method_writer_history_text/out",
+    ):
+        for path in sorted(Path(GENERATED, name).glob("*.cq4")):
+            data = path.read_bytes()
+            pos = 65808  # first message of a FAST_DAILY file (spec 3.2)
+            while pos + 4 <= len(data):
+                header = struct.unpack_from("<I", data, pos)[0]
+                if header == 0 or header & 0x80000000:
+                    break
+                length = header & 0x3FFFFFFF
+                out.append(data[pos + 4 : pos + 4 + length])
+                pos += 4 + length
+                pos += -pos & 3
+    return out
+
+
+BODIES = _bodies()
+
+
+def _only_wire_errors(data: bytes) -> None:
+    for attempt in (
+        decode,
+        decode_document,
+        lambda d: decode(d, Message2),
+        lambda d: decode_document(d, Outer),
+    ):
+        try:
+            attempt(data)
+        except WireError as e:
+            assert e.offset is not None and 0 <= e.offset <= len(data)
+
+
+def _walk(data: bytes) -> None:
+    """The low-level API the queue core uses must obey the same rule."""
+    r = Reader(data)
+    try:
+        while r.has_more():
+            r.read_field()
+            if r.has_more():
+                r.skip_value()
+    except WireError:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes(data: bytes) -> None:
+    _only_wire_errors(data)
+    _walk(data)
+
+
+@pytest.mark.skipif(not BODIES, reason="Java-written vectors not found (../shared is absent)")
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_mutated_vector_bodies(data: st.DataObject) -> None:
+    body = bytearray(data.draw(st.sampled_from(BODIES), label="body"))
+    for _ in range(data.draw(st.integers(1, 4), label="mutations")):
+        kind = data.draw(st.sampled_from(["flip", "set", "cut", "insert"]), label="kind")
+        at = data.draw(st.integers(0, max(len(body) - 1, 0)), label="at")
+        if kind == "flip" and body:
+            body[at] ^= 1 << data.draw(st.integers(0, 7))
+        elif kind == "set" and body:
+            body[at] = data.draw(st.sampled_from([0x00, 0x7F, 0x80, 0x82, 0x8D, 0x8E, 0xB6, 0xBD, 0xFF]))
+        elif kind == "cut":
+            del body[at:]
+        else:
+            body[at:at] = data.draw(st.binary(min_size=1, max_size=8))
+    _only_wire_errors(bytes(body))
+    _walk(bytes(body))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xb6\x01X" * 2000,  # type prefixes nest without blocks
+        b"\xbd" * 5000,  # EVENT_OBJECT keys nest too
+        b"\xc1x" * 5000,  # fields without values
+        b"\x82\xff\xff\xff\x7f",  # a 2 GiB block claimed by 5 bytes
+        b"\x8d" + struct.pack("<qq", 1 << 40, 0),  # an int64 array larger than the input
+        b"\x8e\xff\xff\xff\xff",  # padding past the end
+        b"\xb8\xff\xff\xff\xff\x0f",  # a 4 GiB string
+        b"\xba\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01",  # an overlong stop-bit
+    ],
+)
+def test_hostile_shapes_fail_fast_and_cleanly(data: bytes) -> None:
+    _only_wire_errors(data)
+    _walk(data)
+
+
+def test_errors_name_the_offset() -> None:
+    with pytest.raises(WireError) as info:
+        decode_document(b"\xc1x\xa1\x01\xc1y\x82\x10\x00\x00\x00")
+    assert info.value.offset == 6 and "(at offset 6)" in str(info.value)

@@ -1,0 +1,99 @@
+"""BINARY wire throughput for a 6-field trade DTO, as a ratio to msgspec.msgpack measured in the same run.
+
+    python benchmarks/bench_wire.py [--seconds 1.0]
+
+Targets (issue #2): BINARY encode and decode >= 2,000,000 messages/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from wire import binary
+
+
+class Side(enum.Enum):
+    BUY = "B"
+    SELL = "S"
+
+
+class Trade(msgspec.Struct):
+    timestamp: int
+    symbol: str
+    price: float
+    quantity: int
+    side: Side
+    trader: str
+
+
+TRADE = Trade(1_705_312_800_123_456_789, "EURUSD", 1.0875, 1_000_000, Side.BUY, "alice")
+
+
+def rate(fn: Callable[[], Any], seconds: float) -> float:
+    """Calls per second of `fn`, best of 3 runs of about `seconds / 3` each."""
+    n = 1000
+    while True:  # calibrate a batch size that takes ~10 ms
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        if time.perf_counter() - t0 > 0.01:
+            break
+        n *= 2
+    best = 0.0
+    for _ in range(3):
+        done, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / 3:
+            for _ in range(n):
+                fn()
+            done += n
+        best = max(best, done / (time.perf_counter() - t0))
+    return best
+
+
+def rows(seconds: float) -> list[tuple[str, float, float]]:
+    encode_trade = binary.encoder_for(Trade)
+    decode_trade = binary.decoder_for(Trade)
+    buf = bytearray()
+    encode_trade(buf, TRADE)
+    data = bytes(buf)
+    assert decode_trade(binary.Reader(data)) == TRADE
+
+    def binary_encode() -> bytes:
+        b = bytearray()
+        encode_trade(b, TRADE)
+        return bytes(b)
+
+    def binary_decode() -> Trade:
+        return decode_trade(binary.Reader(data))  # type: ignore[no-any-return]
+
+    mp_encoder = msgspec.msgpack.Encoder()
+    mp_decoder = msgspec.msgpack.Decoder(Trade)
+    mp_data = mp_encoder.encode(TRADE)
+    base_enc = rate(lambda: mp_encoder.encode(TRADE), seconds)
+    base_dec = rate(lambda: mp_decoder.decode(mp_data), seconds)
+    return [
+        ("msgspec.msgpack encode (baseline)", base_enc, 1.0),
+        ("msgspec.msgpack decode (baseline)", base_dec, 1.0),
+        ("BINARY encode", (r := rate(binary_encode, seconds)), r / base_enc),
+        ("BINARY decode", (r := rate(binary_decode, seconds)), r / base_dec),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement")
+    args = parser.parse_args()
+    print(f"6-field trade DTO, {len(binary.encode(TRADE))} bytes as BINARY wire")
+    print(f"{'operation':<36} {'msgs/s':>12} {'vs msgspec':>11}")
+    for name, per_second, ratio in rows(args.seconds):
+        print(f"{name:<36} {per_second:>12,.0f} {ratio:>10.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
 import struct
-from array import array
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
 from typing import Final
 
+import numpy as np
+
+from chronq import _native, rollcycles
 from chronq.errors import ChronqError, CorruptQueueError
 
 HEADER_LEN_MASK: Final = 0x3FFF_FFFF
 META_BIT: Final = 0x4000_0000
 NOT_COMPLETE: Final = 0x8000_0000
 EOF_HEADER: Final = 0xC000_0000
-DAY_MS: Final = 86_400_000
-WEEKLY_DEFAULT_EPOCH: Final = 259_200_000
 
 # Stop reasons of a header walk.
 STOP_LIMIT: Final = 0  # reached the pinned end or the row limit; more may follow
@@ -112,35 +110,12 @@ def read_roll(queue_dir: str) -> RollInfo:
 # --------------------------------------------------------------------------------------------- file names
 
 
-_TOKEN = re.compile(r"'([^']*)'|(yyyy|YYYY|MM|dd|HH|mm|ss|ww)")
-_FIELD_RE = {"yyyy": r"(?P<y>\d{4})", "YYYY": r"(?P<Y>\d{4})", "MM": r"(?P<M>\d{2})", "dd": r"(?P<d>\d{2})",
-             "HH": r"(?P<H>\d{2})", "mm": r"(?P<m>\d{2})", "ss": r"(?P<s>\d{2})", "ww": r"(?P<w>\d{2})"}
-
-
-def _name_regex(fmt: str) -> re.Pattern[str]:
-    out, pos = [], 0
-    for m in _TOKEN.finditer(fmt):
-        out.append(re.escape(fmt[pos:m.start()]))
-        out.append(re.escape(m.group(1)) if m.group(1) is not None else _FIELD_RE[m.group(2)])
-        pos = m.end()
-    out.append(re.escape(fmt[pos:]))
-    return re.compile("".join(out) + r"\.cq4")
-
-
 def cycle_of_name(name: str, roll: RollInfo) -> int | None:
     """Cycle number of a cycle file name, or None if the name is not one of this roll cycle's files."""
-    m = _name_regex(roll.format).fullmatch(name)
-    if m is None:
+    try:
+        return rollcycles.by_format(roll.format, roll.length_ms).parse_file_name(name, roll.epoch)
+    except ValueError:
         return None
-    g = m.groupdict()
-    if g.get("Y") is not None:  # week-based pattern (WEEKLY): ISO week, Monday start
-        day = date.fromisocalendar(int(g["Y"]), int(g["w"]), 1)
-    else:
-        day = date(int(g["y"]), int(g.get("M") or 1), int(g.get("d") or 1))
-    seconds = int(datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp())
-    seconds += int(g.get("H") or 0) * 3600 + int(g.get("m") or 0) * 60 + int(g.get("s") or 0)
-    epoch = roll.epoch or (WEEKLY_DEFAULT_EPOCH if roll.length_ms == 7 * DAY_MS else 0)
-    return (seconds * 1000 - epoch) // roll.length_ms
 
 
 def list_cycles(queue_dir: str) -> list[CycleFile]:
@@ -304,15 +279,18 @@ def _array_value(buf: mmap.mmap, doc_pos: int, slot: int, capacity: int, path: s
 
 @dataclass
 class Walk:
-    """Documents found by one walk: parallel arrays plus where and why it stopped."""
+    """Documents found by one walk: parallel numpy arrays plus where and why it stopped."""
 
-    positions: array[int]
-    lengths: array[int]
-    seqs: array[int]
-    metas: array[int]
+    positions: np.ndarray  # int64 header offsets
+    lengths: np.ndarray  # int32 body lengths (0 for an empty message stored as one 0x8F byte)
+    seqs: np.ndarray  # int64 sequence numbers (of the next data document for metadata rows)
+    metas: np.ndarray  # bool
     next_pos: int
     next_seq: int
     stop: int
+
+
+_STOP_OF_NATIVE = {0: STOP_NOT_READY, 1: STOP_EOF, 2: STOP_LIMIT, 3: STOP_LIMIT}
 
 
 def walk(
@@ -325,7 +303,7 @@ def walk(
     end_pos: int,
     lo_seq: int = 0,
     hi_seq: int = 1 << 62,
-    max_rows: int = 1 << 62,
+    max_rows: int = 1 << 30,
     include_metadata: bool = False,
 ) -> Walk:
     """Walk complete documents from ``pos`` (whose data sequence is ``seq``), never past ``end_pos``.
@@ -334,38 +312,46 @@ def walk(
     the sequence of the next data document as Chronicle's tailer reports them; one belongs to the range of
     the data document before it (so adjacent ranges never both return it), and a range starting at 0 also
     gets those before the first message. Stops before a not-ready header, at EOF, at the data document
-    ``hi_seq`` or after ``max_rows`` rows. This is the one place a native scanner would replace.
+    ``hi_seq`` or after about ``max_rows`` rows. The header walk itself is the native ``scan``.
     """
-    positions, lengths, seqs, metas = array("q"), array("q"), array("q"), array("b")
-    size = min(end_pos, len(buf))
-    stop = STOP_LIMIT
-    rows = 0
-    unpack = _U32.unpack_from
-    while pos + 4 <= size and rows < max_rows:
-        (h,) = unpack(buf, pos)
-        if h == 0 or h & NOT_COMPLETE:
-            stop = STOP_EOF if h == EOF_HEADER else STOP_NOT_READY
-            break
-        length = h & HEADER_LEN_MASK
-        nxt = pos + 4 + length
-        if nxt > len(buf):
-            raise CorruptQueueError(path, pos, f"header 0x{h:08x}: body runs past the end of the file")
-        if h & META_BIT:
-            if include_metadata and (lo_seq < seq <= hi_seq or seq == lo_seq == 0):
-                positions.append(pos)
-                lengths.append(length)
-                seqs.append(seq)
-                metas.append(1)
-                rows += 1
-        else:
-            if seq >= hi_seq:
-                break
-            if seq >= lo_seq:
-                positions.append(pos)
-                lengths.append(length)
-                seqs.append(seq)
-                metas.append(0)
-                rows += 1
-            seq += 1
-        pos = nxt + (-nxt & 3) if aligned else nxt
-    return Walk(positions, lengths, seqs, metas, pos, seq, stop)
+    end_pos = min(end_pos, len(buf))
+    try:
+        raw_pos, raw_len, raw_meta, next_pos, next_seq, status = _native.scan(
+            buf, pos, end_pos, seq, max_rows, include_metadata, 4 if aligned else 1)
+    except (ValueError, IndexError) as e:
+        raise CorruptQueueError(path, pos, str(e)) from None
+    positions = np.frombuffer(raw_pos, dtype=np.int64)
+    lengths = np.frombuffer(raw_len, dtype=np.int32)
+    metas = np.frombuffer(raw_meta, dtype=np.bool_)
+    stop = _STOP_OF_NATIVE[status]
+    if include_metadata:
+        data = ~metas
+        seqs = seq + np.cumsum(data, dtype=np.int64) - data
+    else:
+        data = None
+        seqs = seq + np.arange(len(positions), dtype=np.int64)
+    if len(positions) and seqs[-1] >= hi_seq:  # cut at the first data document of the next range
+        beyond = seqs >= hi_seq if data is None else (seqs >= hi_seq) & data
+        cut = int(np.argmax(beyond)) if beyond.any() else len(positions)
+        if cut < len(positions):
+            next_pos, next_seq, stop = int(positions[cut]), hi_seq, STOP_LIMIT
+            positions, lengths, metas, seqs = positions[:cut], lengths[:cut], metas[:cut], seqs[:cut]
+            data = None if data is None else data[:cut]
+    if data is None:
+        keep = seqs >= lo_seq
+    else:
+        owned_meta = ((seqs > lo_seq) & (seqs <= hi_seq)) | ((seqs == 0) & (lo_seq == 0))
+        keep = np.where(data, seqs >= lo_seq, owned_meta)
+    if not keep.all():
+        positions, lengths, metas, seqs = positions[keep], lengths[keep], metas[keep], seqs[keep]
+        data = None if data is None else data[keep]
+    ones = lengths == 1
+    if ones.any():  # Chronicle stores an empty message as one padding byte
+        whole = np.frombuffer(buf, dtype=np.uint8)
+        empty = ones & (whole[positions + 4] == 0x8F)
+        if data is not None:
+            empty &= data
+        del whole
+        if empty.any():
+            lengths = np.where(empty, 0, lengths).astype(np.int32)
+    return Walk(positions, lengths, seqs, metas, int(next_pos), int(next_seq), stop)

@@ -166,7 +166,7 @@ def read_range(
         while True:
             w = _files.walk(buf, rng.path, rng.aligned, pos, seq, end_pos=rng.end_pos, lo_seq=rng.lo,
                             hi_seq=rng.hi, max_rows=batch_rows, include_metadata=include_metadata)
-            if w.positions:
+            if len(w.positions):
                 cols = [
                     _arrow.base_column(n, buf, w, rng) if n in _arrow.BASE_NAMES else None for n in names
                 ]

@@ -1,9 +1,11 @@
 """Chronicle Wire for Python: the BINARY wire (byte-compatible with Java), text renderings and MessageHistory."""
 
-from wire import binary
+from wire import binary, text
 from wire.errors import WireError
+from wire.history import MessageHistory, read_history
 from wire.registry import register
 from wire.types import EventName, FieldNumber, HistoryBytes, Int64Array, Int64Hex, Typed, TypeLiteral
+from wire.wiretype import WireType
 
 __all__ = [
     "EventName",
@@ -11,9 +13,13 @@ __all__ = [
     "HistoryBytes",
     "Int64Array",
     "Int64Hex",
+    "MessageHistory",
     "TypeLiteral",
     "Typed",
     "WireError",
+    "WireType",
     "binary",
+    "read_history",
     "register",
+    "text",
 ]

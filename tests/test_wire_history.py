@@ -1,0 +1,116 @@
+"""wire.MessageHistory against the Java method-writer vectors, both encodings, and round trips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import require_vectors
+from tests.test_wire_text import document_body
+from wire import MessageHistory, WireError, read_history
+from wire.text import from_yaml, render
+
+
+def _messages(queue: str) -> list[bytes]:
+    """Bodies of the two data messages of a method_writer_history* vector (65808 and the next)."""
+    qdir = require_vectors() / "generated-cq5.26" / queue
+    data = next(qdir.glob("*.cq4")).read_bytes()
+    first = document_body(data, 65808)
+    second_pos = 65808 + 4 + len(first)
+    second_pos += -second_pos & 3
+    return [first, document_body(data, second_pos)]
+
+
+VECTORS = [
+    "method_writer_history/in",
+    "method_writer_history/out",
+    "method_writer_history_text/in",
+    "method_writer_history_text/out",
+]
+
+
+@pytest.mark.parametrize("queue", VECTORS)
+def test_reads_java_history_and_reencodes_it_byte_for_byte(queue: str) -> None:
+    for body in _messages(queue):
+        history, end = read_history(body)
+        assert history is not None
+        encoded = history.encode_text() if "text" in queue else history.encode()
+        assert encoded == body[:end]
+        assert body[end] == 0xB9  # the method call follows
+        # the values are those Java's own dump shows for this message
+        shown = from_yaml(render(body))["history"]
+        assert [x for pair in history.sources for x in pair] == shown["sources"]
+        assert history.timings == shown["timings"]
+
+
+def test_vector_values() -> None:
+    h_in, _ = read_history(_messages("method_writer_history/in")[0])
+    h_out, _ = read_history(_messages("method_writer_history/out")[1])
+    assert h_in is not None and h_out is not None
+    assert h_in.sources == [] and len(h_in.timings) == 1
+    assert h_out.sources == [(1, 0x4D1900000001)] and len(h_out.timings) == 3
+    # the re-publisher kept the writer's timing first
+    h_in2, _ = read_history(_messages("method_writer_history/in")[1])
+    assert h_in2 is not None and h_out.timings[0] == h_in2.timings[0]
+    text_out, _ = read_history(_messages("method_writer_history_text/out")[0])
+    assert text_out is not None and text_out.sources == [(1, 0x4D1900000000)]
+
+
+def test_no_history() -> None:
+    body = _messages("method_writer_history/in")[0]
+    h, end = read_history(body)
+    assert h is not None
+    assert read_history(body, end) == (None, end)
+    assert read_history(b"") == (None, 0)
+
+
+def test_lazy_parse_keeps_payload() -> None:
+    h = MessageHistory([(1, 2), (-3, -(2**63))], [5, 6, 7])
+    lazy = MessageHistory.from_payload(h.payload())
+    assert lazy.payload() == h.payload()
+    assert lazy == h and hash(lazy) == hash(h)
+    assert lazy.add_source(9, 10).sources[-1] == (9, 10)
+    assert lazy.add_timing(11).timings == [5, 6, 7, 11]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"\x01\x00", b"\x00", b"\x00\x02" + bytes(8), b"\x02" + bytes(23)],
+)
+def test_truncated_payload_is_a_wire_error(payload: bytes) -> None:
+    with pytest.raises(WireError):
+        MessageHistory.from_payload(payload)
+
+
+def test_bad_prefixed_blocks() -> None:
+    with pytest.raises(WireError, match="length-prefixed"):
+        read_history(b"\xba\x80\x00\xe1a")
+    with pytest.raises(WireError, match="runs past"):
+        read_history(b"\xba\x80\x00\x81\x40\x00\x86\x00\x00")
+    with pytest.raises(WireError):
+        MessageHistory([(2**31, 0)]).encode()
+    with pytest.raises(WireError):
+        MessageHistory(timings=range(256)).encode()
+
+
+_ids = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+_i64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_histories = st.builds(
+    MessageHistory, st.lists(st.tuples(_ids, _i64), max_size=6), st.lists(_i64, max_size=8)
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_histories, st.binary(max_size=6))
+def test_round_trip_both_forms(history: MessageHistory, rest: bytes) -> None:
+    for encoded in (history.encode(), history.encode_text()):
+        back, end = read_history(encoded + rest)
+        assert back == history
+        assert end == len(encoded)
+
+
+def test_vectors_present(vectors: Path) -> None:
+    assert (vectors / "generated-cq5.26/method_writer_history/out").is_dir()

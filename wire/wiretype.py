@@ -1,0 +1,276 @@
+"""`WireType`: pick how message bodies are encoded, behind one small codec interface.
+
+* ``BINARY`` — Chronicle Wire BINARY (`wire.binary`): self-describing, byte-compatible with Java.
+  The only choice for queues Java reads or writes.
+* ``FIELDLESS_BINARY`` — values in declaration order without field names (a msgpack array per
+  object, nested objects too). Python-only. Smallest frames; schema evolution is append-only:
+  new fields go at the end with a default, nothing is removed or reordered.
+* ``MSGSPEC`` — msgspec's MessagePack (objects as maps, or arrays for ``array_like`` Structs).
+  Python-only and the fastest; fields are matched by name, so fields may be added (with defaults),
+  removed or reordered.
+
+Every wire offers the same calls: ``encode(value) -> bytes``, ``decode(data, type=None)``, and for
+hot loops ``encoder()`` / ``decoder(type)``, which return plain callables with the per-type work
+(schema compilation, decoder construction) already done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from collections.abc import Callable
+from functools import cache
+from typing import Any, Protocol, TypeVar, overload
+
+import attrs
+import msgspec
+
+from wire.errors import WireError
+
+T = TypeVar("T")
+Buffer = bytes | bytearray | memoryview
+
+
+class Codec(Protocol):
+    """What every `WireType` provides."""
+
+    def encode(self, value: Any) -> bytes: ...
+
+    def decode(self, data: Buffer, type: Any = None) -> Any: ...
+
+    def encoder(self) -> Callable[[Any], bytes]: ...
+
+    def decoder(self, type: Any = None) -> Callable[[Buffer], Any]: ...
+
+
+class _MsgspecCodec:
+    """msgpack via msgspec; one cached Decoder per target type."""
+
+    def __init__(self) -> None:
+        self._encode = msgspec.msgpack.Encoder().encode
+
+    def encode(self, value: Any) -> bytes:
+        try:
+            return self._encode(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise WireError(f"cannot encode {type(value).__name__} with MSGSPEC: {exc}") from exc
+
+    def decode(self, data: Buffer, type: Any = None) -> Any:
+        try:
+            return _msgpack_decoder(type)(data)
+        except msgspec.DecodeError as exc:
+            raise WireError(f"bad MSGSPEC data for {_type_name(type)}: {exc}") from exc
+
+    def encoder(self) -> Callable[[Any], bytes]:
+        return self._encode
+
+    def decoder(self, type: Any = None) -> Callable[[Buffer], Any]:
+        return _msgpack_decoder(type)
+
+
+@cache
+def _msgpack_decoder(tp: Any) -> Callable[[Buffer], Any]:
+    return msgspec.msgpack.Decoder(tp).decode if tp is not None else msgspec.msgpack.Decoder().decode
+
+
+def _type_name(tp: Any) -> str:
+    return "an untyped value" if tp is None else getattr(tp, "__name__", repr(tp))
+
+
+# ---- FIELDLESS_BINARY: a positional mirror of each message class ----------------------------------
+
+
+def _dto_fields(tp: Any) -> list[tuple[str, Any, Any, Any]] | None:
+    """(name, type, default, default_factory) per field in declaration order, or None if `tp` is
+    not a message class (msgspec Struct, attrs class or dataclass)."""
+    nodefault: Any = msgspec.NODEFAULT
+    if not isinstance(tp, type):
+        return None
+    if issubclass(tp, msgspec.Struct):
+        return [(f.name, f.type, f.default, f.default_factory) for f in msgspec.structs.fields(tp)]
+    out: list[tuple[str, Any, Any, Any]] = []
+    if attrs.has(tp):
+        hints = typing.get_type_hints(tp)
+        for a in attrs.fields(tp):
+            if not a.init:
+                continue
+            default, factory = a.default, nodefault
+            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+                default, factory = nodefault, default.factory
+            elif default is attrs.NOTHING:
+                default = nodefault
+            out.append((a.name, hints.get(a.name, Any), default, factory))
+        return out
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        for f in dataclasses.fields(tp):
+            if not f.init:
+                continue
+            default = nodefault if f.default is dataclasses.MISSING else f.default
+            factory = nodefault if f.default_factory is dataclasses.MISSING else f.default_factory
+            out.append((f.name, hints.get(f.name, Any), default, factory))
+        return out
+    return None
+
+
+_mirrors: dict[Any, Any] = {}
+
+
+def _mirror(tp: Any) -> Any:
+    """`tp` with every message class inside it replaced by an `array_like` Struct of the same fields."""
+    if tp in _mirrors:
+        return _mirrors[tp]
+    fields = _dto_fields(tp)
+    if fields is not None:
+        if isinstance(tp, type) and issubclass(tp, msgspec.Struct) and tp.__struct_config__.array_like:
+            _mirrors[tp] = tp  # already positional
+            return tp
+        name = f"{tp.__name__}__fieldless"
+        placeholder = msgspec.defstruct(name, [])  # breaks recursion for self-referencing classes
+        _mirrors[tp] = placeholder
+        spec: list[tuple[Any, ...]] = []
+        for fname, ftype, default, factory in fields:
+            mt = _mirror(ftype)
+            if factory is not msgspec.NODEFAULT:
+                spec.append((fname, mt, msgspec.field(default_factory=factory)))
+            elif default is not msgspec.NODEFAULT:
+                spec.append((fname, mt, default))
+            else:
+                spec.append((fname, mt))
+        result: Any = msgspec.defstruct(name, spec, array_like=True, kw_only=True, gc=False)
+        _mirrors[tp] = result
+        return result
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is None or not args:
+        return tp
+    mapped = tuple(_mirror(a) for a in args)
+    if mapped == args:
+        return tp
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[mapped]  # noqa: UP007 - built from a runtime tuple
+    return origin[mapped]
+
+
+class _FieldlessCodec:
+    """Encodes through the positional mirror of the value's class, decodes back into the class."""
+
+    def __init__(self) -> None:
+        self._encode = msgspec.msgpack.Encoder().encode
+        self._encoders: dict[Any, Callable[[Any], bytes]] = {}
+        self._decoders: dict[Any, Callable[[Buffer], Any]] = {}
+
+    def encode(self, value: Any) -> bytes:
+        tp = type(value)
+        enc = self._encoders.get(tp)
+        if enc is None:
+            enc = self._encoders[tp] = self._compile_encoder(tp)
+        return enc(value)
+
+    def decode(self, data: Buffer, type: Any = None) -> Any:
+        return self.decoder(type)(data)
+
+    def encoder(self) -> Callable[[Any], bytes]:
+        return self.encode
+
+    def decoder(self, type: Any = None) -> Callable[[Buffer], Any]:
+        dec = self._decoders.get(type)
+        if dec is None:
+            dec = self._decoders[type] = self._compile_decoder(type)
+        return dec
+
+    def _compile_encoder(self, tp: Any) -> Callable[[Any], bytes]:
+        mirror, encode = _mirror(tp), self._encode
+
+        def checked(value: Any) -> bytes:
+            try:
+                if mirror is not tp:
+                    value = msgspec.convert(value, mirror, from_attributes=True)
+                return encode(value)
+            except (TypeError, ValueError, OverflowError, msgspec.ValidationError) as exc:
+                raise WireError(f"cannot encode {_type_name(tp)} with FIELDLESS_BINARY: {exc}") from exc
+
+        return checked
+
+    @staticmethod
+    def _compile_decoder(tp: Any) -> Callable[[Buffer], Any]:
+        mirror = _mirror(tp) if tp is not None else None
+        decode = _msgpack_decoder(mirror)
+
+        def checked(data: Buffer) -> Any:
+            try:
+                value = decode(data)
+                return value if mirror is tp else msgspec.convert(value, tp, from_attributes=True)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise WireError(f"bad FIELDLESS_BINARY data for {_type_name(tp)}: {exc}") from exc
+
+        return checked
+
+
+class _BinaryCodec:
+    """Chronicle BINARY through `wire.binary` (imported on first use: it is the heavier module)."""
+
+    def encode(self, value: Any) -> bytes:
+        from wire import binary
+
+        return binary.encode(value)
+
+    def decode(self, data: Buffer, type: Any = None) -> Any:
+        from wire import binary
+
+        return binary.decode(data, type=type)
+
+    def encoder(self) -> Callable[[Any], bytes]:
+        from wire import binary
+
+        fn: Callable[[Any], bytes] = binary.encode
+        return fn
+
+    def decoder(self, type: Any = None) -> Callable[[Buffer], Any]:
+        from wire import binary
+
+        def decode(data: Buffer) -> Any:
+            return binary.decode(data, type=type)
+
+        return decode
+
+
+_CODECS: dict[str, Codec] = {
+    "BINARY": _BinaryCodec(),
+    "FIELDLESS_BINARY": _FieldlessCodec(),
+    "MSGSPEC": _MsgspecCodec(),
+}
+
+
+class WireType(enum.Enum):
+    """How message bodies are encoded; see the module docstring for the trade-offs."""
+
+    BINARY = "BINARY"
+    FIELDLESS_BINARY = "FIELDLESS_BINARY"
+    MSGSPEC = "MSGSPEC"
+
+    @property
+    def codec(self) -> Codec:
+        return _CODECS[self.value]
+
+    def encode(self, value: Any) -> bytes:
+        return self.codec.encode(value)
+
+    @overload
+    def decode(self, data: Buffer) -> Any: ...
+    @overload
+    def decode(self, data: Buffer, type: type[T]) -> T: ...
+    @overload
+    def decode(self, data: Buffer, type: Any) -> Any: ...
+    def decode(self, data: Buffer, type: Any = None) -> Any:
+        return self.codec.decode(data, type)
+
+    def encoder(self) -> Callable[[Any], bytes]:
+        return self.codec.encoder()
+
+    def decoder(self, type: Any = None) -> Callable[[Buffer], Any]:
+        return self.codec.decoder(type)
+
+
+__all__ = ["Codec", "WireType"]

@@ -82,6 +82,7 @@ def rows(seconds: float) -> list[tuple[str, float, float]]:
         ("msgspec.msgpack decode (baseline)", base_dec, 1.0),
         ("BINARY encode", (r := rate(binary_encode, seconds)), r / base_enc),
         ("BINARY decode", (r := rate(binary_decode, seconds)), r / base_dec),
+        *wiretype_rows(seconds, base_enc, base_dec),
     ]
 
 
@@ -93,6 +94,20 @@ def main() -> None:
     print(f"{'operation':<36} {'msgs/s':>12} {'vs msgspec':>11}")
     for name, per_second, ratio in rows(args.seconds):
         print(f"{name:<36} {per_second:>12,.0f} {ratio:>10.2f}x")
+
+
+def wiretype_rows(seconds: float, base_enc: float, base_dec: float) -> list[tuple[str, float, float]]:
+    """`WireType.MSGSPEC` through the common codec interface (target >= 3,000,000/s each way):
+    the ratio shows what the interface costs over calling msgspec directly."""
+    from wire import WireType
+
+    encode, decode = WireType.MSGSPEC.encoder(), WireType.MSGSPEC.decoder(Trade)
+    data = encode(TRADE)
+    assert decode(data) == TRADE
+    return [
+        ("WireType.MSGSPEC encode", (r := rate(lambda: encode(TRADE), seconds)), r / base_enc),
+        ("WireType.MSGSPEC decode", (r := rate(lambda: decode(data), seconds)), r / base_dec),
+    ]
 
 
 if __name__ == "__main__":

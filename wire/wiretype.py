@@ -214,7 +214,12 @@ class _BinaryCodec:
     def encode(self, value: Any) -> bytes:
         from wire import binary
 
-        return binary.encode(value)
+        try:
+            return binary.encode(value)
+        except WireError:
+            raise
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise WireError(f"cannot encode {type(value).__name__} with BINARY: {exc}") from exc
 
     def decode(self, data: Buffer, type: Any = None) -> Any:
         from wire import binary
@@ -222,10 +227,7 @@ class _BinaryCodec:
         return binary.decode(data, type=type)
 
     def encoder(self) -> Callable[[Any], bytes]:
-        from wire import binary
-
-        fn: Callable[[Any], bytes] = binary.encode
-        return fn
+        return self.encode
 
     def decoder(self, type: Any = None) -> Callable[[Buffer], Any]:
         from wire import binary

@@ -1,0 +1,172 @@
+"""The `chronq` command: dump, append and tail a queue from the shell.
+
+Exit status: 0 success, 2 bad usage, 1 a queue error (one line on stderr naming the file and offset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from chronq.errors import ChronqError
+from wire.errors import WireError
+
+__all__ = ["main"]
+
+
+class _UsageError(Exception):
+    """Bad input from the command line or stdin (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _index(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an index: {text!r} (decimal or 0x hex)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"an index is not negative: {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="chronq", description="Inspect and use Chronicle Queue v5 directories.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    d = sub.add_parser("dump", help="print every document of a queue, cycle file or table store")
+    d.add_argument("path", type=Path)
+    d.add_argument("--json", action="store_true", help="one JSON object per document")
+    a = sub.add_parser("append", help="append each stdin line as one message; prints each index")
+    a.add_argument("path", type=Path)
+    a.add_argument("--roll-cycle", default="FAST_DAILY", metavar="NAME",
+                   help="roll cycle of a new queue (an existing queue keeps its own)")
+    a.add_argument("--hex", action="store_true", help="lines are hex-encoded bytes")
+    t = sub.add_parser("tail", help="print messages with their index")
+    t.add_argument("path", type=Path)
+    t.add_argument("-f", "--follow", action="store_true", help="keep waiting for new messages")
+    t.add_argument("--from", dest="start", type=_index, metavar="INDEX", help="start at this index")
+    t.add_argument("--named", metavar="NAME", help="named tailer: resume where it stopped, and persist")
+    t.add_argument("--json", action="store_true", help="one JSON object per message")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `chronq dump q | head` ends quietly
+    try:
+        if args.command == "dump":
+            _dump(args.path, args.json)
+        elif args.command == "append":
+            _append(args.path, args.roll_cycle, args.hex)
+        else:
+            _tail(args.path, args.follow, args.start, args.named, args.json)
+    except _UsageError as e:
+        print(f"chronq {args.command}: {e}", file=sys.stderr)
+        return 2
+    except (ChronqError, WireError, OSError, ValueError) as e:
+        print(f"chronq {args.command}: {_one_line(e)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return " ".join(text.split())
+
+
+def _dump(path: Path, as_json: bool) -> None:
+    from chronq import dump
+
+    out = sys.stdout
+    if as_json:
+        for record in dump.dump_records(path):
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    else:
+        for chunk in dump.dump_lines(path):
+            out.write(chunk)
+    out.flush()
+
+
+def _append(path: Path, roll_cycle: str, as_hex: bool) -> None:
+    import chronq
+    from chronq import rollcycles
+
+    try:
+        rollcycles.by_name(roll_cycle)
+    except ValueError as e:
+        raise _UsageError(str(e)) from None
+    with chronq.open(path, roll_cycle=roll_cycle) as q:
+        appender = q.appender()
+        for number, line in enumerate(sys.stdin.buffer, 1):
+            line = line.rstrip(b"\r\n")
+            if as_hex:
+                try:
+                    payload = bytes.fromhex(line.decode("ascii"))
+                except (UnicodeDecodeError, ValueError):
+                    raise _UsageError(f"stdin line {number} is not hex: {line[:40]!r}") from None
+            else:
+                payload = line
+            print(f"0x{appender.write(payload):x}", flush=True)
+
+
+def _tail(path: Path, follow: bool, start: int | None, named: str | None, as_json: bool) -> None:
+    import chronq
+
+    if not path.is_dir():
+        raise ChronqError(f"{path}: no queue directory")
+    with chronq.open(path, readonly=named is None) as q:
+        tailer = q.tailer(named) if named else q.tailer()
+        if start is not None and not tailer.move_to_index(start):
+            raise ChronqError(f"{path}: index 0x{start:x} is not in the queue")
+        while True:
+            excerpt = tailer.read()
+            if excerpt is None:
+                if not follow:
+                    return
+                time.sleep(0.01)
+                continue
+            sys.stdout.write(_excerpt_line(excerpt, as_json))
+            sys.stdout.flush()
+
+
+def _excerpt_line(excerpt: Any, as_json: bool) -> str:
+    from wire import text as wire_text
+
+    body = bytes(excerpt.payload)
+    value: Any = None
+    if wire_text.looks_binary(body):
+        try:
+            value = wire_text.json_value(body)
+        except WireError:
+            value = None
+    try:
+        text: str | None = body.decode("utf-8") if not wire_text.looks_binary(body) else None
+    except UnicodeDecodeError:
+        text = None
+    if as_json:
+        record = {"index": excerpt.index, "cycle": excerpt.cycle, "seq": excerpt.seq, "length": len(body),
+                  "text": text, "hex": body.hex() if text is None else None, "value": value}
+        return json.dumps(record, ensure_ascii=False) + "\n"
+    if text is not None:
+        shown = text.replace("\n", "\\n")
+    elif value is not None:
+        shown = json.dumps(value, ensure_ascii=False)
+    else:
+        shown = body.hex()
+    return f"0x{excerpt.index:x}\t{shown}\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,224 @@
+"""Dump a queue directory, cycle file or table store: Chronicle's text form, or one JSON record per document.
+
+The text form matches what Java's `ChronicleQueue.dump()` prints (the `dump.yaml` of the test vectors),
+so the two can be compared line by line; the JSON form is for scripts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chronq.errors import CorruptQueueError
+from chronq.rollcycles import RollCycle, by_format
+from chronq.store import (
+    END_OF_DATA,
+    LENGTH_MASK,
+    META_DATA,
+    NOT_COMPLETE,
+    Document,
+    StoreLayout,
+    align4,
+    documents,
+    load32,
+    read_layout,
+)
+from chronq.table import TABLE_STORE_FILE, TableStore, find_table_store
+from wire import text as wire_text
+from wire.errors import WireError
+
+__all__ = ["dump_lines", "dump_records", "dump_text", "queue_files"]
+
+
+@dataclass(frozen=True, slots=True)
+class _File:
+    path: Path
+    table: bool
+    roll: RollCycle | None   # to name a cycle file's cycle and indexes, when known
+
+
+def queue_files(path: str | os.PathLike[str]) -> list[Path]:
+    """What a dump of `path` covers: the table store first, then the cycle files in cycle order."""
+    return [f.path for f in _files(Path(path))]
+
+
+def _files(path: Path) -> list[_File]:
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such queue, cycle file or table store")
+    if path.is_file():
+        roll = _roll_of(find_table_store(path.parent)) if path.suffix == ".cq4" else None
+        return [_File(path, path.suffix == ".cq4t", roll)]
+    table = find_table_store(path)
+    cycles = [p for p in path.iterdir() if p.suffix == ".cq4" and p.is_file() and not p.name.startswith(".")]
+    roll = _roll_of(table) or (_v4_roll(min(cycles)) if cycles else None)
+
+    def order(p: Path) -> tuple[int, str]:
+        if roll is not None:
+            try:
+                return roll.parse_file_name(p.name), p.name
+            except ValueError:
+                pass
+        return 0, p.name
+
+    out = [_File(table, True, None)] if table is not None else []
+    return out + [_File(p, False, roll) for p in sorted(cycles, key=order)]
+
+
+def _roll_of(table: Path | None) -> RollCycle | None:
+    if table is None or table.name != TABLE_STORE_FILE:
+        return None
+    with TableStore.open(table, readonly=True) as t:
+        return t.roll.roll_cycle() if t.roll is not None else None
+
+
+def _v4_roll(cycle_file: Path) -> RollCycle | None:
+    """Chronicle 4.x kept the roll in every cycle header instead of the table store."""
+    try:
+        with _mapped(cycle_file) as buf:
+            layout = read_layout(buf, cycle_file)
+    except CorruptQueueError:
+        return None
+    if layout.roll is None:
+        return None
+    return by_format(layout.roll.format, layout.roll.length_ms, layout.index_count, layout.index_spacing)
+
+
+@contextmanager
+def _mapped(path: Path) -> Iterator[mmap.mmap]:
+    with path.open("rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise CorruptQueueError(str(path), 0, "empty file")
+        m = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def _start(buf: mmap.mmap, f: _File) -> tuple[Document | None, int, bool, StoreLayout | None]:
+    """(first header document or None, where the walk starts, aligned?, layout of a cycle file)."""
+    file = str(f.path)
+    if f.table:
+        header = load32(buf, 0)
+        length = header & LENGTH_MASK
+        if header & NOT_COMPLETE or not header & META_DATA or 4 + length > len(buf):
+            raise CorruptQueueError(file, 0, f"first header 0x{header:08x} is not complete metadata")
+        return Document(0, header), align4(4 + length), True, None
+    layout = read_layout(buf, f.path, roll_cycle=f.roll)
+    if layout.headerless:
+        return None, 0, False, layout
+    return Document(0, load32(buf, 0)), layout.header_end, layout.aligned, layout
+
+
+# -- text ------------------------------------------------------------------------------------------------
+def dump_text(path: str | os.PathLike[str]) -> str:
+    return "".join(dump_lines(path))
+
+
+def dump_lines(path: str | os.PathLike[str]) -> Iterator[str]:
+    """The dump as text chunks, produced lazily so that a large queue streams."""
+    for f in _files(Path(path)):
+        with _mapped(f.path) as buf:
+            yield from _file_text(buf, f)
+
+
+def _file_text(buf: mmap.mmap, f: _File) -> Iterator[str]:
+    first, pos, aligned, _ = _start(buf, f)
+    if first is not None:
+        yield _document_text(buf, first)
+    count = -1
+    for doc in documents(buf, pos, aligned=aligned, file=str(f.path)):
+        if not doc.metadata:
+            count += 1
+        yield f"# position: {doc.position}, header: {count}\n"
+        yield _document_text(buf, doc)
+        pos = align4(doc.end) if aligned else doc.end
+    header = load32(buf, pos) if pos + 4 <= len(buf) else 0
+    if header == END_OF_DATA:
+        yield f"# position: {pos}, header: {count} EOF\n--- !!not-ready-meta-data #binary\n"
+    elif header:
+        kind = "meta-data" if header & META_DATA else "data"
+        yield f"# position: {pos}, header: {count} (0x{header:08x})\n--- !!not-ready-{kind} #binary\n"
+    yield f"...\n# {max(0, len(buf) - pos - 4)} bytes remaining\n"
+
+
+def _document_text(buf: mmap.mmap, doc: Document) -> str:
+    kind = "meta-data" if doc.metadata else "data"
+    body = memoryview(buf)[doc.body_start:doc.end]
+    try:
+        if not wire_text.looks_binary(body):
+            return f"--- !!{kind}\n{bytes(body).decode('latin-1')}\n"
+        try:
+            rendered = wire_text.render(body)
+        except WireError:
+            rendered = _hexdump(body, doc.body_start)
+        return f"--- !!{kind} #binary\n{rendered}" + ("" if rendered.endswith("\n") else "\n")
+    finally:
+        body.release()
+
+
+def _hexdump(body: memoryview, at: int) -> str:
+    """Java's fallback for a body that is not valid wire: 16 bytes a row at absolute, 16-aligned offsets."""
+    lines = []
+    end = at + len(body)
+    for row in range(at & ~15, end, 16):
+        cells = [f"{body[i - at]:02x}" if at <= i < end else "  " for i in range(row, row + 16)]
+        chars = "".join(chr(body[i - at]) if at <= i < end and 0x20 <= body[i - at] < 0x7F
+                        else ("\u00b7" if at <= i < end else " ") for i in range(row, row + 16))
+        lines.append(f"{row:08x} {' '.join(cells[:8])}  {' '.join(cells[8:])} {chars[:8]} {chars[8:]}")
+    return "\n".join(lines) + "\n"
+
+
+# -- JSON ------------------------------------------------------------------------------------------------
+def dump_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """One record per complete document, in file order (see the CLI's `dump --json`)."""
+    for f in _files(Path(path)):
+        with _mapped(f.path) as buf:
+            yield from _file_records(buf, f)
+
+
+def _file_records(buf: mmap.mmap, f: _File) -> Iterator[dict[str, Any]]:
+    first, pos, aligned, layout = _start(buf, f)
+    cycle: int | None = None
+    rc: RollCycle | None = None
+    if layout is not None and f.roll is not None:
+        rc = by_format(f.roll.format, f.roll.length_ms, layout.index_count, layout.index_spacing)
+        try:
+            cycle = rc.parse_file_name(f.path.name)
+        except ValueError:
+            cycle = None
+    docs = documents(buf, pos, aligned=aligned, file=str(f.path))
+    seq = 0
+    for doc in ([first] if first is not None else []):
+        yield _record(buf, f, doc, None if f.table else cycle, None, None)
+    for doc in docs:
+        if doc.metadata or f.table:
+            yield _record(buf, f, doc, None if f.table else cycle, None, None)
+            continue
+        index = rc.to_index(cycle, seq) if rc is not None and cycle is not None else None
+        yield _record(buf, f, doc, cycle, seq, index)
+        seq += 1
+
+
+def _record(buf: mmap.mmap, f: _File, doc: Document, cycle: int | None, seq: int | None,
+            index: int | None) -> dict[str, Any]:
+    body = buf[doc.body_start:doc.end]
+    value: Any = None
+    if wire_text.looks_binary(body):
+        try:
+            value = wire_text.json_value(body)
+        except WireError:
+            value = None
+    return {
+        "file": str(f.path), "position": doc.position, "header": doc.header, "metadata": doc.metadata,
+        "index": index, "cycle": cycle, "seq": seq, "length": doc.length,
+        "body_sha256": hashlib.sha256(body).hexdigest(), "value": value,
+    }
+

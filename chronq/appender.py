@@ -140,6 +140,12 @@ class Appender(_native.AppenderCore):
             target = highest
         if current is not None and self._file is not None:
             self._write_eof(self._file)
+        previous = q.previous_cycle_before(target)
+        if previous is not None and previous != current:
+            # another appender (or an earlier run) wrote the newest cycle: close it as Java's roll does
+            old = q.open_cycle(previous, writable=True)
+            if old is not None:
+                self._write_eof(old)
         cf = q.open_cycle(target, writable=True, create=True)
         assert cf is not None
         self._attach_file(cf)

@@ -60,7 +60,7 @@ class Tailer(_native.TailerCore):
                 self._set_named(table.buffer, off)
                 start = _native.load64(table.buffer, off)
             if start:
-                if not self.move_to_index(start):
+                if self._move(start) < 0:
                     self._place_at(start)
                 return
         self.to_start()
@@ -139,24 +139,25 @@ class Tailer(_native.TailerCore):
         The index right after the last excerpt also returns False but leaves the tailer there, so the
         next excerpt written is read next.
         """
+        return self._move(index) == 1
+
+    def _move(self, index: int) -> int:
+        """1: at excerpt `index`; 0: at the end where `index` will be written; -1: absent (unchanged)."""
         rc = self._queue.roll_cycle
         cycle, seq = index >> rc.cycle_shift, index & rc.sequence_mask
         if index < 0:
-            return False
+            return -1
         saved = (self._file, self._pos, self._seq) if self._map is not None else None
         if self._cycle != cycle or self._map is None:
             if not self._attach_cycle(cycle):
                 self._restore(saved)
-                return False
-        r = self._seek(seq)
-        if r == 1:
+                return -1
+        r = int(self._seek(seq))
+        if r in (0, 1):
             self._before_start = False
-            return True
-        if r != 0:
-            self._restore(saved)
-        else:
-            self._before_start = False
-        return False
+            return r
+        self._restore(saved)
+        return -1
 
     def move_to_cycle(self, cycle: int) -> bool:
         """Go to the first excerpt of `cycle` (or of the next cycle that exists)."""

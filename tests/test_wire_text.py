@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -343,3 +345,23 @@ def _has_lossy(value: object) -> bool:
     if isinstance(value, Typed):
         return _has_lossy(value.value)
     return isinstance(value, (float, bytes)) or value == [] or value == {}
+
+
+def test_docs_examples_run() -> None:
+    """The python examples of the Text, MessageHistory and Wire types sections of docs/wire.md."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "wire.md").read_text()
+    sections = re.split(r"^## ", doc, flags=re.M)
+    blocks = [
+        code
+        for section in sections
+        if section.startswith(("Text", "MessageHistory", "Wire types"))
+        for code in re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    ]
+    assert len(blocks) >= 4
+    for n, code in enumerate(blocks):
+        module = types.ModuleType(f"wire_docs_example_{n}")  # dataclasses look their module up
+        sys.modules[module.__name__] = module
+        try:
+            exec(compile(code, "docs/wire.md", "exec"), module.__dict__)
+        finally:
+            del sys.modules[module.__name__]

@@ -146,7 +146,9 @@ def test_unencodable_value_is_a_wire_error(wt: WireType) -> None:
 
 
 _long = st.integers(min_value=-(2**63), max_value=2**63 - 1)  # DTO ints are Java longs
-_trades = st.builds(Trade, _long, st.text(max_size=8), st.floats(), _long, st.sampled_from(Side), st.text(max_size=8))
+_trades = st.builds(
+    Trade, _long, st.text(max_size=8), st.floats(), _long, st.sampled_from(Side), st.text(max_size=8)
+)
 
 
 @pytest.mark.parametrize("wt", ALL)

@@ -189,6 +189,8 @@ def read_layout(buf: Buffer, file_name: str | os.PathLike[str], *,
         raise CorruptQueueError(file, 0, f"first header 0x{header:08x} is not a complete document")
     length = header & LENGTH_MASK
     if not header & META_DATA:
+        if bytes(buf[4:12]) == b"\xb9\x06header":
+            raise CorruptQueueError(file, 0, f"first header 0x{header:08x} marks the SCQStore header as data")
         return _headerless(buf, file, roll_cycle)
     if length > MAX_FIRST_HEADER or 4 + length > len(buf):
         raise CorruptQueueError(file, 0, f"first header claims {length} bytes (limit {MAX_FIRST_HEADER}, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import struct
 import threading
 from pathlib import Path
@@ -162,6 +163,7 @@ def test_headerless_libchronicle_file(tmp_path: Path) -> None:
     (b"\xff\xff\x00\x80" + bytes(60), "not a complete document"),
     (b"\xff\xff\x3f\x40" + bytes(60), "first header claims"),
     (b"\x08\x00\x00\x40\xc3abc\xa1\x01" + bytes(60), "not the SCQStore header"),
+    (b"\xc1\x00\x00\x00\xb9\x06header" + bytes(300), "marks the SCQStore header as data"),
 ])
 def test_bad_first_document(data: bytes, message: str) -> None:
     with pytest.raises(CorruptQueueError, match=message) as info:
@@ -186,7 +188,7 @@ def test_header_bit_flips(vectors: Path, bit: int) -> None:
     except CorruptQueueError as e:
         assert e.file == "flipped.cq4"
     else:
-        assert 0 <= layout.write_position_offset < len(data) and layout.header_end <= len(data)
+        assert layout.headerless or 0 <= layout.write_position_offset < layout.header_end <= len(data)
 
 
 def test_racing_creators_one_wins(tmp_path: Path) -> None:
@@ -209,3 +211,13 @@ def test_racing_creators_one_wins(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert other.stat().st_mode & 0o777 == 0o640
+
+
+def test_format_doc_examples_run() -> None:
+    """docs/format.md's Python blocks run in order in one namespace, as a reader would try them."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "format.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.DOTALL)
+    assert len(blocks) == 4
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        exec(compile(block, "docs/format.md", "exec"), namespace)

@@ -56,6 +56,35 @@ def open_document(payload: Any) -> tuple[MessageHistory | None, _b.Reader]:
     return h, _b.Reader(payload, pos)
 
 
+def read_history(payload: Any) -> tuple[MessageHistory | None, int]:
+    """The history a document starts with (None if none) and the position after it."""
+    return _h.read_history(payload, 0)
+
+
+reader_at = _b.Reader
+
+
+def event_at(buf: Any, pos: int) -> tuple[str | int | None, int]:
+    """The event key at `pos` (method name, or method id) and the position after it; None at the end.
+
+    Short names and small ids, which is every method Java or we write, are parsed inline; anything
+    else (padding, comments, long names) goes through the full reader.
+    """
+    n = len(buf)
+    if pos + 1 < n:
+        c = buf[pos]
+        k = buf[pos + 1]
+        if c == 0xB9 and k < 0x80 and pos + 2 + k <= n:
+            return str(buf[pos + 2 : pos + 2 + k], "latin-1"), pos + 2 + k
+        if c == 0xBA and k < 0x80:
+            return k, pos + 2
+    r = _b.Reader(buf, pos)
+    if not r.has_more():
+        return None, r.position
+    key = r.read_field()
+    return (int(key) if isinstance(key, int) else str(key)), r.position
+
+
 def enter_sequence(r: _b.Reader) -> _b.Reader:
     return r.enter()
 

@@ -29,28 +29,40 @@ class _Entry:
     """How to decode one event's arguments and whom to call with them."""
 
     name: str
-    decode: Callable[[Any], tuple[Any, ...]]
+    decode: Callable[[Any, int], tuple[tuple[Any, ...], int]]
     chain: type | None
     targets: list[Callable[..., Any]] = field(default_factory=list)
 
 
-def _decoder(params: Sequence[tuple[str, Any]]) -> Callable[[Any], tuple[Any, ...]]:
-    """Arguments are one value, a sequence of values, or (no parameters) one ignored value: spec 7.5."""
+def _decoder(params: Sequence[tuple[str, Any]]) -> Callable[[Any, int], tuple[tuple[Any, ...], int]]:
+    """Arguments at `pos`: one value, a sequence of values, or (no parameters) one ignored value, as
+    spec 7.5 says; returns them with the position after them."""
+    reader = _codec.reader_at
     if not params:
 
-        def none(r: Any) -> tuple[Any, ...]:
-            r.skip_value()
-            return ()
+        def none(buf: Any, pos: int) -> tuple[tuple[Any, ...], int]:
+            if pos < len(buf) and buf[pos] == 0xE0:  # the usual empty text
+                return (), pos + 1
+            r = reader(buf, pos)
+            if r.has_more():
+                r.skip_value()
+            return (), r.position
 
         return none
     if len(params) == 1:
         one = _codec.value_decoder(params[0][1])
-        return lambda r: (one(r),)
+
+        def single(buf: Any, pos: int) -> tuple[tuple[Any, ...], int]:
+            r = reader(buf, pos)
+            return (one(r),), r.position
+
+        return single
     decs = [_codec.value_decoder(tp) for _, tp in params]
 
-    def many(r: Any) -> tuple[Any, ...]:
+    def many(buf: Any, pos: int) -> tuple[tuple[Any, ...], int]:
+        r = reader(buf, pos)
         s = _codec.enter_sequence(r)
-        return tuple(d(s) for d in decs)
+        return tuple(d(s) for d in decs), r.position
 
     return many
 
@@ -123,7 +135,7 @@ class MethodReader:
 
     def read_one(self) -> bool:
         """Consume one document if there is one (True), dispatching it; False when none is ready."""
-        ex = self.tailer.read()
+        ex = self.tailer.read(True) if self.metadata_handler is not None else self.tailer.read()
         if ex is None:
             return False
         if ex.metadata:
@@ -135,8 +147,8 @@ class MethodReader:
 
     def dispatch(self, payload: Any, index: int = 0) -> None:
         """Decode one document body and call the handlers; usable without a queue (replay tests)."""
-        history, r = _codec.open_document(payload)
-        event = _codec.read_event(r)
+        history, pos = _codec.read_history(payload)
+        event, pos = _codec.event_at(payload, pos)
         if event is None:
             return
         if self.source_id:
@@ -148,26 +160,26 @@ class MethodReader:
         saved = current.history
         current.history = history
         try:
-            args = entry.decode(r)
+            args, pos = entry.decode(payload, pos)
             if entry.chain is None:
                 for t in entry.targets:
                     t(*args)
             else:
-                self._chain(r, entry, [t(*args) for t in entry.targets], index)
+                self._chain(payload, pos, entry, [t(*args) for t in entry.targets], index)
         except _codec.WireError as e:
             e.add_note(f"while decoding event {event!r} of the document at index {index:#x}")
             raise
         finally:
             current.history = saved
 
-    def _chain(self, r: Any, entry: _Entry, results: list[Any], index: int) -> None:
+    def _chain(self, payload: Any, pos: int, entry: _Entry, results: list[Any], index: int) -> None:
         """Continue a chained call (`a.b().c()` in one document) on what each handler returned."""
         chain = entry.chain
         while chain is not None:
             nexts = [x for x in results if x is not None]
             if not nexts:
                 return  # every handler chose to ignore the rest of the document
-            event = _codec.read_event(r)
+            event, pos = _codec.event_at(payload, pos)
             if event is None:
                 return
             table = self._chains.get(chain)
@@ -179,7 +191,7 @@ class MethodReader:
             if step is None:
                 self.on_unknown(event, index)
                 return
-            args = step.decode(r)
+            args, pos = step.decode(payload, pos)
             results = [getattr(x, step.name)(*args) for x in nexts]
             chain = step.chain
 

@@ -7,22 +7,63 @@ real feed does to it.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import attrs
+import msgspec
 from hypothesis import strategies as st
 
 from rpc._interface import describe
 
-__all__ = ["Call", "agitated", "apply", "call", "calls", "dropped", "dtos", "duplicated", "reordered"]
+__all__ = [
+    "Call", "agitated", "apply", "call", "calls", "dropped", "dtos", "duplicated", "reordered", "values",
+]
 
 T = TypeVar("T")
 Call = tuple[str, tuple[Any, ...]]
 
 
 def dtos(tp: type[T]) -> st.SearchStrategy[T]:
-    """Instances of a msgspec Struct, attrs class or dataclass (hypothesis builds them from the fields)."""
+    """Instances of a msgspec Struct, attrs class or dataclass whose values the wire carries as they are:
+    ints within Java's long, finite floats (NaN never equals itself), nested DTOs built the same way."""
+    return values(tp)
+
+
+def values(tp: Any) -> st.SearchStrategy[Any]:
+    """Values of annotation `tp` that survive a BINARY round trip unchanged."""
+    if tp is bool:
+        return st.booleans()
+    if tp is int:
+        return st.integers(-(2**63), 2**63 - 1)
+    if tp is float:
+        return st.floats(allow_nan=False, allow_infinity=False)
+    if tp is str:
+        return st.text(max_size=40)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return st.sampled_from(list(tp))
+    if isinstance(tp, type):
+        fields = _fields(tp)
+        if fields is not None:
+            return st.builds(tp, **{name: values(ftp) for name, ftp in fields.items()})
     return st.from_type(tp)
+
+
+def _fields(tp: type) -> dict[str, Any] | None:
+    """Field name -> annotation for msgspec Structs, attrs classes and dataclasses; None otherwise."""
+    if issubclass(tp, msgspec.Struct) or dataclasses.is_dataclass(tp) or attrs.has(tp):
+        hints = typing.get_type_hints(tp)
+        names = (
+            tp.__struct_fields__
+            if issubclass(tp, msgspec.Struct)
+            else [f.name for f in dataclasses.fields(tp)] if dataclasses.is_dataclass(tp)
+            else [a.name for a in attrs.fields(tp)]
+        )
+        return {n: hints[n] for n in names}
+    return None
 
 
 def call(protocol: type, *, overrides: dict[str, st.SearchStrategy[tuple[Any, ...]]] | None = None
@@ -34,7 +75,7 @@ def call(protocol: type, *, overrides: dict[str, st.SearchStrategy[tuple[Any, ..
     for m in describe(protocol).methods:
         if m.chain is not None:
             continue  # chained calls need a terminal step; generate those with an override
-        args = overrides.get(m.name) or st.tuples(*(st.from_type(tp) for _, tp in m.params))
+        args = overrides[m.name] if m.name in overrides else st.tuples(*(values(tp) for _, tp in m.params))
         options.append(st.tuples(st.just(m.name), args))
     if not options:
         raise TypeError(f"{protocol.__name__} has no message method to call")

@@ -1,0 +1,131 @@
+"""Method-writer and method-reader throughput on BINARY, against raw appends measured in the same run.
+
+    python benchmarks/bench_rpc.py [--n 200000]
+
+Rows: raw `appender.write` of the same encoded document (the baseline: what the queue costs), method
+writer calls of the 6-field trade DTO (encode + append), the same encode into a no-op sink, reader
+dispatch from the queue (`read_one` until empty), and dispatch of in-memory documents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import msgspec
+
+import chronq
+import rpc
+from rpc.testing import Recorder
+
+
+class Side(enum.Enum):
+    BUY = "BUY"
+    SELL = "SELL"
+
+
+class Trade(msgspec.Struct):
+    timestamp: int
+    symbol: str
+    price: float
+    quantity: int
+    side: Side
+    trader: str
+
+
+class Trades(Protocol):
+    def trade(self, t: Trade) -> None: ...
+
+
+class Count:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def trade(self, t: Trade) -> None:
+        self.n += 1
+
+
+TARGET = 1_300_000
+
+
+def rate(n: int, fn: Callable[[], object]) -> float:
+    """Best of three runs of `fn` (which does n operations), in operations per second."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return n / best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--n", type=int, default=200_000)
+    n = ap.parse_args().n
+    trade = Trade(1_700_000_000_123_456_789, "EURUSD", 1.0875, 1_000_000, Side.BUY, "alice")
+    rec = Recorder()
+    rpc.writer(rec, Trades).trade(trade)
+    doc = rec.documents[0]
+    rows: list[tuple[str, float, float | None]] = []
+    with tempfile.TemporaryDirectory() as d, chronq.open(d) as q:
+        a = q.appender()
+        write = a.write
+
+        def raw() -> None:
+            for _ in range(n):
+                write(doc)
+
+        base = rate(n, raw)
+        rows.append(("raw append of the encoded document (baseline)", base, None))
+
+        w = rpc.writer(q, Trades)
+
+        def calls() -> None:
+            for _ in range(n):
+                w.trade(trade)
+
+        rows.append(("method writer: trade(Trade) -> queue", rate(n, calls), TARGET))
+
+        class Drop:
+            def write(self, b: bytearray) -> None:
+                pass
+
+        wd = rpc.writer(Drop(), Trades)
+
+        def encode_only() -> None:
+            for _ in range(n):
+                wd.trade(trade)
+
+        rows.append(("method writer: trade(Trade) -> no-op sink", rate(n, encode_only), None))
+
+        handler = Count()
+
+        def dispatch_queue() -> None:
+            r = rpc.reader(q.tailer(), handler, source_id=0)
+            k = 0
+            while k < n and r.read_one():
+                k += 1
+
+        rows.append(("reader: read_one + dispatch from the queue", rate(n, dispatch_queue), TARGET))
+
+        r = rpc.reader(None, handler, source_id=0)
+        dispatch = r.dispatch
+
+        def dispatch_memory() -> None:
+            for _ in range(n):
+                dispatch(doc)
+
+        rows.append(("reader: dispatch of an in-memory document", rate(n, dispatch_memory), None))
+    print(f"rpc benchmark, n={n}, {len(doc)}-byte documents (6-field trade DTO, BINARY)")
+    print(f"{'case':<48} {'ops/s':>12} {'vs raw':>8} {'target':>10}")
+    for name, ops, target in rows:
+        ok = "" if target is None else ("met" if ops >= target else f"{ops / target:.0%}")
+        print(f"{name:<48} {ops:>12,.0f} {ops / base:>8.2f} {ok:>10}")
+
+
+if __name__ == "__main__":
+    main()

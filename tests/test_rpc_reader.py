@@ -1,0 +1,110 @@
+"""Method readers over real queues: dispatch to several handlers, unknown events, metadata, bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import chronq
+import rpc
+from tests.rpc_support import Events, Message1, Message2, Recording
+from wire import WireError
+from wire.types import Typed
+
+
+def test_queue_round_trip_to_every_handler_that_has_the_method(tmp_path):
+    class SaysOnly:
+        def __init__(self) -> None:
+            self.said: list[str] = []
+
+        def say(self, text: str) -> None:
+            self.said.append(text)
+
+    with chronq.open(tmp_path / "q") as q:
+        w = rpc.writer(q, Events)
+        w.method1(Message1("a"))
+        w.say("b")
+        w.method2(Message2(-7, 0.1, False))
+        a, b = Recording(), SaysOnly()
+        r = rpc.reader(q.tailer(), a, b, interfaces=[Events])
+        n = 0
+        while r.read_one():
+            n += 1
+        assert n == 3
+        assert not r.read_one()
+        assert a.calls == [
+            ("method1", (Message1("a"),)),
+            ("say", ("b",)),
+            ("method2", (Message2(-7, 0.1, False),)),
+        ]
+        assert b.said == ["b"]
+        w.say("later")  # a reader is a tailer: it sees what is appended after it caught up
+        assert r.read_one() and b.said == ["b", "later"]
+
+
+def test_unknown_events_are_reported_skipped_and_never_stop_the_reader(tmp_path):
+    unknown: list[tuple[object, int]] = []
+    with chronq.open(tmp_path / "q") as q:
+        w = rpc.writer(q, Events)
+        w.method1(Message1("x"))
+        w.ping(1)  # method id 7: unknown to a handler that does not declare Events
+        w.say("still here")
+        a = q.appender()
+        java_type = b"gen.Msg$Message1"  # a call Java typed with a class we never registered
+        with a.writing_document() as dc:
+            dc.write(b"\xb9\x07method1\xb6" + bytes([len(java_type)]) + java_type)
+            dc.write(bytes.fromhex("820b000000c474657874e568656c6c6f"))
+
+        class Plain:
+            def __init__(self) -> None:
+                self.got: list[Any] = []
+
+            def say(self, text: str) -> None:
+                self.got.append(text)
+
+            def method1(self, m: Any) -> None:
+                self.got.append(m)
+
+        h = Plain()
+        r = rpc.reader(q.tailer(), h, on_unknown=lambda ev, i: unknown.append((ev, i)))
+        while r.read_one():
+            pass
+    assert [ev for ev, _ in unknown] == [7]
+    assert h.got[0] == {"text": "x"}  # no annotation: the generic value
+    assert h.got[1] == "still here"
+    assert isinstance(h.got[2], Typed) and h.got[2].type_name == "gen.Msg$Message1"  # not instantiated
+
+
+def test_metadata_documents_go_to_the_metadata_handler(tmp_path):
+    seen: list[bytes] = []
+    with chronq.open(tmp_path / "q") as q:
+        a = q.appender()
+        with a.writing_document(metadata=True) as dc:
+            dc.write(b"\xb9\x04note\xe2hi")
+        rpc.writer(q, Events).say("data")
+        t = q.tailer()
+        h = Recording()
+        r = rpc.reader(t, h, metadata_handler=lambda p, i: seen.append(bytes(p)))
+        while r.read_one():
+            pass
+    assert h.calls == [("say", ("data",))]  # metadata never reaches the handlers
+    assert b"\xb9\x04note\xe2hi" in seen  # (with the queue's own header and index documents)
+
+
+def test_corrupt_argument_raises_wire_error_naming_event_and_index():
+    h = Recording()
+    r = rpc.MethodReader(None, h, interfaces=[Events])
+    bad = bytes.fromhex("b9076d6574686f643182ff000000c4")  # block length runs past the document
+    with pytest.raises(WireError) as info:
+        r.dispatch(bad, 0x4D1900000005)
+    assert "method1" in "".join(info.value.__notes__) and "0x4d1900000005" in "".join(info.value.__notes__)
+    assert h.calls == []
+    assert rpc.current_history() is None
+
+
+@pytest.mark.parametrize("body", [b"", b"\x8f\x8f", b"\xbe\x02hi"])
+def test_empty_or_padding_only_documents_are_consumed_quietly(body):
+    h = Recording()
+    rpc.MethodReader(None, h).dispatch(body)
+    assert h.calls == []

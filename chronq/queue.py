@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from chronq import _native
-from chronq.errors import ChronqError, RollCycleMismatchError
+from chronq.errors import ChronqError, CorruptQueueError, RollCycleMismatchError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_name
 from chronq.store import StoreLayout, create_cycle_file, cycle_file_size, read_layout
 from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore
@@ -233,6 +233,8 @@ class Queue:
                 return None
             try:
                 size = os.fstat(fd).st_size
+                if size < 8:
+                    raise CorruptQueueError(str(path), 0, f"cycle file of {size} bytes has no header")
                 m = _native.Map(fd, size, writable, str(path))
                 layout = read_layout(memoryview(m), path, roll_cycle=self.roll_cycle)
             except BaseException:

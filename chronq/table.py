@@ -7,6 +7,7 @@ the POSIX record lock Java takes on the file, so two processes never add the sam
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import fcntl
 import mmap
@@ -186,6 +187,7 @@ class TableStore:
         self.readonly = readonly
         self._fd = fd
         self._buf = buf
+        self._retired: list[mmap.mmap] = []   # outgrown mappings others may still hold (never unmapped early)
         self._file = os.fspath(path)
         self._keys: dict[str, tuple[str, int]] = {}   # lower-cased key -> (key as stored, value offset)
         self._scan_pos = 0
@@ -236,7 +238,9 @@ class TableStore:
 
     def close(self) -> None:
         if self._fd >= 0:
-            self._buf.close()
+            for m in (*self._retired, self._buf):
+                with contextlib.suppress(BufferError):  # still exported (a tailer's view): the GC unmaps it
+                    m.close()
             os.close(self._fd)
             self._fd = -1
 
@@ -251,7 +255,16 @@ class TableStore:
 
     @property
     def buffer(self) -> mmap.mmap:
+        """The current mapping; after the store grows, earlier mappings stay valid (same shared pages)."""
         return self._buf
+
+    def _remap_if_grown(self) -> bool:
+        size = os.fstat(self._fd).st_size
+        if size <= len(self._buf):
+            return False
+        self._retired.append(self._buf)
+        self._buf = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ if self.readonly else mmap.ACCESS_WRITE)
+        return True
 
     # -- parsing ---------------------------------------------------------------------------------------
     def _parse_header(self) -> None:
@@ -287,6 +300,7 @@ class TableStore:
 
     def _scan(self) -> None:
         """Index entries added since the last scan (by any process)."""
+        self._remap_if_grown()
         buf, file = self._buf, self._file
         pos = self._scan_pos
         for doc in documents(buf, pos, aligned=True, file=file):
@@ -350,8 +364,9 @@ class TableStore:
                 return off
             pos = self._scan_pos
             doc, at = _encode_entry(pos, key, default)
-            if pos + len(doc) + 4 > len(self._buf):
-                raise ChronqError(f"{self._file}: table store full, cannot add {key!r}")
+            if pos + len(doc) + 4 > len(self._buf):  # grow a chunk at a time, as Java does
+                os.ftruncate(self._fd, len(self._buf) + CHUNK)
+                self._remap_if_grown()
             # under the lock a non-zero header here is a crashed adder's leftover: Java overwrites it too
             self._buf[pos:pos + 4] = bytes(4)
             self._buf[pos + 4:pos + len(doc)] = doc[4:]

@@ -233,3 +233,17 @@ def test_processes_add_keys_concurrently(tmp_path: Path) -> None:
         keys = t.keys()
         assert t.get("counter") == 4 * 60
     assert len(keys) == len(set(keys)) == 3 * 30 + 1
+
+
+def test_store_grows_past_its_first_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "metadata.cq4t"
+    with TableStore.open(path) as writer, TableStore.open(path, readonly=True) as reader:
+        first = writer.buffer
+        names = [f"index.tailer-{i:05d}-" + "x" * 60 for i in range(2000)]  # ~190 KiB of entries
+        for i, name in enumerate(names):
+            writer.acquire(name, i)
+        assert path.stat().st_size > 2 * 65536 and writer.buffer is not first
+        assert not first.closed  # an appender may still hold the first mapping
+        assert reader.get(names[-1]) == 1999 and len(reader.keys()) == 2000
+    with TableStore.open(path, readonly=True) as again:
+        assert dict(again.items()) == {name: i for i, name in enumerate(names)}

@@ -39,12 +39,16 @@ def document_body(data: bytes, pos: int) -> bytes:
 
 
 def dump_documents(queue_dir: Path) -> list[tuple[Path, int, str, str]]:
-    """(file, position, `---` line, yaml) for every document of a Java `dump.yaml`.
+    """(file, position, `---` line, yaml) for every document of a queue directory's Java `dump.yaml`:
+    the table store first, then each cycle file in name order."""
+    return parse_dump(
+        queue_dir / "dump.yaml", [queue_dir / "metadata.cq4t", *sorted(queue_dir.glob("*.cq4"))]
+    )
 
-    The dump shows the table store first, then each cycle file in name order; every file but the
-    first document of each starts its documents with `# position: N, header: K`.
-    """
-    files = [queue_dir / "metadata.cq4t", *sorted(queue_dir.glob("*.cq4"))]
+
+def parse_dump(dump: Path, files: list[Path]) -> list[tuple[Path, int, str, str]]:
+    """The documents of a Java dump of `files`; every document after a file's first one is preceded
+    by `# position: N, header: K`, and `...` ends a file."""
     out: list[tuple[Path, int, str, str]] = []
     file_no, pos, marker, lines = 0, 0, "", []
     in_doc = False
@@ -53,7 +57,7 @@ def dump_documents(queue_dir: Path) -> list[tuple[Path, int, str, str]]:
         if in_doc and file_no < len(files):
             out.append((files[file_no], pos, marker, "\n".join(lines)))
 
-    for line in (queue_dir / "dump.yaml").read_text().split("\n"):
+    for line in dump.read_text().split("\n"):
         m = HEADER.fullmatch(line)
         if m:
             flush()
@@ -97,6 +101,25 @@ def test_render_matches_every_java_dump() -> None:
             assert got == want, f"{path}@{pos}"
             checked += 1
     assert checked > 300
+
+
+@pytest.mark.parametrize(
+    ("dump", "file"),
+    [
+        ("tr2/20170320.dump.yaml", "tr2/20170320.cq4"),  # 4.x header: no alignment, single-byte ints
+        (
+            "named-tailer-5.25ea1-backwards-compat/metadata.dump.yaml",
+            "named-tailer-5.25ea1-backwards-compat/metadata.cq4t",
+        ),
+    ],
+)
+def test_render_matches_upstream_dumps(dump: str, file: str) -> None:
+    root = require_vectors() / "upstream/chronicle-queue"
+    docs = [d for d in parse_dump(root / dump, [root / file]) if d[2] in _WIRE_MARKERS]
+    data = (root / file).read_bytes()
+    assert docs
+    for _, pos, _, expected in docs:
+        assert _normal(render(document_body(data, pos))) == _normal(expected), f"{file}@{pos}"
 
 
 def test_render_matches_excerpts_yaml_for_messages(vectors: Path) -> None:

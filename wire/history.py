@@ -173,15 +173,20 @@ def _length_prefixed(body: Buffer, pos: int) -> tuple[int, int]:
 def read_history(body: Buffer, pos: int = 0) -> tuple[MessageHistory | None, int]:
     """The history at `pos` of a document body (either form) and where the rest of the body starts.
 
-    Returns ``(None, pos)`` when the document does not start with a history, which costs two byte
-    compares: call it on every message.
+    Returns ``(None, pos)`` when the document does not start with a history, which costs one byte
+    compare: call it on every message.
     """
-    if body[pos : pos + 3] == BINARY_PREFIX:
+    first = body[pos] if pos < len(body) else -1
+    if first == 0xBA and body[pos : pos + 3] == BINARY_PREFIX:
+        if body[pos + 3 : pos + 4] == b"\x81" and body[pos + 6 : pos + 7] == b"\x86":  # the usual layout
+            end = pos + 6 + (body[pos + 4] | body[pos + 5] << 8)
+            if end <= len(body):
+                return MessageHistory.from_payload(body[pos + 7 : end]), end
         start, end = _length_prefixed(body, pos + 3)
         if start < end and body[start] == HISTORY_MESSAGE:
             return MessageHistory.from_payload(body[start + 1 : end]), end
         return _read_fields(body, start, end), end
-    if body[pos : pos + 9] == TEXT_PREFIX:
+    if first == 0xB9 and body[pos : pos + 9] == TEXT_PREFIX:
         start, end = _length_prefixed(body, pos + 9)
         return _read_fields(body, start, end), end
     return None, pos

@@ -25,26 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import GENERATED, require_vectors
-from tests.procs.qhelp import child_env, script
+from tests.procs.qhelp import child_env, header_positions, script
 
 TIMEOUT = 20.0
 VECTORS = ["fast_daily_basic", "test_daily_tiny_index", "test4_daily_spacing4", "fast_hourly_roll_eof",
            "named_tailer"]
 NAMED = {"named_tailer": ["myTailer", "replicated:tailerOne", "unreadTailer"]}
-
-
-def header_positions(data: bytes) -> list[int]:
-    """Positions of the documents in a dataFormat-1 file (the spec's 4-byte header walk)."""
-    out, pos = [], 0
-    while pos + 4 <= len(data):
-        (h,) = struct.unpack_from("<I", data, pos)
-        if h == 0 or h == 0xC000_0000:
-            out.append(pos)
-            break
-        out.append(pos)
-        pos += 4 + (h & 0x3FFF_FFFF)
-        pos += -pos & 3
-    return out
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from chronq.rollcycles import FixedClock
 
 def main() -> None:
     path, tag, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    with chronq.open(path, clock=FixedClock(BASE_MS)) as q:
+    with chronq.open(path, clock=FixedClock(BASE_MS), lock_timeout=0.5) as q:
         a = q.appender()
         for n in range(count):
             print(a.write(checked_payload(tag, n, n)), flush=True)

@@ -28,12 +28,13 @@ ACK = struct.Struct("<IQ")
 ROUNDS_PER_DAY = 7
 FINAL_WRITES = 200
 PROGRESS_TIMEOUT = 30.0
+LOCK_TIMEOUT = 0.2  # how long a stale lock (dead holder) is waited on before the liveness check
 
 
 def child(path: str, rnd: int, seed: int, block_size: int, ack_fd: int, limit: int | None) -> None:
     rng = random.Random(seed * 100_003 + rnd)
     clock = FixedClock(BASE_MS + DAY_MS * (rnd // ROUNDS_PER_DAY))
-    with chronq.open(path, clock=clock, block_size=block_size) as q:
+    with chronq.open(path, clock=clock, block_size=block_size, lock_timeout=LOCK_TIMEOUT) as q:
         a = q.appender()
         n = 0
         while limit is None or n < limit:

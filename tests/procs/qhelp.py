@@ -46,6 +46,19 @@ def parse_checked(data: bytes) -> tuple[int, int]:
     return tag, n
 
 
+def header_positions(data: bytes) -> list[int]:
+    """Positions of the documents of a dataFormat-1 file, up to the first free or EOF header (spec 1.1)."""
+    out, pos = [], 0
+    while pos + 4 <= len(data):
+        out.append(pos)
+        (h,) = struct.unpack_from("<I", data, pos)
+        if h == 0 or h & 0x8000_0000:
+            break
+        pos += 4 + (h & 0x3FFF_FFFF)
+        pos += -pos & 3
+    return out
+
+
 def script(name: str) -> list[str]:
     """argv prefix that runs ``tests/procs/<name>.py`` with this interpreter."""
     return [sys.executable, str(PROCS / f"{name}.py")]
@@ -71,22 +84,28 @@ def read_all(queue_path: Path | str, **open_kwargs: object) -> list[tuple[int, b
         return out
 
 
-def wait_line(proc: subprocess.Popen[bytes], expected: str, timeout: float) -> None:
-    """Block until ``proc`` prints ``expected`` on a line of its stdout; fail clearly on exit or timeout."""
+def wait_line(proc: subprocess.Popen[bytes], expected: str, timeout: float) -> list[str]:
+    """Block until ``proc`` prints the line ``expected``; fail clearly on exit or timeout.
+
+    Reads the pipe unbuffered (a buffered reader would swallow lines the selector then never
+    reports) and returns every line read, ``expected`` included.
+    """
     assert proc.stdout is not None
+    fd = proc.stdout.fileno()
     deadline = time.monotonic() + timeout
+    data = b""
     with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while True:
+        sel.register(fd, selectors.EVENT_READ)
+        while expected not in data.decode(errors="replace").splitlines():
             left = deadline - time.monotonic()
             if left <= 0 or not sel.select(left):
                 raise TimeoutError(f"{proc.args!r} did not print {expected!r} within {timeout} s")
-            line = proc.stdout.readline()
-            if not line:
+            chunk = os.read(fd, 65536)
+            if not chunk:
                 err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
                 raise RuntimeError(f"{proc.args!r} exited ({proc.wait()}) before {expected!r}: {err}")
-            if line.decode().strip() == expected:
-                return
+            data += chunk
+    return data.decode(errors="replace").splitlines()
 
 
 def finish(proc: subprocess.Popen[bytes], timeout: float) -> str:

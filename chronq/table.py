@@ -213,7 +213,7 @@ class TableStore:
             fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             while True:
-                with cls._file_lock(fd, shared=readonly, what=os.fspath(p)):
+                with _FileLock(fd, readonly, os.fspath(p)):
                     size = os.fstat(fd).st_size
                     if size == 0 and not readonly:
                         os.ftruncate(fd, TABLE_SIZE)
@@ -221,20 +221,19 @@ class TableStore:
                         os.pwrite(fd, header[4:], 4)
                         os.pwrite(fd, header[:4], 0)  # published last, as Java's updateFirstHeader
                         size = TABLE_SIZE
-                    if size >= 4 and load32(os.pread(fd, 4, 0), 0) != 0:
+                    if size > 0:
+                        # creators hold the exclusive lock until the header is published, so under
+                        # our lock a missing header is damage, not a creation in progress
+                        if size < 8 or load32(os.pread(fd, 4, 0), 0) == 0:
+                            raise CorruptQueueError(os.fspath(p), 0, f"no table store header ({size} bytes)")
                         buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
                         return cls(p, fd, buf, readonly)
-                if time.monotonic() > deadline:
-                    raise CorruptQueueError(os.fspath(p), 0, f"table store has no header ({size} bytes) "
-                                            f"after waiting {timeout} s")
+                if time.monotonic() > deadline:  # an empty file nobody initialises
+                    raise CorruptQueueError(os.fspath(p), 0, f"table store still empty after {timeout} s")
                 time.sleep(0.01)  # a creator opened the file but has not taken the lock yet
         except BaseException:
             os.close(fd)
             raise
-
-    @staticmethod
-    def _file_lock(fd: int, *, shared: bool, what: str) -> _FileLock:
-        return _FileLock(fd, shared, what)
 
     def close(self) -> None:
         if self._fd >= 0:

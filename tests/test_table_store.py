@@ -247,3 +247,12 @@ def test_store_grows_past_its_first_mapping(tmp_path: Path) -> None:
         assert reader.get(names[-1]) == 1999 and len(reader.keys()) == 2000
     with TableStore.open(path, readonly=True) as again:
         assert dict(again.items()) == {name: i for i, name in enumerate(names)}
+
+
+def test_empty_file_waits_for_its_creator(tmp_path: Path) -> None:
+    path = tmp_path / "metadata.cq4t"
+    path.write_bytes(b"")
+    with pytest.raises(CorruptQueueError, match="still empty"):
+        TableStore.open(path, readonly=True, timeout=0.05)
+    with TableStore.open(path) as t:  # a writer initialises an empty file, as Java does
+        assert t.roll == RollMetadata.of(rollcycles.FAST_DAILY)

@@ -8,6 +8,11 @@ setup(
             "chronq._native",
             ["chronq/_native.c"],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-        )
+        ),
+        Extension(
+            "wire._speedups",
+            ["wire/_speedups.c"],
+            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
     ]
 )

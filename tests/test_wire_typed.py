@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import wire
 from tests.conftest import require_vectors
-from wire import WireError
+from wire import WireError, marshal
 from wire.binary import Reader, decode, decode_document, decoder_for, encode, encode_document, encoder_for
 from wire.types import Typed
 
@@ -219,9 +219,11 @@ def test_generated_code_shows_in_tracebacks() -> None:
     class Bad(msgspec.Struct):
         n: int
 
+    encode_fields = marshal._fields_encoder(Bad, native=False)  # the Python reference is generated code
     with pytest.raises(TypeError) as info:
-        _bytes(Bad, Bad("not an int"))  # type: ignore[arg-type]
+        encode_fields(bytearray(), Bad("not an int"))  # type: ignore[arg-type]
     assert "wire.marshal encode_fields" in "".join(str(t.path) for t in info.traceback)
+    assert any("put_int(b, x)" in str(t.statement) for t in info.traceback)
 
 
 # ----------------------------------------------------------------- generated DTOs (hypothesis)

@@ -666,16 +666,22 @@ class Reader:
     """
 
     __slots__ = ("buf", "depth", "end", "pos")
+    buf: bytes | bytearray | memoryview
 
     def __init__(self, buf: Any, start: int = 0, end: int | None = None, *, _depth: int = 0) -> None:
-        self.buf = buf if isinstance(buf, memoryview) else memoryview(buf)
-        if self.buf.ndim != 1 or self.buf.itemsize != 1:
-            self.buf = self.buf.cast("B")
-        size = len(self.buf)
-        self.end = size if end is None else end
-        if not 0 <= start <= self.end <= size:
-            raise WireError(f"reader bounds {start}..{self.end} outside a buffer of {size} bytes", start)
+        if type(buf) is not bytes and type(buf) is not bytearray:
+            view = buf if type(buf) is memoryview else memoryview(buf)
+            if view.format != "B" or view.ndim != 1:
+                view = view.cast("B")
+            buf = view
+        size = len(buf)
+        if end is None:
+            end = size
+        if not 0 <= start <= end <= size:
+            raise WireError(f"reader bounds {start}..{end} outside a buffer of {size} bytes", start)
+        self.buf = buf
         self.pos = start
+        self.end = end
         self.depth = _depth
 
     @property
@@ -727,7 +733,7 @@ class Reader:
         value &= 0xFFFFFFFFFFFFFFFF
         return value - (1 << 64) if value >= 1 << 63 else value
 
-    def _chunk(self, n: int) -> memoryview:
+    def _chunk(self, n: int) -> Any:
         if n < 0:
             raise WireError(f"negative length {n}", self.pos)
         p = self._need(n)

@@ -17,7 +17,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import enum
+import functools
 import linecache
+import os
+import sys
 import threading
 import types
 import typing
@@ -33,6 +36,24 @@ from wire.types import Typed
 
 Encoder = Callable[[bytearray, Any], None]
 Decoder = Callable[[Reader], Any]
+
+
+def _load_speedups() -> Any:
+    """The optional C accelerator (wire/_speedups.c); WIRE_NO_SPEEDUPS=1 forces the Python reference."""
+    if os.environ.get("WIRE_NO_SPEEDUPS"):
+        return None
+    try:
+        from wire import _speedups  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _speedups
+
+
+#: The C accelerator module, or None when running the pure-Python reference.
+speedups: Any = _load_speedups()
+
+# plan kinds shared with wire/_speedups.c
+_K_INT, _K_FLOAT, _K_STR, _K_BOOL, _K_ENUM, _K_OTHER = range(6)
 
 _MISSING: Any = object()
 _lock = threading.RLock()
@@ -218,10 +239,34 @@ def _compile(name: str, source: str, namespace: dict[str, Any]) -> Any:
     return namespace[name]
 
 
-def _fields_encoder(cls: type[Any]) -> Encoder:
-    """Generated: append `cls`'s fields (no length prefix)."""
+def _kind(tp: Any) -> int:
+    if tp is int:
+        return _K_INT
+    if tp is float:
+        return _K_FLOAT
+    if tp is str:
+        return _K_STR
+    if tp is bool:
+        return _K_BOOL
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return _K_ENUM
+    return _K_OTHER
+
+
+def _encode_plan(fields: list[_Field]) -> tuple[Any, ...]:
+    """The C encode plan: (key bytes, attribute, kind, type, Python writer for anything else)."""
+    return tuple(
+        (_key_bytes(f.wire_name), sys.intern(f.name), _kind(f.type), f.type, _value_writer(f.type))
+        for f in fields
+    )
+
+
+def _fields_encoder(cls: type[Any], native: bool = True) -> Encoder:
+    """Append `cls`'s fields (no length prefix): the C plan when available, else generated Python."""
     fields = _fields(cls)
     assert fields is not None
+    if native and speedups is not None:
+        return functools.partial(speedups.encode, _encode_plan(fields), False)
     ns: dict[str, Any] = {
         "put_int": binary.put_int,
         "put_text": binary.put_text,
@@ -284,6 +329,10 @@ def encoder_for(tp: Any) -> Encoder:
     with _lock:
         if not _is_structured(tp):
             enc = _value_writer(tp)
+        elif speedups is not None:
+            fields = _fields(tp)
+            assert fields is not None
+            enc = functools.partial(speedups.encode, _encode_plan(fields), True)
         else:
             fields_enc = field_encoder_for(tp)
             from wire.binary import _U32
@@ -451,27 +500,52 @@ def _convert(v: Any, tp: Any, at: int) -> Any:
     return v  # unions and other annotations: the generic value
 
 
-def _fields_decoder(cls: type[Any]) -> Decoder:
-    """Generated: read the remaining fields of a reader into a `cls`."""
+def _decode_plan(fields: list[_Field]) -> tuple[Any, ...] | None:
+    """The C scan plan, if every field is one the scanner reads itself (short 8-bit name, scalar)."""
+    plan = []
+    for f in fields:
+        kind = _kind(f.type)
+        key = _key_bytes(f.wire_name)
+        if kind == _K_OTHER or not 0xC0 <= key[0] < 0xE0:
+            return None
+        extra = {m.name: m for m in f.type} if kind == _K_ENUM else None
+        plan.append((key[1:], kind, extra))
+    return tuple(plan)
+
+
+def _fields_decoder(cls: type[Any], native: bool = True) -> Decoder:
+    """Generated: read the remaining fields of a reader into a `cls`. With the C accelerator, a block
+    of known scalar fields is scanned in C; anything unusual falls through to the Python loop."""
     fields = _fields(cls)
     assert fields is not None
+    plan = _decode_plan(fields) if native and speedups is not None else None
     ns: dict[str, Any] = {"cls": cls, "MISSING": _MISSING, "WireError": WireError}
     lines = ["def decode_fields(r):"]
+    body = "    "
+    if plan is not None and fields:
+        ns["SCAN"] = speedups.decode_fields
+        ns["PLAN"] = plan
+        lines.append("    vals = SCAN(PLAN, r.buf, r.pos, r.end, MISSING)")
+        lines.append("    if vals is not None:")
+        lines.append("        r.pos = r.end")
+        lines.append(f"        {', '.join(f'f{i}' for i in range(len(fields)))}, = vals")
+        lines.append("    else:")
+        body = "        "
     for i in range(len(fields)):
-        lines.append(f"    f{i} = MISSING")
-    lines.append("    has_more = r.has_more")
-    lines.append("    read_field = r.read_field")
-    lines.append("    while has_more():")
-    lines.append("        k = read_field()")
+        lines.append(f"{body}f{i} = MISSING")
+    lines.append(f"{body}has_more = r.has_more")
+    lines.append(f"{body}read_field = r.read_field")
+    lines.append(f"{body}while has_more():")
+    lines.append(f"{body}    k = read_field()")
     for i, f in enumerate(fields):
         ns[f"R{i}"] = _value_reader(f.type)
-        lines.append(f"        {'if' if i == 0 else 'elif'} k == {f.wire_name!r}:")
-        lines.append(f"            f{i} = R{i}(r)")
+        lines.append(f"{body}    {'if' if i == 0 else 'elif'} k == {f.wire_name!r}:")
+        lines.append(f"{body}        f{i} = R{i}(r)")
     if fields:
-        lines.append("        else:")
-        lines.append("            r.skip_value()")
+        lines.append(f"{body}    else:")
+        lines.append(f"{body}        r.skip_value()")
     else:
-        lines.append("        r.skip_value()")
+        lines.append(f"{body}    r.skip_value()")
     for i, f in enumerate(fields):
         lines.append(f"    if f{i} is MISSING:")
         if f.factory is not None:
@@ -499,6 +573,34 @@ def fields_decoder_for(tp: Any) -> Decoder:
     return dec
 
 
+def _structured_decoder(cls: Any, fields_dec: Decoder, native: bool = True) -> Decoder:
+    fields = _fields(cls)
+    assert fields is not None
+    plan = _decode_plan(fields) if native and speedups is not None else None
+    kwnames = tuple(f.init_name for f in fields)
+    decode_object = speedups.decode_object if plan is not None else None
+
+    def dec(r: Reader) -> Any:
+        if decode_object is not None:
+            found = decode_object(plan, cls, kwnames, r.buf, r.pos, r.end)
+            if found is not None:
+                r.pos = found[1]
+                return found[0]
+        code = r.peek_code()
+        if code == binary.TYPE_PREFIX:
+            r.pos += 1
+            named = registry.lookup(r._utf8(r.read_stop_bit()))
+            if named is not None and named is not cls and isinstance(named, type):
+                return decoder_for(named)(r)
+            code = r.peek_code()
+        if code == binary.NULL:
+            r.pos += 1
+            return None
+        return fields_dec(r.enter())
+
+    return dec
+
+
 def decoder_for(tp: Any) -> Decoder:
     """A compiled function reading one value declared as `tp` (a structured class: its marshallable,
     optionally behind a `!type` prefix; a registered subclass named by the prefix is honoured)."""
@@ -516,22 +618,7 @@ def decoder_for(tp: Any) -> Decoder:
                 return _convert(v, enum_cls, r.pos)
 
         elif _is_structured(tp):
-            fields_dec = fields_decoder_for(tp)
-            cls: Any = tp
-
-            def dec(r: Reader) -> Any:
-                code = r.peek_code()
-                if code == binary.TYPE_PREFIX:
-                    r.pos += 1
-                    named = registry.lookup(r._utf8(r.read_stop_bit()))
-                    if named is not None and named is not cls and isinstance(named, type):
-                        return decoder_for(named)(r)
-                    code = r.peek_code()
-                if code == binary.NULL:
-                    r.pos += 1
-                    return None
-                return fields_dec(r.enter())
-
+            dec = _structured_decoder(tp, fields_decoder_for(tp))
         else:
             dec = _value_reader(tp)
         _decoders[tp] = dec

@@ -1,0 +1,571 @@
+/*
+ * wire._speedups: the hot loop of typed BINARY marshalling in C.
+ *
+ * wire/marshal.py stays the reference implementation. It compiles a per-class "plan" and hands the
+ * common cases to this module:
+ *   encode(plan, block, buf, obj)  appends obj's fields (int/float/str/bool/enum fast paths, every
+ *                                  other value through the plan's Python writer),
+ *   decode_fields(...) / decode_object(...)
+ *                                  read a block of fields whose names and value codes they know;
+ *                                  they return None whenever anything is unusual (unknown field, nested
+ *                                  value, bad bytes) so the Python path decides and reports errors.
+ * Number rules are Java's compact BinaryWire rules (spec 7.3), mirrored from wire/binary.py.
+ * Every read is bounds-checked against `end`; nothing here can read outside the buffer.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { K_INT = 0, K_FLOAT = 1, K_STR = 2, K_BOOL = 3, K_ENUM = 4, K_OTHER = 5 };
+
+/* ------------------------------------------------------------------ output */
+/* Bytes are gathered in a scratch buffer and appended to the caller's bytearray once (or before a
+ * Python fallback writer appends to it directly). */
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+    char inline_buf[512];
+} Out;
+
+static void out_init(Out *o) {
+    o->data = o->inline_buf;
+    o->len = 0;
+    o->cap = (Py_ssize_t)sizeof(o->inline_buf);
+}
+
+static void out_free(Out *o) {
+    if (o->data != o->inline_buf) PyMem_Free(o->data);
+}
+
+static char *reserve(Out *o, Py_ssize_t n) {
+    if (n < 0 || n > PY_SSIZE_T_MAX / 2 - o->len) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (o->len + n > o->cap) {
+        Py_ssize_t cap = (o->len + n) * 2;
+        char *data = PyMem_Malloc((size_t)cap);
+        if (!data) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        memcpy(data, o->data, (size_t)o->len);
+        out_free(o);
+        o->data = data;
+        o->cap = cap;
+    }
+    char *p = o->data + o->len;
+    o->len += n;
+    return p;
+}
+
+static int flush(Out *o, PyObject *buf) {
+    if (!o->len) return 0;
+    Py_ssize_t old = PyByteArray_GET_SIZE(buf);
+    if (PyByteArray_Resize(buf, old + o->len) < 0) return -1;
+    memcpy(PyByteArray_AS_STRING(buf) + old, o->data, (size_t)o->len);
+    o->len = 0;
+    return 0;
+}
+
+static int put(Out *o, const void *data, Py_ssize_t n) {
+    char *p = reserve(o, n);
+    if (!p) return -1;
+    memcpy(p, data, (size_t)n);
+    return 0;
+}
+
+static int put_code_le(Out *o, unsigned char code, uint64_t v, int width) {
+    char *p = reserve(o, 1 + width);
+    if (!p) return -1;
+    p[0] = (char)code;
+    for (int i = 0; i < width; i++) p[1 + i] = (char)(unsigned char)(v >> (8 * i));
+    return 0;
+}
+
+static int put_stop_bit(Out *o, unsigned char code, int64_t n) {
+    unsigned char tmp[12];
+    int len = 0;
+    tmp[len++] = code;
+    uint64_t u = n < 0 ? ~(uint64_t)n : (uint64_t)n;
+    while (u > 0x7F) {
+        tmp[len++] = (unsigned char)((u & 0x7F) | 0x80);
+        u >>= 7;
+    }
+    if (n < 0) {
+        tmp[len++] = (unsigned char)(u | 0x80);
+        tmp[len++] = 0;
+    } else {
+        tmp[len++] = (unsigned char)u;
+    }
+    return put(o, tmp, len);
+}
+
+static int put_float32(Out *o, double d) {
+    float f = (float)d;
+    uint32_t bits;
+    memcpy(&bits, &f, 4);
+    return put_code_le(o, 0x90, bits, 4);
+}
+
+static int is_float32(double d) {
+    if (isinf(d)) return 1;
+    if (isnan(d) || fabs(d) > FLT_MAX) return 0;
+    return (double)(float)d == d;
+}
+
+static int put_int(Out *o, int64_t v) {
+    if (v >= 0) {
+        if (v <= 0xFF) return put_code_le(o, 0xA1, (uint64_t)v, 1);
+        if (v <= 0x7FFF) return put_code_le(o, 0xA5, (uint64_t)v, 2);
+        if (v <= 0xFFFF) return put_code_le(o, 0xA2, (uint64_t)v, 2);
+        if (v <= 0x7FFFFFFF) return put_code_le(o, 0xA6, (uint64_t)v, 4);
+        if (v <= 0xFFFFFFFFLL) return put_code_le(o, 0xA3, (uint64_t)v, 4);
+    } else {
+        if (v >= -0x80) return put_code_le(o, 0xA4, (uint64_t)v, 1);
+        if (v >= -0x8000) return put_code_le(o, 0xA5, (uint64_t)v, 2);
+        if (v >= -0x80000000LL) return put_code_le(o, 0xA6, (uint64_t)v, 4);
+    }
+    /* Java: a long that a float32 holds exactly is written as FLOAT32 (Long.MAX_VALUE rounds to 2^63) */
+    double f = (double)v;
+    int exact = (f < 9223372036854775808.0 && (int64_t)f == v) || (v == INT64_MAX && f == 9223372036854775808.0);
+    if (exact && is_float32(f)) return put_float32(o, f);
+    return put_code_le(o, 0xA7, (uint64_t)v, 8);
+}
+
+static int put_float(Out *o, double d) {
+    if (isfinite(d) && d == floor(d)) {
+        if (d >= 0) {
+            if (d <= 255) return put_code_le(o, 0xA1, (uint64_t)d, 1);
+            if (d <= 65535) return put_code_le(o, 0xA2, (uint64_t)d, 2);
+            if (is_float32(d)) return put_float32(o, d);
+            if (d <= 4294967295.0) return put_code_le(o, 0xA3, (uint64_t)d, 4);
+        } else {
+            if (d >= -128) return put_code_le(o, 0xA4, (uint64_t)(int64_t)d, 1);
+            if (d >= -32768) return put_code_le(o, 0xA5, (uint64_t)(int64_t)d, 2);
+            if (is_float32(d)) return put_float32(o, d);
+            if (d >= -2147483648.0) return put_code_le(o, 0xA6, (uint64_t)(int64_t)d, 4);
+        }
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        return put_code_le(o, 0x91, bits, 8);
+    }
+    if (isfinite(d)) {
+        double fl = floor(d * 1e6 + 0.5);
+        if (fl / 1e6 == d && fl > -34359738368.0 && fl < 4398046511104.0) {
+            int64_t l6 = (int64_t)fl;
+            static const int codes[3] = {0x92, 0x94, 0x96};
+            static const int64_t divs[3] = {10000, 100, 1};
+            static const double scales[3] = {1e2, 1e4, 1e6};
+            for (int i = 0; i < 3; i++) {
+                if (l6 % divs[i]) continue;
+                int64_t v = l6 / divs[i];
+                if ((double)v / scales[i] == d) return put_stop_bit(o, (unsigned char)codes[i], v);
+            }
+        }
+    }
+    if (is_float32(d) || isnan(d)) return put_float32(o, d);
+    uint64_t bits;
+    memcpy(&bits, &d, 8);
+    return put_code_le(o, 0x91, bits, 8);
+}
+
+/* 1 = written, 0 = not a simple string (caller falls back to Python), -1 = error */
+static int put_str(Out *o, PyObject *s) {
+    if (!PyUnicode_CheckExact(s)) return 0;
+    const char *data;
+    Py_ssize_t n;
+    if (PyUnicode_IS_ASCII(s)) {
+        data = (const char *)PyUnicode_DATA(s);
+        n = PyUnicode_GET_LENGTH(s);
+    } else {
+        if (PyUnicode_MAX_CHAR_VALUE(s) > 0xFFFF) return 0; /* CESU-8 surrogate pairs: Python */
+        data = PyUnicode_AsUTF8AndSize(s, &n);
+        if (!data) { /* lone surrogates: Python's surrogatepass */
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    if (n < 32) {
+        char *p = reserve(o, 1 + n);
+        if (!p) return -1;
+        p[0] = (char)(0xE0 + n);
+        memcpy(p + 1, data, (size_t)n);
+    } else {
+        if (put_stop_bit(o, 0xB8, n) < 0) return -1;
+        if (put(o, data, n) < 0) return -1;
+    }
+    return 1;
+}
+
+static PyObject *str_name;
+
+/* Writes obj's fields following `plan`: a tuple of (key: bytes, attr: str, kind: int, extra,
+ * fallback) entries. Values the fast paths do not cover go through `fallback(buf, value)`. */
+static int write_fields(Out *o, PyObject *plan, PyObject *buf, PyObject *obj) {
+    Py_ssize_t n = PyTuple_GET_SIZE(plan);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = PyTuple_GET_ITEM(plan, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(entry, 0))) {
+            PyErr_SetString(PyExc_TypeError, "bad encode plan entry");
+            return -1;
+        }
+        PyObject *key = PyTuple_GET_ITEM(entry, 0);
+        if (put(o, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)) < 0) return -1;
+        PyObject *x = PyObject_GetAttr(obj, PyTuple_GET_ITEM(entry, 1));
+        if (!x) return -1;
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(entry, 2));
+        int done = 0, rc = 0;
+        if (kind == K_INT && PyLong_CheckExact(x)) {
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
+            if (!overflow && !(v == -1 && PyErr_Occurred())) {
+                rc = put_int(o, (int64_t)v);
+                done = 1;
+            }
+        } else if (kind == K_FLOAT && PyFloat_CheckExact(x)) {
+            rc = put_float(o, PyFloat_AS_DOUBLE(x));
+            done = 1;
+        } else if (kind == K_STR) {
+            rc = put_str(o, x);
+            done = rc != 0;
+        } else if (kind == K_BOOL && (x == Py_True || x == Py_False)) {
+            rc = put(o, x == Py_True ? "\xb1" : "\xb0", 1);
+            done = 1;
+        } else if (kind == K_ENUM && (PyObject *)Py_TYPE(x) == PyTuple_GET_ITEM(entry, 3)) {
+            PyObject *name = PyObject_GetAttr(x, str_name);
+            if (!name) {
+                Py_DECREF(x);
+                return -1;
+            }
+            rc = put_str(o, name);
+            done = rc != 0;
+            Py_DECREF(name);
+        }
+        if (rc < 0) {
+            Py_DECREF(x);
+            return -1;
+        }
+        if (!done) {
+            PyObject *r = NULL;
+            if (flush(o, buf) == 0) r = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(entry, 4), buf, x, NULL);
+            if (!r) {
+                Py_DECREF(x);
+                return -1;
+            }
+            Py_DECREF(r);
+        }
+        Py_DECREF(x);
+    }
+    return 0;
+}
+
+/* encode(plan, block, buf, obj): append obj's fields; with block=True inside `82 <u32 length>` */
+static PyObject *encode(PyObject *self, PyObject *args) {
+    PyObject *plan, *buf, *obj;
+    int block;
+    if (!PyArg_ParseTuple(args, "O!pO!O", &PyTuple_Type, &plan, &block, &PyByteArray_Type, &buf, &obj)) return NULL;
+    Out o;
+    out_init(&o);
+    Py_ssize_t base = PyByteArray_GET_SIZE(buf);
+    int rc = block ? put(&o, "\x82\0\0\0\0", 5) : 0;
+    if (rc == 0) rc = write_fields(&o, plan, buf, obj);
+    if (rc == 0) rc = flush(&o, buf);
+    out_free(&o);
+    if (rc < 0) return NULL;
+    if (block) {
+        Py_ssize_t len = PyByteArray_GET_SIZE(buf) - base - 5;
+        if (len < 0 || len > 0xFFFFFFFFLL) {
+            PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
+            return NULL;
+        }
+        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf) + base + 1;
+        for (int i = 0; i < 4; i++) p[i] = (unsigned char)((uint64_t)len >> (8 * i));
+    }
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ input */
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t pos, end;
+} In;
+
+static int need(In *in, Py_ssize_t n) { return n >= 0 && in->end - in->pos >= n; }
+
+static uint64_t le(const unsigned char *p, int width) {
+    uint64_t v = 0;
+    for (int i = 0; i < width; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* 1 ok, 0 give up */
+static int read_stop_bit(In *in, int64_t *out) {
+    uint64_t v = 0;
+    int shift = 0;
+    for (;;) {
+        if (!need(in, 1) || shift > 63) return 0;
+        unsigned b = in->p[in->pos++];
+        if (b < 0x80) {
+            if (shift && b == 0) v = ~v;
+            else v |= (uint64_t)b << shift;
+            *out = (int64_t)v;
+            return 1;
+        }
+        v |= (uint64_t)(b & 0x7F) << shift;
+        shift += 7;
+    }
+}
+
+static void skip_padding(In *in) {
+    while (in->pos < in->end) {
+        unsigned c = in->p[in->pos];
+        if (c == 0x8F) {
+            in->pos++;
+        } else if (c == 0x8E && need(in, 5)) {
+            uint64_t n = le(in->p + in->pos + 1, 4);
+            if ((uint64_t)(in->end - in->pos - 5) < n) return; /* let Python report it */
+            in->pos += 5 + (Py_ssize_t)n;
+        } else {
+            return;
+        }
+    }
+}
+
+/* A numeric value as int (is_int) or double; 1 ok, 0 give up. */
+static int read_number(In *in, int *is_int, int64_t *iv, double *dv) {
+    if (!need(in, 1)) return 0;
+    unsigned c = in->p[in->pos++];
+    const unsigned char *q = in->p + in->pos;
+    *is_int = 1;
+    if (c < 0x80) { *iv = c; return 1; }
+    switch (c) {
+    case 0xA1: case 0xA8: if (!need(in, 1)) return 0; *iv = q[0]; in->pos += 1; return 1;
+    case 0xA2: case 0xA9: if (!need(in, 2)) return 0; *iv = (int64_t)le(q, 2); in->pos += 2; return 1;
+    case 0xA3: if (!need(in, 4)) return 0; *iv = (int64_t)le(q, 4); in->pos += 4; return 1;
+    case 0xA4: if (!need(in, 1)) return 0; *iv = (int8_t)q[0]; in->pos += 1; return 1;
+    case 0xA5: if (!need(in, 2)) return 0; *iv = (int16_t)le(q, 2); in->pos += 2; return 1;
+    case 0xA6: if (!need(in, 4)) return 0; *iv = (int32_t)le(q, 4); in->pos += 4; return 1;
+    case 0xA7: if (!need(in, 8)) return 0; *iv = (int64_t)le(q, 8); in->pos += 8; return 1;
+    case 0xB0: *iv = 0; return 1;
+    case 0xB1: *iv = 1; return 1;
+    }
+    *is_int = 0;
+    switch (c) {
+    case 0x90: {
+        if (!need(in, 4)) return 0;
+        uint32_t bits = (uint32_t)le(q, 4);
+        float f;
+        memcpy(&f, &bits, 4);
+        *dv = f;
+        in->pos += 4;
+        return 1;
+    }
+    case 0x91: {
+        if (!need(in, 8)) return 0;
+        uint64_t bits = le(q, 8);
+        memcpy(dv, &bits, 8);
+        in->pos += 8;
+        return 1;
+    }
+    case 0x92: case 0x94: case 0x96: {
+        int64_t v;
+        if (!read_stop_bit(in, &v)) return 0;
+        *dv = (double)v / (c == 0x92 ? 1e2 : c == 0x94 ? 1e4 : 1e6);
+        return 1;
+    }
+    }
+    return 0;
+}
+
+/* The next value as a new reference of the plan's kind, or NULL with no error set to give up. */
+static PyObject *read_kind(In *in, long kind, PyObject *extra) {
+    skip_padding(in);
+    if (!need(in, 1)) return NULL;
+    unsigned c = in->p[in->pos];
+    if (kind == K_INT || kind == K_FLOAT) {
+        int is_int;
+        int64_t iv = 0;
+        double dv = 0;
+        if (!read_number(in, &is_int, &iv, &dv)) return NULL;
+        if (kind == K_FLOAT) return PyFloat_FromDouble(is_int ? (double)iv : dv);
+        if (is_int) return PyLong_FromLongLong(iv);
+        if (isnan(dv)) return NULL;
+        if (dv >= 9223372036854775808.0) return PyLong_FromLongLong(INT64_MAX); /* Java (long) cast */
+        if (dv <= -9223372036854775808.0) return PyLong_FromLongLong(INT64_MIN);
+        return PyLong_FromLongLong((int64_t)dv);
+    }
+    if (kind == K_BOOL) {
+        if (c == 0xB1) { in->pos++; Py_RETURN_TRUE; }
+        if (c == 0xB0) { in->pos++; Py_RETURN_FALSE; }
+        return NULL;
+    }
+    if (kind == K_STR || kind == K_ENUM) {
+        Py_ssize_t n;
+        in->pos++;
+        if (c >= 0xE0) {
+            n = c - 0xE0;
+        } else if (c == 0xB8) {
+            int64_t len;
+            if (!read_stop_bit(in, &len) || len < 0) return NULL;
+            n = (Py_ssize_t)len;
+        } else {
+            return NULL;
+        }
+        if (!need(in, n)) return NULL;
+        const char *s = (const char *)in->p + in->pos;
+        for (Py_ssize_t i = 0; i < n; i++)
+            if ((unsigned char)s[i] >= 0x80) return NULL; /* non-ASCII (maybe CESU-8): Python */
+        in->pos += n;
+        PyObject *text = PyUnicode_DecodeASCII(s, n, NULL);
+        if (!text || kind == K_STR) return text;
+        PyObject *member = PyDict_GetItemWithError(extra, text); /* borrowed */
+        Py_DECREF(text);
+        if (!member) return NULL;
+        Py_INCREF(member);
+        return member;
+    }
+    return NULL;
+}
+
+/* Reads the fields in in->pos..in->end into vals[] (new references, NULL where absent).
+ * plan: tuple of (name: bytes, kind: int, extra). Returns 1 on success, 0 to give up (nothing unusual
+ * is an error here: the Python path re-reads and reports), -1 on a Python error. */
+static int scan_fields(In *in, PyObject *plan, PyObject **vals) {
+    Py_ssize_t n = PyTuple_GET_SIZE(plan), expect = 0;
+    for (;;) {
+        skip_padding(in);
+        if (in->pos >= in->end) return 1;
+        unsigned c = in->p[in->pos];
+        if (c < 0xC0 || c >= 0xE0) return 0; /* long names, numbers, events: Python */
+        Py_ssize_t len = c - 0xC0;
+        in->pos++;
+        if (!need(in, len)) return 0;
+        const unsigned char *name = in->p + in->pos;
+        in->pos += len;
+        Py_ssize_t found = -1;
+        for (Py_ssize_t k = 0; k < n; k++) { /* fields usually come in declaration order */
+            Py_ssize_t j = (expect + k) % n;
+            PyObject *key = PyTuple_GET_ITEM(PyTuple_GET_ITEM(plan, j), 0);
+            if (PyBytes_GET_SIZE(key) == len && memcmp(PyBytes_AS_STRING(key), name, (size_t)len) == 0) {
+                found = j;
+                break;
+            }
+        }
+        if (found < 0) return 0;
+        PyObject *entry = PyTuple_GET_ITEM(plan, found);
+        PyObject *value = read_kind(in, PyLong_AsLong(PyTuple_GET_ITEM(entry, 1)), PyTuple_GET_ITEM(entry, 2));
+        if (!value) return PyErr_Occurred() ? -1 : 0;
+        Py_XSETREF(vals[found], value);
+        expect = found + 1;
+    }
+}
+
+#define MAX_FIELDS 64
+
+static int check_plan(PyObject *plan) {
+    Py_ssize_t n = PyTuple_GET_SIZE(plan);
+    if (n > MAX_FIELDS) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyTuple_GET_ITEM(plan, i);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3 || !PyBytes_Check(PyTuple_GET_ITEM(e, 0))) return 0;
+    }
+    return 1;
+}
+
+/* decode_fields(plan, buf, start, end, missing) -> list | None: one value per plan entry, `missing`
+ * for absent fields; None when the Python path must decide. */
+static PyObject *decode_fields(PyObject *self, PyObject *args) {
+    PyObject *plan, *bufobj, *missing;
+    Py_ssize_t start, end;
+    if (!PyArg_ParseTuple(args, "O!OnnO", &PyTuple_Type, &plan, &bufobj, &start, &end, &missing)) return NULL;
+    if (!check_plan(plan)) Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(bufobj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *vals[MAX_FIELDS] = {NULL};
+    Py_ssize_t n = PyTuple_GET_SIZE(plan);
+    PyObject *result = NULL;
+    int rc = 0;
+    if (start >= 0 && start <= end && end <= view.len) {
+        In in = {(const unsigned char *)view.buf, start, end};
+        rc = scan_fields(&in, plan, vals);
+    }
+    if (rc == 1) {
+        result = PyList_New(n);
+        for (Py_ssize_t i = 0; result && i < n; i++) {
+            PyList_SET_ITEM(result, i, vals[i] ? vals[i] : Py_NewRef(missing));
+            vals[i] = NULL;
+        }
+    } else if (rc == 0) {
+        result = Py_NewRef(Py_None);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(vals[i]);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* decode_object(plan, cls, kwnames, buf, pos, end) -> (object, new_pos) | None: reads the
+ * length-prefixed block at pos and, if every field is present and simple, returns cls(**fields).
+ * Anything else (type prefix, null, defaults needed, unusual bytes) returns None. */
+static PyObject *decode_object(PyObject *self, PyObject *args) {
+    PyObject *plan, *cls, *kwnames, *bufobj;
+    Py_ssize_t pos, end;
+    if (!PyArg_ParseTuple(args, "O!OO!Onn", &PyTuple_Type, &plan, &cls, &PyTuple_Type, &kwnames, &bufobj, &pos, &end))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(plan);
+    if (!check_plan(plan) || PyTuple_GET_SIZE(kwnames) != n) Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(bufobj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *vals[MAX_FIELDS] = {NULL};
+    PyObject *result = NULL;
+    int rc = 0;
+    if (pos >= 0 && pos <= end && end <= view.len) {
+        In in = {(const unsigned char *)view.buf, pos, end};
+        skip_padding(&in);
+        Py_ssize_t len = -1;
+        if (need(&in, 5) && in.p[in.pos] == 0x82) {
+            len = (Py_ssize_t)le(in.p + in.pos + 1, 4);
+            in.pos += 5;
+        } else if (need(&in, 3) && in.p[in.pos] == 0x81) {
+            len = (Py_ssize_t)le(in.p + in.pos + 1, 2);
+            in.pos += 3;
+        } else if (need(&in, 2) && in.p[in.pos] == 0x80) {
+            len = in.p[in.pos + 1];
+            in.pos += 2;
+        }
+        if (len >= 0 && need(&in, len)) {
+            in.end = in.pos + len;
+            rc = scan_fields(&in, plan, vals);
+            for (Py_ssize_t i = 0; rc == 1 && i < n; i++)
+                if (!vals[i]) rc = 0; /* defaults are the Python path's business */
+            if (rc == 1) {
+                PyObject *obj = PyObject_Vectorcall(cls, vals, 0, kwnames);
+                result = obj ? Py_BuildValue("(Nn)", obj, in.end) : NULL;
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(vals[i]);
+    PyBuffer_Release(&view);
+    if (rc == 0) Py_RETURN_NONE;
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"encode", encode, METH_VARARGS, "Append an object's fields (optionally as a block) following a plan."},
+    {"decode_object", decode_object, METH_VARARGS, "Read one block into a new object following a plan, or None."},
+    {"decode_fields", decode_fields, METH_VARARGS, "Read a block of fields following a decode plan, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "wire._speedups", NULL, -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    str_name = PyUnicode_InternFromString("_name_");
+    if (!str_name) return NULL;
+    return PyModule_Create(&module);
+}

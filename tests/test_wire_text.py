@@ -388,3 +388,40 @@ def test_docs_examples_run() -> None:
             exec(compile(code, "docs/wire.md", "exec"), module.__dict__)
         finally:
             del sys.modules[module.__name__]
+
+
+_YAML_SAMPLES = [
+    "trade: { symbol: EURUSD, qty: 1000000 }\n---\nsay: hi\n",
+    "history: {\n  sources: [\n    1,\n    0x4d19\n  ]\n}\n",
+    "a:\n  - b: 1\n    c: [1, 'x''y', \"\\u20AC\"]\n  - !T x\n",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(_YAML_SAMPLES),
+    st.lists(st.tuples(st.integers(0, 200), st.sampled_from("{}[],:#!-'\"\\ \n\tx0.")), max_size=4),
+)
+def test_broken_yaml_only_raises_wire_error(sample: str, edits: list[tuple[int, str]]) -> None:
+    text = sample
+    for at, ch in edits:
+        at %= len(text) + 1
+        text = text[:at] + ch + text[at:]
+    try:
+        docs = from_yaml_all(text)
+    except WireError as exc:
+        assert "YAML line" in str(exc)  # errors say where
+    else:
+        assert isinstance(docs, list)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(min_size=1, max_size=40).map(lambda b: bytes([b[0] | 0x80]) + b[1:]))
+def test_random_bytes_only_raise_wire_error(body: bytes) -> None:
+    try:
+        rendered = render(body)
+    except WireError as exc:
+        assert str(exc)
+    else:
+        assert rendered.endswith("\n") or rendered == ""
+        json.dumps(json_value(body), allow_nan=False)  # renderable bodies are JSON-able too

@@ -589,6 +589,7 @@ typedef struct {
     int clock_mode; /* 0: system realtime vs [cycle_start_ms, cycle_end_ms); 1: ask Python each write */
     int64_t cycle_start_ms, cycle_end_ms;
     Py_ssize_t grow_at; /* a header at or past this position needs a bigger file (Java's chunk rule) */
+    Py_ssize_t alloc_end; /* disk blocks are reserved up to here (a full disk must not SIGBUS us) */
     /* cached end of the queue */
     int cache_valid;
     Py_ssize_t end_pos;
@@ -631,6 +632,7 @@ static PyObject *App_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->cycle_start_ms = INT64_MIN;
     self->cycle_end_ms = INT64_MAX;
     self->grow_at = PY_SSIZE_T_MAX;
+    self->alloc_end = PY_SSIZE_T_MAX;
     return (PyObject *)self;
 }
 
@@ -683,10 +685,11 @@ static PyObject *App_set_clock(AppenderObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *App_set_grow_at(AppenderObject *self, PyObject *arg) {
-    Py_ssize_t v = PyLong_AsSsize_t(arg);
-    if (v == -1 && PyErr_Occurred()) return NULL;
+static PyObject *App_set_grow_at(AppenderObject *self, PyObject *args) {
+    Py_ssize_t v, alloc = PY_SSIZE_T_MAX;
+    if (!PyArg_ParseTuple(args, "n|n", &v, &alloc)) return NULL;
     self->grow_at = v;
+    self->alloc_end = alloc;
     Py_RETURN_NONE;
 }
 
@@ -819,7 +822,7 @@ static Py_ssize_t index_doc_len(Py_ssize_t doc_pos, int64_t count) {
 
 /* Make sure [pos, need_end) is mapped and the file is Java-sized for a header at pos. */
 static int App_ensure_room(AppenderObject *self, Py_ssize_t pos, Py_ssize_t need_end) {
-    if (need_end <= self->g.size && pos < self->grow_at) return 0;
+    if (need_end <= self->g.size && pos < self->grow_at && need_end <= self->alloc_end) return 0;
     PyObject *r = PyObject_CallMethod((PyObject *)self, "_grow", "nn", pos, need_end);
     if (!r) return -1;
     Py_DECREF(r);
@@ -894,7 +897,7 @@ static int64_t App_put(AppenderObject *self, const char *data, Py_ssize_t len, i
                 }
             }
         }
-        if (need > g->size || pos >= self->grow_at) {
+        if (need > g->size || pos >= self->grow_at || need > self->alloc_end) {
             if (attempt > 2) {
                 raise_chronq("no room for a %zd-byte message at position %zd", len, pos);
                 return -1;
@@ -1114,7 +1117,7 @@ static PyMethodDef App_methods[] = {
     {"_detach", (PyCFunction)App_detach, METH_NOARGS, NULL},
     {"_set_lock", (PyCFunction)App_set_lock, METH_VARARGS, NULL},
     {"_set_clock", (PyCFunction)App_set_clock, METH_VARARGS, NULL},
-    {"_set_grow_at", (PyCFunction)App_set_grow_at, METH_O, NULL},
+    {"_set_grow_at", (PyCFunction)App_set_grow_at, METH_VARARGS, NULL},
     {"_lock", (PyCFunction)App_lock_py, METH_NOARGS, NULL},
     {"_unlock", (PyCFunction)App_unlock_py, METH_NOARGS, NULL},
     {"_end_position", (PyCFunction)App_end_position, METH_NOARGS, NULL},

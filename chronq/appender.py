@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Appender", "DocumentContext"]
 
+ALLOCATE_AHEAD = 1 << 20  # disk space reserved ahead of the write position, per slow-path call
+
 
 class DocumentContext:
     """An open document: bytes written here are published on a clean exit, dropped on an exception."""
@@ -116,8 +118,8 @@ class Appender(_native.AppenderCore):
     def _attach_file(self, cf: CycleFile) -> None:
         self._file = cf
         self._attach(*cf.geometry())
-        chunk, overlap = self._queue.chunk_and_overlap(cf.layout.index_count)
-        self._set_grow_at(cf.map.size - overlap if cf.map.size > overlap else cf.map.size)
+        self._alloc_end = cf.layout.header_end
+        self._set_limits(cf)
         rc, q = self._queue.roll_cycle, self._queue
         start, end = rc.cycle_start(cf.cycle, q.epoch), rc.cycle_end(cf.cycle, q.epoch)
         self._set_clock(not q.system_clock, start, end)
@@ -202,11 +204,30 @@ class Appender(_native.AppenderCore):
                 f"{cf.path}: a document of {need_end - pos - 12} bytes at position {pos} does not fit "
                 f"in the mapping overlap ({overlap} bytes); use a bigger block_size"
             )
-        if os.fstat(cf.fd).st_size < want:
-            os.ftruncate(cf.fd, want)
+        try:
+            if os.fstat(cf.fd).st_size < want:
+                os.ftruncate(cf.fd, want)
+        except OSError as e:
+            raise ChronqError(f"{cf.path}: cannot grow the cycle file to {want} bytes: {e}") from e
         cf.remap()
         self._attach(*cf.geometry())
-        self._set_grow_at(cf.map.size - overlap)
+        if need_end > self._alloc_end:
+            # reserve blocks ahead of the writer: on a full disk this fails here, not as SIGBUS in a store
+            ahead = min(cf.map.size, need_end + ALLOCATE_AHEAD)
+            exact = min(cf.map.size, -(-need_end // 4096) * 4096)
+            for end in (ahead, exact):
+                try:
+                    os.posix_fallocate(cf.fd, self._alloc_end, end - self._alloc_end)
+                    break
+                except OSError as e:
+                    if end == exact:
+                        raise ChronqError(f"{cf.path}: cannot reserve disk space up to {end}: {e}") from e
+            self._alloc_end = end
+        self._set_limits(cf)
+
+    def _set_limits(self, cf: CycleFile) -> None:
+        chunk, overlap = self._queue.chunk_and_overlap(cf.layout.index_count)
+        self._set_grow_at(cf.map.size - overlap if cf.map.size > overlap else cf.map.size, self._alloc_end)
 
     def _lock_contended(self) -> None:
         q = self._queue

@@ -223,7 +223,11 @@ class Queue:
                 if self.readonly:
                     raise ChronqError(f"{self.path}: cannot create cycle {cycle} in a read-only queue")
                 rc = self.roll_cycle
-                if create_cycle_file(path, rc, cycle, block_size=self.block_size):
+                try:
+                    created = create_cycle_file(path, rc, cycle, block_size=self.block_size)
+                except OSError as e:
+                    raise ChronqError(f"{path}: cannot create the cycle file: {e}") from e
+                if created:
                     assert self.table is not None
                     self.table.note_cycle(cycle)
                 self._refresh()

@@ -416,7 +416,7 @@ def _numeric_equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(values)
 def test_generic_round_trip(value: Any) -> None:
     got = decode(encode(value))
@@ -437,7 +437,7 @@ def _empty_containers_equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.floats(allow_nan=False))
 def test_float_compact_is_lossless(d: float) -> None:
     w = Writer()
@@ -446,7 +446,7 @@ def test_float_compact_is_lossless(d: float) -> None:
     assert got == d
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(ints64)
 def test_int_compact_is_lossless(v: int) -> None:
     w = Writer()

@@ -78,7 +78,7 @@ def _walk(data: bytes) -> None:
         pass
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=300))
 def test_random_bytes(data: bytes) -> None:
     _only_wire_errors(data)
@@ -86,7 +86,7 @@ def test_random_bytes(data: bytes) -> None:
 
 
 @pytest.mark.skipif(not BODIES, reason="Java-written vectors not found (../shared is absent)")
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_vector_bodies(data: st.DataObject) -> None:
     body = bytearray(data.draw(st.sampled_from(BODIES), label="body"))

@@ -284,3 +284,70 @@ def test_schema_evolution(
     got = decode(_bytes(old_cls, old), new_cls)
     for n, _ in spec:
         assert getattr(got, n) == (getattr(old, n) if n in old_types else defaults[n])
+
+
+# ----------------------------------------------------------------- C accelerator vs the Python reference
+
+needs_speedups = pytest.mark.skipif(marshal.speedups is None, reason="wire._speedups is not built")
+
+
+def _both_encoders(cls: Any) -> tuple[Any, Any]:
+    return marshal._fields_encoder(cls, native=True), marshal._fields_encoder(cls, native=False)
+
+
+def _both_decoders(cls: Any) -> tuple[Any, Any]:
+    native = marshal._structured_decoder(cls, marshal._fields_decoder(cls, native=True), native=True)
+    pure = marshal._structured_decoder(cls, marshal._fields_decoder(cls, native=False), native=False)
+    return native, pure
+
+
+class Numbers(msgspec.Struct):
+    i: int
+    f: float
+    s: str
+    b: bool
+    side: Side
+
+
+@needs_speedups
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(-(1 << 63), (1 << 63) - 1),
+    st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from([1.25, 0.001, -2.5, 1e-6, 1e10, 3.14159]),
+    st.text(max_size=40),
+    st.booleans(),
+    st.sampled_from(Side),
+)
+def test_c_encoder_matches_python_reference(i: int, f: float, s: str, b: bool, side: Side) -> None:
+    native, pure = _both_encoders(Numbers)
+    value = Numbers(i, f, s, b, side)
+    out_native, out_pure = bytearray(b"prefix"), bytearray(b"prefix")
+    native(out_native, value)
+    pure(out_pure, value)
+    assert out_native == out_pure
+    dec_native, dec_pure = _both_decoders(Numbers)
+    block = _bytes(Numbers, value)
+    got_native, got_pure = dec_native(Reader(block)), dec_pure(Reader(block))
+    assert got_native.i == got_pure.i and got_native.s == got_pure.s and got_native.side is got_pure.side
+    assert got_native.f == got_pure.f or (got_native.f != got_native.f and got_pure.f != got_pure.f)
+
+
+@needs_speedups
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_c_decoder_matches_python_reference_on_mutated_bytes(data: st.DataObject) -> None:
+    block = bytearray(
+        _bytes(Trade, Trade(1_705_312_800_123_456_789, "EURUSD", 1.0875, 10**6, Side.BUY, "al"))
+    )
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(block) - 1))
+        block[at] = data.draw(st.integers(0, 255))
+    outcomes = []
+    for decode_trade in _both_decoders(Trade):
+        r = Reader(bytes(block))
+        try:
+            outcomes.append((decode_trade(r), r.pos))
+        except WireError as e:
+            outcomes.append(("error", e.offset))
+    assert repr(outcomes[0]) == repr(outcomes[1])  # repr: NaN prices compare equal

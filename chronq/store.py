@@ -25,6 +25,7 @@ __all__ = [
     "DATA_FORMAT",
     "END_OF_DATA",
     "LENGTH_MASK",
+    "MAX_FIRST_HEADER",
     "META_DATA",
     "NOT_COMPLETE",
     "CycleRoll",
@@ -32,9 +33,13 @@ __all__ = [
     "StoreLayout",
     "align4",
     "create_cycle_file",
+    "cycle_file_prefix",
     "cycle_file_size",
     "documents",
+    "load32",
+    "load64",
     "read_layout",
+    "stop_header",
 ]
 
 LENGTH_MASK = 0x3FFF_FFFF

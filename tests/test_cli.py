@@ -159,8 +159,6 @@ def test_named_tailer_resumes(vectors: Path, tmp_path: Path) -> None:
     assert "index.newReader:" in run("dump", str(q / "metadata.cq4t")).stdout
 
 
-@pytest.mark.xfail(reason="chronq.tailer: a named tailer stored at the end index restarts from the start",
-                   strict=False)
 def test_named_tailer_at_the_end_waits_for_new_messages(tmp_path: Path) -> None:
     q = tmp_path / "q"
     run("append", str(q), stdin="a\nb\n")

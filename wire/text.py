@@ -343,7 +343,10 @@ def _value_node(r: Any, depth: int) -> Any:
         if arr.capacity == 2:  # int128forBinding (writePosition): Java shows just the pair
             return _Seq([str(v) for v in arr.values])
         return _Array(arr.values, arr.used)
-    return _scalar(r.read_value())
+    value = r.read_value()
+    if type(value) is HistoryBytes:  # a HISTORY_MESSAGE outside its usual length prefix
+        return _history_node(MessageHistory.from_payload(value.data))
+    return _scalar(value)
 
 
 def _scalar(v: Any) -> str:

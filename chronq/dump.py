@@ -52,8 +52,9 @@ def _files(path: Path) -> list[_File]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such queue, cycle file or table store")
     if path.is_file():
-        roll = _roll_of(find_table_store(path.parent)) if path.suffix == ".cq4" else None
-        return [_File(path, path.suffix == ".cq4t", roll)]
+        if path.suffix != ".cq4":
+            return [_File(path, True, None)]
+        return [_File(path, False, _roll_of(find_table_store(path.parent)) or _v4_roll(path))]
     table = find_table_store(path)
     cycles = [p for p in path.iterdir() if p.suffix == ".cq4" and p.is_file() and not p.name.startswith(".")]
     roll = _roll_of(table) or (_v4_roll(min(cycles)) if cycles else None)

@@ -221,3 +221,24 @@ def test_format_doc_examples_run() -> None:
     namespace: dict[str, object] = {}
     for block in blocks:
         exec(compile(block, "docs/format.md", "exec"), namespace)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(sorted(ROLL_CYCLES)), st.sampled_from([0, 4096, 100_000, 1 << 20, 64 << 20]))
+def test_every_cycle_creates_a_readable_file(name: str, block_size: int) -> None:
+    import tempfile
+
+    rc = ROLL_CYCLES[name]
+    with tempfile.TemporaryDirectory() as folder:
+        assert create_cycle_file(folder, rc, 19737, block_size=block_size)
+        path = Path(folder) / rc.file_name(19737)
+        chunk, overlap = cycle_file_size(block_size, rc.index_count)
+        assert path.stat().st_size == chunk + overlap and chunk % 4096 == 0
+        with path.open("rb") as f:
+            data = f.read(1 << 20)
+        layout = read_layout(data, path)
+        assert (layout.index_count, layout.index_spacing, layout.cycle_shift) == (
+            rc.index_count, rc.index_spacing, rc.cycle_shift)
+        docs = list(documents(data, layout.header_end, aligned=True, file=str(path)))
+        assert [d.position for d in docs] == [200, layout.index2index + 4 + docs[0].length]
+        assert stop_header(data, 200, aligned=True, file=str(path))[1] == 0

@@ -367,6 +367,8 @@ def _has_lossy(value: object) -> bool:
         return any(_has_lossy(v) for v in value)
     if isinstance(value, Typed):
         return _has_lossy(value.value)
+    if isinstance(value, str):  # Java does not quote text such as `true` or `NaN` in a dump
+        return from_yaml(f"k: {quote(value)}")["k"] != value
     return isinstance(value, (float, bytes)) or value == [] or value == {}
 
 

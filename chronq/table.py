@@ -179,7 +179,9 @@ class TableStore:
     """An open `metadata.cq4t` (or v4 `directory-listing.cq4t`). Use `TableStore.open`.
 
     `buffer` is the shared mapping and `value_offset(key)` the absolute offset of a value in it, for
-    code that CASes values directly (the appender's write lock).
+    code that CASes values directly (the appender's write lock). POSIX record locks belong to the
+    process and closing any descriptor of the file drops them, so keys are added under a process-wide
+    thread lock as well; do not close another handle of the same file while one adds a key.
     """
 
     def __init__(self, path: Path, fd: int, buf: mmap.mmap, readonly: bool) -> None:

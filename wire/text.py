@@ -892,20 +892,25 @@ def from_yaml_all(text: str) -> list[Any]:
     """
     docs: list[Any] = []
     chunk: list[str] = []
-    start = 0
+    start, tag = 0, ""
     for n, line in enumerate([*text.split("\n"), "---"]):
-        if _DOC_LINE.match(line):
-            body = "\n".join(chunk)
-            p = _Parser(body, start)
-            p.skip_blank()
-            if p.i < len(body):
-                docs.append(p.document())
-            chunk, start = [], n + 1
-            rest = line[3:].strip()
-            if line.startswith("---") and rest and not rest.startswith(("!!", "#")):
-                chunk.append(" " * 4 + rest)  # "--- value" on the separator line
-        else:
+        if not _DOC_LINE.match(line):
             chunk.append(line)
+            continue
+        body = "\n".join(chunk)
+        p = _Parser(body, start)
+        p.skip_blank()
+        if p.i < len(body) or tag:
+            value = p.document()
+            docs.append(Typed(tag, value) if tag else value)
+        chunk, start, tag = [], n + 1, ""
+        rest = line[3:].strip() if line.startswith("---") else ""
+        if rest.startswith("!") and not rest.startswith("!!"):  # "--- !Type" tags the document
+            tag, _, rest = rest[1:].partition(" ")
+            rest = rest.strip()
+        if rest and not rest.startswith(("!!", "#")):  # "--- value" on the separator line
+            chunk.append(" " * 4 + rest)
+            start = n
     return docs
 
 

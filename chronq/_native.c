@@ -1168,9 +1168,27 @@ typedef struct {
 
 static PyTypeObject ExcerptType;
 
+/* Excerpts die and are born once per iteration step: keep a few for reuse (like CPython's float freelist). */
+#define EX_FREELIST 64
+static ExcerptObject *ex_freelist[EX_FREELIST];
+static int ex_nfree = 0;
+
 static void Ex_dealloc(ExcerptObject *self) {
-    Py_XDECREF(self->map);
+    Py_CLEAR(self->map);
+    if (ex_nfree < EX_FREELIST && Py_IS_TYPE(self, &ExcerptType)) {
+        ex_freelist[ex_nfree++] = self;
+        return;
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static ExcerptObject *Ex_alloc(void) {
+    if (ex_nfree) {
+        ExcerptObject *ex = ex_freelist[--ex_nfree];
+        PyObject_Init((PyObject *)ex, &ExcerptType);
+        return ex;
+    }
+    return PyObject_New(ExcerptObject, &ExcerptType);
 }
 
 static Py_ssize_t ex_payload_len(ExcerptObject *self) {
@@ -1423,7 +1441,7 @@ static ExcerptObject *Tl_excerpt(TailerObject *self, Py_ssize_t max_refs) {
         Py_INCREF(ex);
         return ex;
     }
-    ex = PyObject_New(ExcerptObject, &ExcerptType);
+    ex = Ex_alloc();
     if (!ex) return NULL;
     Py_INCREF(self->g.map);
     ex->map = self->g.map;
@@ -1502,8 +1520,8 @@ static PyObject *Tl_finish(TailerObject *self, PyObject *Py_UNUSED(ignored)) {
 }
 
 static PyObject *Tl_iternext(TailerObject *self) {
-    /* the loop variable still holds the previous excerpt: reuse it when nobody else does */
-    PyObject *r = Tl_read_impl(self, 0, 1, 2);
+    /* the loop variable still holds the previous excerpt, so this allocates (from the freelist) */
+    PyObject *r = Tl_read_impl(self, 0, 1, 1);
     if (r == Py_None) {
         Py_DECREF(r);
         return NULL;

@@ -19,9 +19,8 @@ from chronq.errors import ChronqError, QueueLockedError
 from chronq.table import NORMALISED_EOFS_TO, UNLOCKED, WRITE_LOCK
 
 if TYPE_CHECKING:
-    from wire.binary import Writer
-
     from chronq.queue import CycleFile, Queue
+    from wire.binary import Writer
 
 __all__ = ["Appender", "DocumentContext"]
 
@@ -90,11 +89,12 @@ class Appender(_native.AppenderCore):
         if not metadata:
             dc.index = written
 
-    def write_document(self, value: object) -> int:
-        """Encode `value` with Chronicle BINARY wire (see `wire.binary.encode`) and append it."""
+    def write_document(self, fields: object) -> int:
+        """Append a self-describing document: a dict's items (or a registered object's fields) as
+        top-level BINARY wire fields, as Java's ``writeDocument(w -> w.write("msg").text(...))``."""
         from wire import binary
 
-        return int(self.write(binary.encode(value)))
+        return int(self.write(binary.encode_document(fields)))
 
     @property
     def queue(self) -> Queue:
@@ -137,8 +137,10 @@ class Appender(_native.AppenderCore):
                 return
             highest = max(q._fresh_cycles(), default=current)
             if highest <= current:
-                raise ChronqError(f"{q.file_for(current)}: cycle {current} is closed (EOF) but the clock "
-                                  f"says cycle {target}; cannot append")
+                raise ChronqError(
+                    f"{q.file_for(current)}: cycle {current} is closed (EOF) but the clock "
+                    f"says cycle {target}; cannot append"
+                )
             target = highest
         if current is not None and self._file is not None:
             self._write_eof(self._file)
@@ -226,7 +228,7 @@ class Appender(_native.AppenderCore):
         self._set_limits(cf)
 
     def _set_limits(self, cf: CycleFile) -> None:
-        chunk, overlap = self._queue.chunk_and_overlap(cf.layout.index_count)
+        _, overlap = self._queue.chunk_and_overlap(cf.layout.index_count)
         self._set_grow_at(cf.map.size - overlap if cf.map.size > overlap else cf.map.size, self._alloc_end)
 
     def _lock_contended(self) -> None:

@@ -45,12 +45,15 @@ class YieldingPauser:
 class SleepingPauser:
     """Spin, then yield, then sleep with a doubling back-off up to `max_sleep` seconds."""
 
-    def __init__(self, spins: int = 100, yields: int = 100, min_sleep: float = 20e-6, max_sleep: float = 0.02):
+    def __init__(
+        self, spins: int = 100, yields: int = 100, min_sleep: float = 20e-6, max_sleep: float = 0.02
+    ):
         self.spins = spins
         self.yields = yields
         self.min_sleep = min_sleep
         self.max_sleep = max_sleep
-        self.reset()
+        self._count = 0
+        self._sleep = min_sleep
 
     def pause(self) -> None:
         self._count += 1

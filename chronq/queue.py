@@ -6,6 +6,7 @@ cycles, keeps the table store in sync and answers questions about the whole queu
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import warnings
@@ -122,9 +123,11 @@ class Queue:
         self.epoch = epoch
         if stored is not None:
             rc = stored.roll_cycle()
-            if (rc.format, rc.length_ms) != (requested.format, requested.length_ms) and roll_cycle != "FAST_DAILY":
+            differs = (rc.format, rc.length_ms) != (requested.format, requested.length_ms)
+            if differs and roll_cycle != "FAST_DAILY":  # the default means "whatever the queue has"
                 warnings.warn(
-                    f"{self.path}: queue was created with roll cycle {rc.name}; using it instead of {requested.name}",
+                    f"{self.path}: queue was created with roll cycle {rc.name}; "
+                    f"using it instead of {requested.name}",
                     stacklevel=3,
                 )
             self.epoch = stored.epoch
@@ -154,10 +157,9 @@ class Queue:
                     self.on_released(key[0], cf.path)
             self._files.clear()
             if self.table is not None:
-                try:
+                # a tailer may still map a named position (BufferError); the OS frees it at exit
+                with contextlib.suppress(BufferError):
                     self.table.close()
-                except BufferError:  # a tailer still maps a named position; the OS frees it at exit
-                    pass
 
     @property
     def closed(self) -> bool:
@@ -168,7 +170,9 @@ class Queue:
             raise ChronqError(f"{self.path}: queue is closed")
 
     def __repr__(self) -> str:
-        return f"<chronq.Queue {str(self.path)!r} {self.roll_cycle.name}{' readonly' if self.readonly else ''}>"
+        return (
+            f"<chronq.Queue {str(self.path)!r} {self.roll_cycle.name}{' readonly' if self.readonly else ''}>"
+        )
 
     # -- cycles ----------------------------------------------------------------------------------------
     def cycle_now(self) -> int:
@@ -363,12 +367,10 @@ class Queue:
         return None if lo == total else index_of(lo)
 
     def dump(self) -> str:
-        """Chronicle-style text dump of the whole queue directory."""
-        from chronq import dump as _dump
+        """Chronicle-style text dump of the whole queue directory (see `chronq dump`)."""
+        from chronq.dump import dump_text
 
-        fn = getattr(_dump, "dump_text", None) or getattr(_dump, "dump")
-        out = fn(self.path)
-        return out if isinstance(out, str) else "".join(out)
+        return dump_text(self.path)
 
     def __iter__(self) -> Iterator[Any]:
         """Read every excerpt from the start (a fresh tailer)."""

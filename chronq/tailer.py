@@ -148,10 +148,9 @@ class Tailer(_native.TailerCore):
         if index < 0:
             return -1
         saved = (self._file, self._pos, self._seq) if self._map is not None else None
-        if self._cycle != cycle or self._map is None:
-            if not self._attach_cycle(cycle):
-                self._restore(saved)
-                return -1
+        if (self._cycle != cycle or self._map is None) and not self._attach_cycle(cycle):
+            self._restore(saved)
+            return -1
         r = int(self._seek(seq))
         if r in (0, 1):
             self._before_start = False
@@ -173,6 +172,7 @@ class Tailer(_native.TailerCore):
             self._detach()
             return
         cf, pos, seq = saved
+        assert cf is not None
         self._file = cf
         self._attach(*cf.geometry())
         self._set_position(pos, seq)

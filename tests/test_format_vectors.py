@@ -51,7 +51,16 @@ def expected_docs(folder: Path) -> list[Doc]:
         hx = hexline[len("# hex: ") :].split(" ")[0]
         header = int(m[5], 16)
         docs.append(
-            Doc(int(m[1], 16), int(m[2]), int(m[3]), int(m[4]), header, m[6] == "meta-data", hx, header & 0x3FFFFFFF)
+            Doc(
+                int(m[1], 16),
+                int(m[2]),
+                int(m[3]),
+                int(m[4]),
+                header,
+                m[6] == "meta-data",
+                hx,
+                header & 0x3FFFFFFF,
+            )
         )
     return docs
 
@@ -73,12 +82,27 @@ def test_every_document_reads_exactly(name: str) -> None:
         while (ex := t.read(metadata=True)) is not None:
             body = bytes(ex.payload) if ex.header != 1 else b"\x8f"
             got.append(
-                Doc(ex.index, ex.cycle, ex.seq, ex.position, ex.header, ex.metadata, body.hex(), ex.header & 0x3FFFFFFF)
+                Doc(
+                    ex.index,
+                    ex.cycle,
+                    ex.seq,
+                    ex.position,
+                    ex.header,
+                    ex.metadata,
+                    body.hex(),
+                    ex.header & 0x3FFFFFFF,
+                )
             )
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         assert (g.index, g.cycle, g.seq, g.position, g.header, g.metadata, g.length) == (
-            w.index, w.cycle, w.seq, w.position, w.header, w.metadata, w.length
+            w.index,
+            w.cycle,
+            w.seq,
+            w.position,
+            w.header,
+            w.metadata,
+            w.length,
         )
         assert g.hex_prefix.startswith(w.hex_prefix)
 
@@ -126,11 +150,17 @@ def test_roll_eof_crosses_the_gap(vectors: Path) -> None:
     with chronq.open(GENERATED / "fast_hourly_roll_eof", readonly=True) as q:
         got = [(ex.cycle, bytes(ex.payload)[-5:]) for ex in q.tailer()]
     assert got == [
-        (473698, b"h10 a"), (473698, b"h10 b"), (473699, b"h11 a"), (473699, b"h11 b"), (473701, b"h13 a")
+        (473698, b"h10 a"),
+        (473698, b"h10 b"),
+        (473699, b"h11 a"),
+        (473699, b"h11 b"),
+        (473701, b"h13 a"),
     ]
 
 
-def _write_like_java(path: Path, roll_cycle: str, messages: list[tuple[bytes, bool]], clock: FixedClock) -> None:
+def _write_like_java(
+    path: Path, roll_cycle: str, messages: list[tuple[bytes, bool]], clock: FixedClock
+) -> None:
     with chronq.open(path, roll_cycle=roll_cycle, clock=clock, block_size=BLOCK) as q:
         a = q.appender()
         for body, meta in messages:
@@ -176,7 +206,8 @@ def test_written_cycle_file_is_byte_identical_to_java(tmp_path: Path, name: str,
     theirs = java.read_bytes()
     if ours != theirs:
         diff = next(i for i in range(len(ours)) if ours[i] != theirs[i])
-        pytest.fail(f"{name}: first difference at offset {diff}: {ours[diff:diff+16].hex()} != {theirs[diff:diff+16].hex()}")
+        got, want = ours[diff : diff + 16].hex(), theirs[diff : diff + 16].hex()
+        pytest.fail(f"{name}: first difference at offset {diff}: {got} != {want}")
 
 
 def test_written_roll_files_match_java_with_eof(tmp_path: Path, vectors: Path) -> None:

@@ -46,7 +46,9 @@ def test_atomics_match_the_model(ops: list[tuple[object, ...]], init: bytes) -> 
     assert _native.cas64(real, 0, cur, 7) is True
 
 
-@pytest.mark.parametrize("name,args", [("load64", (4,)), ("load32", (2,)), ("store64", (12, 1)), ("cas32", (1, 0, 1))])
+@pytest.mark.parametrize(
+    "name,args", [("load64", (4,)), ("load32", (2,)), ("store64", (12, 1)), ("cas32", (1, 0, 1))]
+)
 def test_misaligned_offsets_are_rejected(name: str, args: tuple[int, ...]) -> None:
     with pytest.raises(ValueError, match="aligned"):
         getattr(_native, name)(bytearray(32), *args)

@@ -1,0 +1,249 @@
+"""Appender: indexes, document contexts, rolls, growth, locks — on real files and processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import chronq
+from chronq import _native
+from chronq.rollcycles import FixedClock
+from chronq.table import WRITE_LOCK
+from wire import binary
+
+BASE_MS = 1_705_312_800_000  # 2024-01-15T10:00:00Z, FAST_DAILY cycle 19737
+DAY_MS = 86_400_000
+FIRST = 19737 << 32
+
+
+def open_q(path: Path, **kw: object) -> chronq.Queue:
+    kw.setdefault("clock", FixedClock(BASE_MS))
+    kw.setdefault("block_size", 4096)
+    return chronq.open(path, **kw)  # type: ignore[arg-type]
+
+
+def read_all(q: chronq.Queue) -> list[tuple[int, bytes]]:
+    return [(ex.index, bytes(ex.payload)) for ex in q.tailer()]
+
+
+def test_indexes_are_consecutive_and_bodies_round_trip(tmp_path: Path) -> None:
+    bodies = [b"a", bytearray(b"bb"), memoryview(b"ccc"), b"", b"x" * 1000]
+    with open_q(tmp_path) as q:
+        a = q.appender()
+        assert a.last_index_appended == -1
+        got = [a.write(b) for b in bodies]
+        assert got == [FIRST + i for i in range(len(bodies))]
+        assert a.last_index_appended == got[-1]
+        assert read_all(q) == [(i, bytes(b)) for i, b in zip(got, bodies, strict=True)]
+
+
+def test_empty_message_is_one_padding_byte_on_disk(tmp_path: Path) -> None:
+    with open_q(tmp_path) as q:
+        q.appender().write(b"")
+        ex = q.tailer().read()
+        assert ex is not None and ex.header == 1 and bytes(ex.payload) == b"" and len(ex) == 0
+
+
+def test_write_many_continues_the_sequence(tmp_path: Path) -> None:
+    with open_q(tmp_path) as q:
+        a = q.appender()
+        a.write(b"first")
+        assert a.write_many(b"%d" % i for i in range(1000)) == 1000
+        assert a.last_index_appended == FIRST + 1000
+        got = read_all(q)
+        assert [i for i, _ in got] == [FIRST + i for i in range(1001)]
+        assert got[-1][1] == b"999"
+
+
+def test_write_many_rejects_non_buffers_after_writing_the_good_ones(tmp_path: Path) -> None:
+    with open_q(tmp_path) as q:
+        a = q.appender()
+        with pytest.raises(TypeError):
+            a.write_many([b"ok", 42])  # type: ignore[list-item]
+        assert read_all(q) == [(FIRST, b"ok")]
+        assert a.write(b"next") == FIRST + 1  # the lock was released
+
+
+def test_writing_document_knows_its_index_and_rolls_back(tmp_path: Path) -> None:
+    with open_q(tmp_path) as q:
+        a = q.appender()
+        with a.writing_document() as dc:
+            assert dc.index == FIRST
+            dc.write(b"hello ")
+            dc.write(b"world")
+        with pytest.raises(RuntimeError), a.writing_document() as dc:
+            dc.write(b"never published")
+            raise RuntimeError("boom")
+        with a.writing_document() as dc:
+            assert dc.index == FIRST + 1
+            dc.wire.field("msg")
+            dc.wire.text("Hello World")
+        assert read_all(q) == [
+            (FIRST, b"hello world"),
+            (FIRST + 1, bytes.fromhex("c36d7367eb48656c6c6f20576f726c64")),
+        ]
+
+
+def test_metadata_documents_take_no_sequence(tmp_path: Path) -> None:
+    with open_q(tmp_path) as q:
+        a = q.appender()
+        a.write(b"one")
+        with a.writing_document(metadata=True) as dc:
+            dc.write(b"meta")
+        a.write_meta(b"meta2")
+        assert a.write(b"two") == FIRST + 1
+        t = q.tailer()
+        seen = [
+            (ex.index, ex.metadata, bytes(ex.payload)) for ex in iter(lambda: t.read(metadata=True), None)
+        ]
+        user = [s for s in seen if s[2] in (b"one", b"meta", b"meta2", b"two")]
+        assert user == [
+            (FIRST, False, b"one"),
+            (FIRST + 1, True, b"meta"),
+            (FIRST + 1, True, b"meta2"),
+            (FIRST + 1, False, b"two"),
+        ]
+
+
+def test_write_document_is_java_compatible_wire(tmp_path: Path) -> None:
+    with open_q(tmp_path) as q:
+        q.appender().write_document({"msg": "Hello World"})
+        ex = q.tailer().read()
+        assert ex is not None
+        assert binary.decode_document(bytes(ex.payload)) == {"msg": "Hello World"}
+
+
+def test_roll_by_clock_writes_eof_and_tailer_crosses(tmp_path: Path) -> None:
+    clock = FixedClock(BASE_MS)
+    with open_q(tmp_path, clock=clock) as q:
+        a = q.appender()
+        a.write(b"day1")
+        clock.advance(2 * DAY_MS)  # a gap: no file for the day in between
+        assert a.write(b"day3") == (19739 << 32)
+        assert q.cycles() == [19737, 19739]
+        old = (tmp_path / "20240115F.cq4").read_bytes()
+        assert b"\x00\x00\x00\xc0\xc3EOF" in old
+        assert read_all(q) == [(FIRST, b"day1"), (19739 << 32, b"day3")]
+        assert q.table is not None and q.table.highest_cycle == 19739 and q.table.lowest_cycle == 19737
+
+
+def test_a_new_appender_closes_the_previous_cycle(tmp_path: Path) -> None:
+    clock = FixedClock(BASE_MS)
+    with open_q(tmp_path, clock=clock) as q:
+        q.appender().write(b"day1")
+    clock.advance(DAY_MS)
+    with open_q(tmp_path, clock=clock) as q:
+        q.appender().write(b"day2")
+    with chronq.open(tmp_path, readonly=True) as q:
+        assert [p for _, p in read_all(q)] == [b"day1", b"day2"]
+
+
+def test_clock_going_back_keeps_appending_to_the_newest_cycle(tmp_path: Path) -> None:
+    clock = FixedClock(BASE_MS + DAY_MS)
+    with open_q(tmp_path, clock=clock) as q:
+        a = q.appender()
+        a.write(b"new")
+        clock.set(BASE_MS)
+        assert a.write(b"still new") == (19738 << 32) + 1
+
+
+def test_file_grows_in_java_chunks_and_stays_readable(tmp_path: Path) -> None:
+    with open_q(tmp_path, roll_cycle="TEST4_DAILY") as q:
+        a = q.appender()
+        for i in range(3000):
+            a.write(b"%05d" % i * 8)
+        f = tmp_path / "20240115T4.cq4"
+        size = f.stat().st_size
+        assert size > 8192 and (size - 4096) % 4096 == 0
+        got = read_all(q)
+        assert len(got) == 3000 and got[-1][1] == b"02999" * 8
+
+
+def test_message_larger_than_the_overlap_is_refused_cleanly(tmp_path: Path) -> None:
+    with open_q(tmp_path, roll_cycle="TEST4_DAILY") as q:
+        a = q.appender()
+        a.write(b"small")
+        with pytest.raises(chronq.ChronqError, match="overlap"):
+            a.write(b"x" * 10_000)
+        assert a.write(b"after") == (19737 << 32) + 1
+        assert [p for _, p in read_all(q)] == [b"small", b"after"]
+
+
+def test_readonly_queue_has_no_appender(tmp_path: Path) -> None:
+    with open_q(tmp_path) as q:
+        q.appender().write(b"x")
+    with chronq.open(tmp_path, readonly=True) as q, pytest.raises(chronq.ChronqError, match="read-only"):
+        q.appender()
+
+
+def test_stored_roll_cycle_wins_with_a_warning(tmp_path: Path) -> None:
+    with open_q(tmp_path, roll_cycle="FAST_HOURLY") as q:
+        q.appender().write(b"x")
+    with pytest.warns(UserWarning, match="FAST_HOURLY"), open_q(tmp_path, roll_cycle="DAILY") as q:
+        assert q.roll_cycle.name == "FAST_HOURLY"
+
+
+def _lock_value(q: chronq.Queue) -> int:
+    assert q.table is not None
+    return _native.load64(q.table.buffer, q.table.value_offset(WRITE_LOCK))
+
+
+def test_lock_is_released_after_each_write(tmp_path: Path) -> None:
+    with open_q(tmp_path) as q:
+        q.appender().write(b"x")
+        assert _lock_value(q) == _native.UNLOCKED
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with open_q(tmp_path, lock_timeout=0.2) as q:
+        assert q.table is not None
+        q.table.set(WRITE_LOCK, dead.pid)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert q.appender().write(b"x") == FIRST
+        assert any("dead process" in str(x.message) for x in w)
+        assert _lock_value(q) == _native.UNLOCKED
+
+
+def test_lock_held_by_a_live_process_times_out(tmp_path: Path) -> None:
+    with open_q(tmp_path, lock_timeout=0.2) as q:
+        assert q.table is not None
+        q.table.set(WRITE_LOCK, os.getppid())
+        with pytest.raises(chronq.QueueLockedError, match=str(os.getppid())):
+            q.appender().write(b"x")
+        q.table.set(WRITE_LOCK, _native.UNLOCKED)
+        assert q.appender().write(b"y") == FIRST
+        assert read_all(q) == [(FIRST, b"y")]
+
+
+WRITER = """
+import sys, chronq
+from chronq.rollcycles import FixedClock
+with chronq.open(sys.argv[1], clock=FixedClock(int(sys.argv[2])), block_size=4096) as q:
+    a = q.appender()
+    for i in range(int(sys.argv[3])):
+        a.write(b"%s-%d" % (sys.argv[4].encode(), i))
+"""
+
+
+def test_two_processes_append_to_one_queue(tmp_path: Path) -> None:
+    n = 3000
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(BASE_MS), str(n), tag])
+        for tag in ("p", "q")
+    ]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    with chronq.open(tmp_path, readonly=True) as q:
+        got = read_all(q)
+    assert [i for i, _ in got] == [FIRST + i for i in range(2 * n)]
+    for tag in (b"p", b"q"):
+        mine = [p for _, p in got if p.startswith(tag + b"-")]
+        assert mine == [b"%s-%d" % (tag, i) for i in range(n)]  # each writer's order is kept

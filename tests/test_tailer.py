@@ -1,0 +1,224 @@
+"""Tailer: reading, seeking, directions, named positions, blocking reads and bad files."""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import chronq
+from chronq.rollcycles import FixedClock
+
+BASE_MS = 1_705_312_800_000
+DAY_MS = 86_400_000
+FIRST = 19737 << 32
+
+
+def open_q(path: Path, clock: FixedClock | None = None, **kw: object) -> chronq.Queue:
+    return chronq.open(path, clock=clock or FixedClock(BASE_MS), block_size=4096, **kw)  # type: ignore[arg-type]
+
+
+def filled(path: Path, n: int = 10, days: int = 1) -> chronq.Queue:
+    clock = FixedClock(BASE_MS)
+    q = open_q(path, clock)
+    a = q.appender()
+    for d in range(days):
+        clock.set(BASE_MS + d * DAY_MS)
+        for i in range(n):
+            a.write(b"d%d-%d" % (d, i))
+    return q
+
+
+def test_read_returns_none_at_the_end_then_sees_new_writes(tmp_path: Path) -> None:
+    with open_q(tmp_path) as q:
+        t = q.tailer()
+        assert t.read() is None
+        assert t.state == chronq.TailerState.UNINITIALISED
+        q.appender().write(b"one")
+        ex = t.read()
+        assert ex is not None and (ex.index, bytes(ex.payload), ex.cycle, ex.seq) == (FIRST, b"one", 19737, 0)
+        assert t.read() is None
+        with open_q(tmp_path) as other:  # a second, independent mapping of the same files
+            other.appender().write(b"two")
+        ex = t.read()
+        assert ex is not None and bytes(ex.payload) == b"two"
+
+
+def test_excerpts_are_reused_only_when_unreferenced(tmp_path: Path) -> None:
+    with filled(tmp_path) as q:
+        t = q.tailer()
+        first = id(t.read())
+        assert id(t.read()) == first  # the caller dropped it: the same object is refilled
+        kept = list(q.tailer())  # holding them forces fresh objects
+        assert len({id(ex) for ex in kept}) == 10
+        assert [bytes(ex.payload) for ex in kept] == [b"d0-%d" % i for i in range(10)]
+
+
+def test_payload_outlives_the_queue(tmp_path: Path) -> None:
+    q = filled(tmp_path)
+    ex = q.tailer().read()
+    assert ex is not None
+    view = ex.payload
+    q.close()
+    assert bytes(view) == b"d0-0" and ex.bytes() == b"d0-0"
+
+
+def test_move_to_index_everywhere(tmp_path: Path) -> None:
+    with filled(tmp_path, n=300, days=2) as q:
+        t = q.tailer()
+        for cycle in (19737, 19738):
+            for seq in (0, 1, 255, 256, 257, 299):
+                assert t.move_to_index((cycle << 32) + seq)
+                ex = t.read()
+                assert ex is not None and bytes(ex.payload) == b"d%d-%d" % (cycle - 19737, seq)
+        t.move_to_index(FIRST + 5)
+        assert not t.move_to_index(FIRST + 400)  # absent: position unchanged
+        assert not t.move_to_index(19800 << 32)
+        ex = t.read()
+        assert ex is not None and ex.index == FIRST + 5
+        assert not t.move_to_index((19738 << 32) + 300)  # just past the end: stays there for the next write
+        assert t.read() is None
+        assert t.index == (19738 << 32) + 300
+
+
+def test_to_start_to_end_and_move_to_cycle(tmp_path: Path) -> None:
+    with filled(tmp_path, n=3, days=2) as q:
+        t = q.tailer().to_end()
+        assert t.read() is None
+        q.appender().write(b"late")
+        ex = t.read()
+        assert ex is not None and bytes(ex.payload) == b"late"
+        t.to_start()
+        ex = t.read()
+        assert ex is not None and ex.index == FIRST
+        assert t.move_to_cycle(19738)
+        ex = t.read()
+        assert ex is not None and ex.index == 19738 << 32
+
+
+def test_backward_and_none_directions(tmp_path: Path) -> None:
+    with filled(tmp_path, n=3, days=2) as q:
+        t = q.tailer()
+        t.direction = chronq.Direction.BACKWARD
+        t.to_end()
+        got = [bytes(ex.payload) for ex in iter(t.read, None)]
+        assert got == [b"d1-2", b"d1-1", b"d1-0", b"d0-2", b"d0-1", b"d0-0"]
+        assert t.state == chronq.TailerState.BEFORE_START
+        t.direction = chronq.Direction.NONE
+        t.to_start()
+        a, b = t.read(), t.read()
+        assert a is not None and b is not None and a.index == b.index == FIRST
+
+
+def test_metadata_reads_report_the_next_data_index(tmp_path: Path) -> None:
+    with open_q(tmp_path) as q:
+        a = q.appender()
+        a.write(b"x")
+        a.write_meta(b"m")
+        t = q.tailer()
+        docs = [(ex.index, ex.metadata, ex.position) for ex in iter(lambda: t.read(metadata=True), None)]
+        assert docs == [
+            (FIRST, True, 0),
+            (FIRST, True, 200),
+            (FIRST, True, 33008),
+            (FIRST, False, 65808),
+            (FIRST + 1, True, 65816),
+        ]
+
+
+def test_named_tailer_persists_only_finished_documents(tmp_path: Path) -> None:
+    with filled(tmp_path, n=5) as q:
+        t = q.tailer("reader")
+        assert t.read() is not None and t.read() is not None
+        with pytest.raises(KeyError), t.reading_document() as ex:
+            assert ex is not None and bytes(ex.payload) == b"d0-2"
+            raise KeyError("handler failed")
+        with t.reading_document() as ex:  # the failed document comes again
+            assert ex is not None and bytes(ex.payload) == b"d0-2"
+    with open_q(tmp_path) as q:
+        t = q.tailer("reader")
+        assert t.index == FIRST + 3
+        ex = t.read()
+        assert ex is not None and bytes(ex.payload) == b"d0-3"
+        assert q.table is not None and q.table.get("index.reader") == FIRST + 4
+        ex = q.tailer("other").read()  # a new name starts at the beginning
+        assert ex is not None and ex.index == FIRST
+
+
+def test_wait_read_blocks_until_a_write(tmp_path: Path) -> None:
+    with open_q(tmp_path) as q:
+        t = q.tailer()
+        assert t.wait_read(timeout=0.05) is None
+
+        def later() -> None:
+            time.sleep(0.1)
+            with open_q(tmp_path) as w:
+                w.appender().write(b"woke")
+
+        th = threading.Thread(target=later)
+        th.start()
+        ex = t.wait_read(timeout=10, pauser=chronq.YieldingPauser())
+        th.join()
+        assert ex is not None and bytes(ex.payload) == b"woke"
+
+
+def test_tailer_follows_the_file_as_it_grows(tmp_path: Path) -> None:
+    with open_q(tmp_path, roll_cycle="TEST4_DAILY") as q:
+        a = q.appender()
+        t = q.tailer()
+        a.write(b"first")
+        assert t.read() is not None
+        mapped = t._map
+        assert mapped is not None
+        for i in range(2000):
+            a.write(b"%04d" % i * 10)
+        got = [bytes(ex.payload) for ex in t]
+        assert len(got) == 2000 and got[-1] == b"1999" * 10
+        assert t._map is not None and t._map.size > mapped.size
+
+
+def test_a_length_past_the_end_is_a_corrupt_queue_error(tmp_path: Path) -> None:
+    with filled(tmp_path, n=2) as q:
+        pass
+    f = tmp_path / "20240115F.cq4"
+    data = bytearray(f.read_bytes())
+    struct.pack_into("<I", data, 65808, 0x3FFF0000)  # first message claims ~1 GiB
+    f.write_bytes(data)
+    with chronq.open(tmp_path, readonly=True) as q:
+        with pytest.raises(chronq.CorruptQueueError, match=r"20240115F\.cq4") as e:
+            q.tailer().read()
+        assert e.value.position == 65808
+
+
+def test_readonly_open_never_writes(tmp_path: Path) -> None:
+    with filled(tmp_path, n=3) as q:
+        q.tailer("n").read()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with chronq.open(tmp_path, readonly=True) as q:
+        t = q.tailer("n")
+        assert [bytes(ex.payload) for ex in t] == [b"d0-1", b"d0-2"]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_bisect_on_an_ordered_queue(tmp_path: Path) -> None:
+    clock = FixedClock(BASE_MS)
+    with open_q(tmp_path, clock) as q:
+        a = q.appender()
+        for i in range(0, 1000, 2):
+            if i == 600:
+                clock.advance(DAY_MS)
+            a.write(struct.pack(">I", i))
+
+        def key(p: memoryview) -> int:
+            return int(struct.unpack(">I", p)[0])
+
+        idx = q.bisect(key, 601)
+        t = q.tailer()
+        assert idx is not None and t.move_to_index(idx)
+        ex = t.read()
+        assert ex is not None and key(ex.payload) == 602
+        assert q.bisect(key, 0) == FIRST
+        assert q.bisect(key, 5000) is None

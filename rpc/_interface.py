@@ -94,8 +94,8 @@ def _method(proto: type, name: str, fn: Callable[..., Any]) -> MethodSpec:
     where = f"{proto.__name__}.{name}"
     if typing.get_overloads(fn):
         raise TypeError(f"{where}: overloaded methods cannot be messages (one name, one signature)")
-    if keyword.iskeyword(name) or not name.isidentifier():
-        raise TypeError(f"{where}: not a usable method name")
+    if keyword.iskeyword(name) or not name.isidentifier() or not name.isascii():
+        raise TypeError(f"{where}: not a usable method name (events are ASCII identifiers)")
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except NameError as e:

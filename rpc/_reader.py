@@ -131,6 +131,7 @@ class MethodReader:
                     entry = _Entry(name, _decoder(m.params), m.chain)
                     self._entries[m.event] = entry
                 entry.targets.append(getattr(h, name))
+        self._by_name = {e.encode("latin-1"): v for e, v in self._entries.items() if isinstance(e, str)}
         self._chains: dict[type, dict[str | int, _Entry]] = {}
 
     def read_one(self) -> bool:
@@ -147,18 +148,25 @@ class MethodReader:
 
     def dispatch(self, payload: Any, index: int = 0) -> None:
         """Decode one document body and call the handlers; usable without a queue (replay tests)."""
-        history, pos = _codec.read_history(payload)
-        event, pos = _codec.event_at(payload, pos)
-        if event is None:
-            return
+        # inline fast path for the usual `B9 <short name>` start without history; the rest in _codec
+        k = payload[1] if len(payload) > 1 and payload[0] == 0xB9 else 0
+        if 0 < k < 0x80 and 2 + k <= len(payload) and (k != 7 or payload[2:9] != b"history"):
+            pos = 2 + k
+            history, event, entry = None, None, self._by_name.get(bytes(payload[2:pos]))
+        else:
+            history, pos = _codec.read_history(payload)
+            event, pos = _codec.event_at(payload, pos)
+            if event is None:
+                return
+            entry = self._entries.get(event)
         if self.source_id:
             history = _codec.add_source(history, self.source_id, index, self.clock())
-        entry = self._entries.get(event)
         if entry is None:
-            self.on_unknown(event, index)
+            self.on_unknown(str(payload[2:pos], "latin-1") if event is None else event, index)
             return
         saved = current.history
-        current.history = history
+        if history is not saved:
+            current.history = history
         try:
             args, pos = entry.decode(payload, pos)
             if entry.chain is None:
@@ -167,10 +175,11 @@ class MethodReader:
             else:
                 self._chain(payload, pos, entry, [t(*args) for t in entry.targets], index)
         except _codec.WireError as e:
-            e.add_note(f"while decoding event {event!r} of the document at index {index:#x}")
+            e.add_note(f"while decoding event {entry.name!r} of the document at index {index:#x}")
             raise
         finally:
-            current.history = saved
+            if history is not saved:
+                current.history = saved
 
     def _chain(self, payload: Any, pos: int, entry: _Entry, results: list[Any], index: int) -> None:
         """Continue a chained call (`a.b().c()` in one document) on what each handler returned."""

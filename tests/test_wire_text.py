@@ -432,3 +432,10 @@ def test_random_bytes_only_raise_wire_error(body: bytes) -> None:
     else:
         assert rendered.endswith("\n") or rendered == ""
         json.dumps(json_value(body), allow_nan=False)  # renderable bodies are JSON-able too
+
+
+def test_deep_type_prefix_chain_is_a_wire_error() -> None:
+    body = b"\xc1a" + b"\xb6\x00" * 3000 + b"\xa1\x01"
+    for fn in (render, json_value):
+        with pytest.raises(WireError, match="nesting"):
+            fn(body)

@@ -249,7 +249,7 @@ def _key_text(key: Any) -> str:
     return "? " + _fmt(_py_node(key), 0, True)
 
 
-def _history_node(h: Any) -> _Map:
+def _history_node(h: MessageHistory) -> _Map:
     items: list[Any] = []
     for source_id, index in h.sources:
         items += [str(source_id), f"0x{index & 0xFFFFFFFFFFFFFFFF:x}"]
@@ -310,7 +310,7 @@ def _value_node(r: Any, depth: int) -> Any:
         name = _read_utf8_payload(r)
         if not r.has_more():
             raise WireError(f"type prefix !{name} without a value", at)
-        inner = _value_node(r, depth)
+        inner = _value_node(r, depth + 1)  # +1 bounds chains of prefixes too
         if isinstance(inner, (_Map, _Seq)) and not inner.tag:
             inner.tag = name
             return inner
@@ -376,8 +376,8 @@ def render(body: Buffer) -> str:
     `looks_binary(body)` tells whether Java would try (it shows other bodies as raw text).
     """
     r = binary.Reader(body)
-    if not r.has_more() or r.peek_code() in _FIELD_STARTS or r.buf[r.pos] == binary.COMMENT:
-        r.pos = 0
+    if not r.has_more() or r.peek_code() in _FIELD_STARTS:
+        r.pos = 0  # back before any comments: the dump shows them
         return _top(_fields_node(r, -1))
     lines = []  # values without field names (rare): one per line
     while r.has_more():

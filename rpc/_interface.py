@@ -26,6 +26,7 @@ class MethodSpec:
     event: str | int
     params: tuple[tuple[str, Any], ...]
     chain: type | None
+    defaults: tuple[Any, ...] = ()  # of the trailing parameters, as a function's __defaults__
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ def _method(proto: type, name: str, fn: Callable[..., Any]) -> MethodSpec:
     except NameError as e:
         raise TypeError(f"{where}: annotation cannot be resolved ({e}); define types before use") from e
     params: list[tuple[str, Any]] = []
+    defaults: list[Any] = []
     for i, p in enumerate(inspect.signature(fn).parameters.values()):
         if i == 0:
             continue  # self
@@ -109,6 +111,8 @@ def _method(proto: type, name: str, fn: Callable[..., Any]) -> MethodSpec:
         if p.name not in hints:
             raise TypeError(f"{where}: parameter {p.name!r} needs a type annotation")
         params.append((p.name, hints[p.name]))
+        if p.default is not p.empty:
+            defaults.append(p.default)
     if "return" not in hints:
         raise TypeError(f"{where}: needs a return annotation (None, or a Protocol to chain to)")
     ret = hints["return"]
@@ -120,4 +124,4 @@ def _method(proto: type, name: str, fn: Callable[..., Any]) -> MethodSpec:
     else:
         raise TypeError(f"{where}: a message returns None or a Protocol to chain to, not {ret!r}")
     event: str | int = getattr(fn, "__rpc_method_id__", name)
-    return MethodSpec(name, event, tuple(params), chain)
+    return MethodSpec(name, event, tuple(params), chain, tuple(defaults))

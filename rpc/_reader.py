@@ -34,9 +34,12 @@ class _Entry:
     targets: list[Callable[..., Any]] = field(default_factory=list)
 
 
-def _decoder(params: Sequence[tuple[str, Any]]) -> Callable[[Any, int], tuple[tuple[Any, ...], int]]:
+def _decoder(
+    params: Sequence[tuple[str, Any]], defaults: tuple[Any, ...] = ()
+) -> Callable[[Any, int], tuple[tuple[Any, ...], int]]:
     """Arguments at `pos`: one value, a sequence of values, or (no parameters) one ignored value, as
-    spec 7.5 says; returns them with the position after them."""
+    spec 7.5 says; returns them with the position after them. A sequence shorter than the parameters
+    (an older writer) takes the trailing defaults; longer (a newer writer) has its extras ignored."""
     reader = _codec.reader_at
     if not params:
 
@@ -59,10 +62,21 @@ def _decoder(params: Sequence[tuple[str, Any]]) -> Callable[[Any, int], tuple[tu
         return single
     decs = [_codec.value_decoder(tp) for _, tp in params]
 
+    required = len(params) - len(defaults)
+
     def many(buf: Any, pos: int) -> tuple[tuple[Any, ...], int]:
         r = reader(buf, pos)
         s = _codec.enter_sequence(r)
-        return tuple(d(s) for d in decs), r.position
+        args = []
+        for d in decs:
+            if not s.has_more():
+                break
+            args.append(d(s))
+        if len(args) < len(decs):
+            if len(args) < required:
+                raise _codec.WireError(f"{len(args)} arguments where {required} are needed", pos)
+            args += defaults[len(args) - required :]
+        return tuple(args), r.position
 
     return many
 
@@ -87,13 +101,15 @@ def _spec_from_function(name: str, fn: Callable[..., Any]) -> MethodSpec:
         hints = typing.get_type_hints(fn)
     except NameError:
         hints = {}
-    params = tuple(
-        (p.name, hints.get(p.name, Any))
+    positional = [
+        p
         for i, p in enumerate(inspect.signature(fn).parameters.values())
         if i > 0 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)
-    )
+    ]
+    params = tuple((p.name, hints.get(p.name, Any)) for p in positional)
+    defaults = tuple(p.default for p in positional if p.default is not p.empty)
     ret = hints.get("return")
-    return MethodSpec(name, name, params, ret if is_protocol(ret) else None)
+    return MethodSpec(name, name, params, ret if is_protocol(ret) else None, defaults)
 
 
 class MethodReader:
@@ -128,7 +144,7 @@ class MethodReader:
             for name, m in _handler_specs(h, interfaces).items():
                 entry = self._entries.get(m.event)
                 if entry is None:
-                    entry = _Entry(name, _decoder(m.params), m.chain)
+                    entry = _Entry(name, _decoder(m.params, m.defaults), m.chain)
                     self._entries[m.event] = entry
                 entry.targets.append(getattr(h, name))
         self._by_name = {e.encode("latin-1"): v for e, v in self._entries.items() if isinstance(e, str)}
@@ -194,7 +210,7 @@ class MethodReader:
             table = self._chains.get(chain)
             if table is None:
                 methods = describe(chain).methods
-                table = {m.event: _Entry(m.name, _decoder(m.params), m.chain) for m in methods}
+                table = {m.event: _Entry(m.name, _decoder(m.params, m.defaults), m.chain) for m in methods}
                 self._chains[chain] = table
             step = table.get(event)
             if step is None:

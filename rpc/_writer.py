@@ -103,6 +103,9 @@ def _generate(proto: type, mode: str) -> type:
     exec(compile(source, filename, "exec"), namespace)
     cls: type = namespace[cls_name]
     cls.__module__ = proto.__module__
+    for m in spec.methods:
+        if m.defaults:
+            getattr(cls, m.name).__defaults__ = m.defaults
     return cls
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import rpc
 from rpc.testing import Recorder
+from wire import WireError
 from tests.rpc_support import Events, Message1, Message2, Recording, data_documents
 
 
@@ -196,3 +197,34 @@ def test_calls_round_trip_through_writer_and_reader(calls):
     for d in out.documents:
         r.dispatch(d)
     assert sink.got == calls
+
+
+class Versioned(Protocol):
+    def order(self, symbol: str, qty: int = 100, note: str = "") -> None: ...
+
+
+class OldVersioned(Protocol):
+    def order(self, symbol: str, qty: int) -> None: ...
+
+
+def test_defaults_fill_arguments_an_older_writer_did_not_send():
+    out = Recorder()
+    rpc.writer(out, Versioned).order("EURUSD")  # the writer sends every argument, defaults included
+    rpc.writer(out, OldVersioned).order("GBPUSD", 5)  # an older interface sends fewer
+    got: list[tuple[str, int, str]] = []
+
+    class Book:
+        def order(self, symbol: str, qty: int = 100, note: str = "") -> None:
+            got.append((symbol, qty, note))
+
+    r = rpc.MethodReader(None, Book(), interfaces=[Versioned])
+    for d in out.documents:
+        r.dispatch(d)
+    assert got == [("EURUSD", 100, ""), ("GBPUSD", 5, "")]
+
+    class Strict:
+        def say(self, a: str, b: int) -> None:
+            got.append((a, b, "?"))
+
+    with pytest.raises(WireError, match="arguments where 2 are needed"):
+        rpc.MethodReader(None, Strict()).dispatch(b"\xb9\x03say\x82\x02\x00\x00\x00\xe1x")

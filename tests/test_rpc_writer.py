@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import rpc
 from rpc.testing import Recorder
-from wire import WireError
 from tests.rpc_support import Events, Message1, Message2, Recording, data_documents
+from wire import WireError
 
 
 def java_calls(w: Events) -> None:

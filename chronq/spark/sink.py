@@ -85,8 +85,7 @@ class QueueWriter(DataSourceArrowWriter):
                 for part in staged:
                     with pa.OSFile(part.file, "rb") as source, pa.ipc.open_stream(source) as reader:
                         for batch in reader:
-                            for body in batch.column(0).to_pylist():
-                                appender.write(body)
+                            appender.write_many(batch.column(0).to_pylist())
         finally:
             self._clean()
 

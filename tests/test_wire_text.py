@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import math
 import re
@@ -9,6 +11,7 @@ import sys
 import types
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -290,8 +293,6 @@ def test_from_yaml_errors_name_the_line() -> None:
 
 
 def test_from_yaml_into_a_type() -> None:
-    import msgspec
-
     class Trade(msgspec.Struct):
         symbol: str
         qty: int
@@ -439,3 +440,28 @@ def test_deep_type_prefix_chain_is_a_wire_error() -> None:
     for fn in (render, json_value):
         with pytest.raises(WireError, match="nesting"):
             fn(body)
+
+
+class _Side(enum.Enum):
+    BUY = "BUY"
+    SELL = "SELL"
+
+
+@dataclasses.dataclass
+class _Leg:
+    venue: str
+    qty: int
+
+
+class _Order(msgspec.Struct):
+    id: int
+    side: _Side
+    legs: list[_Leg]
+    note: str = "true"
+
+
+def test_to_yaml_of_message_classes() -> None:
+    order = _Order(7, _Side.SELL, [_Leg("XLON", 3)])
+    text = to_yaml(order)
+    assert text == 'id: 7\nside: SELL\nlegs: [\n  {\n    venue: XLON,\n    qty: 3\n  }\n]\nnote: "true"\n'
+    assert from_yaml(text, _Order) == order

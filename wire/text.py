@@ -397,6 +397,8 @@ def _jsonable(v: Any) -> Any:
     t = type(v)
     if v is None or t is bool or t is str or t is int:
         return v
+    if isinstance(v, enum.Enum):
+        return v.name  # Chronicle writes enums by name
     if t is float:
         return v if math.isfinite(v) else java_double_to_string(v)
     if isinstance(v, int):  # Int64Hex, FieldNumber
@@ -421,8 +423,6 @@ def _jsonable(v: Any) -> Any:
     if t is HistoryBytes:
         h = MessageHistory.from_payload(v.data)
         return {"sources": [x for pair in h.sources for x in pair], "timings": h.timings}
-    if isinstance(v, enum.Enum):
-        return v.name
     try:
         return _jsonable(msgspec.to_builtins(v))
     except TypeError:
@@ -459,6 +459,8 @@ def to_json(body: Buffer) -> str:
 
 def _py_node(v: Any) -> Any:
     t = type(v)
+    if isinstance(v, enum.Enum):
+        return quote(v.name, for_reading=True)  # Chronicle writes enums by name
     if t is dict:
         return _Map([(_key_text_py(k), _py_node(x)) for k, x in v.items()])
     if t is list or t is tuple:
@@ -481,8 +483,6 @@ def _py_node(v: Any) -> Any:
         return str(int(v))
     if isinstance(v, (bool, int, bytes, TypeLiteral)) or v is None:
         return _scalar(v)
-    if isinstance(v, enum.Enum):
-        return _py_node(v.name)
     fields = _object_fields(v)
     if fields is not None:
         return _Map([(quote(k, for_reading=True), _py_node(x)) for k, x in fields])
@@ -490,18 +490,11 @@ def _py_node(v: Any) -> Any:
 
 
 def _float_for_reading(v: float) -> str:
+    """Java's text when it reads back exactly (its E-7 form may round), else all the digits."""
     s = java_double(v)
-    try:
-        same = float(s) == v or (math.isnan(v) and math.isnan(float(s)))
-    except ValueError:
-        same = False
-    return (
-        s
-        if same
-        else _plain_double(v)
-        if abs(v) < 1e15
-        else repr(v).replace("e", "E").replace("inf", "Infinity")
-    )
+    if math.isnan(v) or float(s) == v:
+        return s
+    return _plain_double(v) if abs(v) < 1e15 else repr(v).replace("e", "E")
 
 
 def _object_fields(v: Any) -> list[tuple[str, Any]] | None:

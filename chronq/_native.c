@@ -1546,6 +1546,29 @@ static PyObject *Tl_seek(TailerObject *self, PyObject *arg) {
     return PyLong_FromLong(r);
 }
 
+static PyObject *Tl_move_to_index(TailerObject *self, PyObject *arg) {
+    /* fast path in C for a forward tailer staying in its cycle; everything else is Python's _move() */
+    long long index = PyLong_AsLongLong(arg);
+    if (index == -1 && PyErr_Occurred()) return NULL;
+    if (self->g.map && self->direction == 1 && index >= 0 && (index >> self->g.shift) == self->g.cycle) {
+        Py_ssize_t pos;
+        int64_t seq = index & (((int64_t)1 << self->g.shift) - 1);
+        int r = seek_seq(&self->g, seq, &pos);
+        if (r == -2) return NULL;
+        if (r >= 0) {
+            self->pos = pos;
+            self->seq = seq;
+        }
+        return PyBool_FromLong(r == 1);
+    }
+    PyObject *r = PyObject_CallMethod((PyObject *)self, "_move", "O", arg);
+    if (!r) return NULL;
+    long v = PyLong_AsLong(r);
+    Py_DECREF(r);
+    if (v == -1 && PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(v == 1);
+}
+
 static PyObject *Tl_seek_end(TailerObject *self, PyObject *Py_UNUSED(ignored)) {
     /* move past the last complete document of the attached cycle: returns (seq, at_eof) */
     Geometry *g = &self->g;
@@ -1611,6 +1634,8 @@ static PyMethodDef Tl_methods[] = {
     {"_set_named", (PyCFunction)Tl_set_named, METH_VARARGS, NULL},
     {"_seek", (PyCFunction)Tl_seek, METH_O, NULL},
     {"_seek_end", (PyCFunction)Tl_seek_end, METH_NOARGS, NULL},
+    {"move_to_index", (PyCFunction)Tl_move_to_index, METH_O,
+     "move_to_index(index) -> bool: the next read() returns excerpt index (False: absent, or just past the end)"},
     {"_set_position", (PyCFunction)Tl_set_position, METH_VARARGS, NULL},
     {"_set_release", (PyCFunction)Tl_set_release, METH_O, NULL},
     {NULL}};

@@ -86,6 +86,7 @@ class Tailer(_native.TailerCore):
     @direction.setter
     def direction(self, d: Direction) -> None:
         self._direction = int(Direction(d))
+        self._before_start = False
 
     @property
     def state(self) -> TailerState:
@@ -133,13 +134,10 @@ class Tailer(_native.TailerCore):
         self._eof = bool(r and r[1])
         return self
 
-    def move_to_index(self, index: int) -> bool:
-        """Position so that the next `read()` returns excerpt `index`; False (position unchanged) if absent.
-
-        The index right after the last excerpt also returns False but leaves the tailer there, so the
-        next excerpt written is read next.
-        """
-        return self._move(index) == 1
+    # move_to_index(index) -> bool is native (chronq/_native.c): the next `read()` returns excerpt
+    # `index`; False (position unchanged) if absent. The index right after the last excerpt also
+    # returns False but leaves the tailer there, so the next excerpt written is read next. Other
+    # cycles and directions go through `_move`.
 
     def _move(self, index: int) -> int:
         """1: at excerpt `index`; 0: at the end where `index` will be written; -1: absent (unchanged)."""

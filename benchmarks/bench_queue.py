@@ -1,0 +1,290 @@
+"""Queue throughput, latency and reader memory, with baselines measured in the same run.
+
+Baselines: a naive pure-Python mmap log (struct + slice assignment) and sqlite3 in WAL mode.
+Run: ``python benchmarks/bench_queue.py [--n 1000000] [--latency-samples 200000] [--replay-mb 256]``.
+Numbers depend on the machine and its load; the ratios are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import random
+import sqlite3
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import chronq
+
+MSG = b"m" * 40
+HDR = struct.Struct("<I")
+
+
+def rate(n: int, fn: Callable[[], object]) -> float:
+    t = time.perf_counter()
+    fn()
+    return n / (time.perf_counter() - t)
+
+
+# -- baselines ---------------------------------------------------------------------------------------
+class NaiveLog:
+    """What one would write without chronq: length-prefixed records in an mmap, all in Python."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        with open(path, "wb") as f:
+            f.truncate(size)
+        self.f = open(path, "r+b")  # noqa: SIM115
+        self.m = mmap.mmap(self.f.fileno(), size)
+        self.pos = 0
+
+    def write(self, data: bytes) -> None:
+        pos, n = self.pos, len(data)
+        self.m[pos + 4 : pos + 4 + n] = data
+        HDR.pack_into(self.m, pos, n)
+        self.pos = pos + 4 + ((n + 3) & ~3)
+
+    def read_all(self) -> int:
+        m, pos, count = self.m, 0, 0
+        while True:
+            (n,) = HDR.unpack_from(m, pos)
+            if n == 0:
+                return count
+            _ = m[pos + 4 : pos + 4 + n]
+            pos += 4 + ((n + 3) & ~3)
+            count += 1
+
+
+def sqlite_db(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("pragma journal_mode=wal")
+    db.execute("pragma synchronous=off")
+    db.execute("create table q (i integer primary key, body blob)")
+    return db
+
+
+# -- chronq measurements ----------------------------------------------------------------------------
+def throughput(n: int, tmp: Path) -> list[tuple[str, float, float, float, str]]:
+    rows = []
+    naive = NaiveLog(tmp / "naive.log", (n * 2 + 10) * 48)
+    db = sqlite_db(tmp / "q.sqlite")
+    q = chronq.open(tmp / "q")
+    a = q.appender()
+    w = a.write
+
+    def chronq_loop() -> None:
+        for _ in range(n):
+            w(MSG)
+
+    def naive_loop() -> None:
+        nw = naive.write
+        for _ in range(n):
+            nw(MSG)
+
+    def sqlite_loop() -> None:
+        db.execute("begin")
+        ins = db.execute
+        for _ in range(n):
+            ins("insert into q(body) values (?)", (MSG,))
+        db.execute("commit")
+
+    c, b1, b2 = rate(n, chronq_loop), rate(n, naive_loop), rate(n, sqlite_loop)
+    rows.append(("append 40 B, Python loop", c, b1, b2, ">= 5 M/s"))
+
+    batch = [MSG] * n
+    c = rate(n, lambda: a.write_many(batch))
+
+    def naive_many() -> None:
+        for m in batch:
+            naive.write(m)
+
+    def sqlite_many() -> None:
+        db.execute("begin")
+        db.executemany("insert into q(body) values (?)", ((m,) for m in batch))
+        db.execute("commit")
+
+    rows.append(("write_many 40 B", c, rate(n, naive_many), rate(n, sqlite_many), ">= 15 M/s"))
+    total = 2 * n
+
+    t = q.tailer()
+    r = t.read
+
+    def chronq_read() -> None:
+        while r() is not None:
+            pass
+
+    def sqlite_read() -> None:
+        for _ in db.execute("select i, body from q"):
+            pass
+
+    c = rate(total, chronq_read)
+    rows.append(
+        ("sequential read()", c, rate(total, naive.read_all), rate(total * 2, sqlite_read), ">= 8 M/s")
+    )
+
+    def chronq_iter() -> None:
+        for _ in q.tailer():
+            pass
+
+    rows.append(("for ex in tailer", rate(total, chronq_iter), rows[-1][2], rows[-1][3], ">= 15 M/s"))
+
+    first = q.first_index
+    assert first is not None
+    picks = [first + random.randrange(total) for _ in range(100_000)]
+    t2 = q.tailer()
+    mv, rd = t2.move_to_index, t2.read
+
+    def chronq_seek() -> None:
+        for i in picks:
+            mv(i)
+            rd()
+
+    def sqlite_seek() -> None:
+        get = db.execute
+        for i in picks:
+            get("select body from q where i = ?", (i - first + 1,)).fetchone()
+
+    c = rate(len(picks), chronq_seek)
+    rows.append(("move_to_index + read", c, float("nan"), rate(len(picks), sqlite_seek), "<= 1 us"))
+    q.close()
+    db.close()
+    return rows
+
+
+LATENCY_READER = r"""
+import sys, time, struct, chronq
+q = chronq.open(sys.argv[1], readonly=True)
+n = int(sys.argv[2])
+t = q.tailer().to_end()
+read, now = t.read, time.perf_counter_ns
+out = []
+sys.stdout.write("ready\n"); sys.stdout.flush()
+while len(out) < n:
+    ex = read()
+    if ex is None:
+        continue
+    out.append(now() - struct.unpack_from("<q", ex.payload)[0])
+out.sort()
+pick = lambda p: out[min(len(out) - 1, int(p * len(out)))]
+print(pick(0.5), pick(0.99), pick(0.999), out[-1])
+"""
+
+
+def latency(samples: int, tmp: Path, rate_hz: int = 100_000) -> tuple[int, int, int, int]:
+    """One-way latency writer -> busy-spinning reader in another process (CLOCK_MONOTONIC stamps)."""
+    path = tmp / "lat"
+    with chronq.open(path) as q:
+        q.appender().write(struct.pack("<q", 0) + b"w" * 32)  # create the cycle before the reader starts
+    reader = subprocess.Popen(
+        [sys.executable, "-c", LATENCY_READER, str(path), str(samples)], stdout=subprocess.PIPE, text=True
+    )
+    assert reader.stdout is not None
+    reader.stdout.readline()
+    with chronq.open(path) as q:
+        w = q.appender().write
+        now = time.perf_counter_ns
+        pad = b"p" * 32
+        period = 1_000_000_000 // rate_hz
+        nxt = now()
+        w(struct.pack("<q", now()) + pad)  # the reader skips the first (it read the warm-up one)
+        for _ in range(samples):
+            while now() < nxt:
+                pass
+            nxt += period
+            w(struct.pack("<q", now()) + pad)
+        out, _ = reader.communicate(timeout=120)
+    p50, p99, p999, worst = (int(x) for x in out.split())
+    return p50, p99, p999, worst
+
+
+RSS_READER = r"""
+import sys, chronq
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) // 1024
+q = chronq.open(sys.argv[1], readonly=True)
+t = q.tailer()
+if sys.argv[2] == "1":
+    t.release_pages_every(8 << 20)
+marks, n, start = [], 0, rss()
+for ex in t:
+    n += 1
+    if n % 8_192 == 0:
+        marks.append(rss())
+print(start, max(marks or [start]), rss(), n)
+"""
+
+
+def replay_rss(mb: int, tmp: Path) -> list[tuple[str, int, int, int, int]]:
+    path = tmp / "big"
+    body = b"r" * 1020
+    with chronq.open(path) as q:
+        a = q.appender()
+        chunk = [body] * 1024
+        for _ in range(mb):
+            a.write_many(chunk)
+    out = []
+    for release in ("0", "1"):
+        r = subprocess.run(
+            [sys.executable, "-c", RSS_READER, str(path), release], capture_output=True, text=True
+        )
+        start, peak, end, n = (int(x) for x in r.stdout.split())
+        out.append(
+            ("release_pages_every(8 MiB)" if release == "1" else "plain iteration", start, peak, end, n)
+        )
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--n", type=int, default=1_000_000, help="messages per throughput run")
+    p.add_argument("--latency-samples", type=int, default=200_000)
+    p.add_argument("--latency-rate", type=int, default=100_000, help="messages per second in the latency run")
+    p.add_argument(
+        "--replay-mb", type=int, default=256, help="queue size for the RSS test (use 4096+ for GBs)"
+    )
+    p.add_argument("--skip", default="", help="comma list of: throughput,latency,rss")
+    args = p.parse_args()
+    skip = set(args.skip.split(","))
+    with tempfile.TemporaryDirectory(prefix="chronq-bench-") as d:
+        tmp = Path(d)
+        if "throughput" not in skip:
+            print(f"\n## Throughput ({args.n:,} x 40 B messages; rates in messages/s)\n")
+            print(
+                "| operation | chronq | naive mmap log | sqlite WAL | chronq/naive | chronq/sqlite | target |"
+            )
+            print("|---|---:|---:|---:|---:|---:|---|")
+            for name, c, b1, b2, target in throughput(args.n, tmp):
+                if target.startswith("<="):
+                    shown = f"{1e9 / c:,.0f} ns/op"
+                    sq = f"{1e9 / b2:,.0f} ns/op"
+                    print(f"| {name} | {shown} | - | {sq} | - | {c / b2:.1f}x | {target} |")
+                else:
+                    print(
+                        f"| {name} | {c / 1e6:.2f} M | {b1 / 1e6:.2f} M | {b2 / 1e6:.2f} M | "
+                        f"{c / b1:.1f}x | {c / b2:.1f}x | {target} |"
+                    )
+        if "latency" not in skip:
+            p50, p99, p999, worst = latency(args.latency_samples, tmp, args.latency_rate)
+            print(
+                f"\n## One-way latency, 2 processes, 40 B at {args.latency_rate:,} msg/s, "
+                f"{args.latency_samples:,} samples (busy-spinning reader)\n"
+            )
+            print("| p50 | p99 | p99.9 | max |\n|---:|---:|---:|---:|")
+            print(f"| {p50 / 1e3:.1f} us | {p99 / 1e3:.1f} us | {p999 / 1e3:.1f} us | {worst / 1e3:.0f} us |")
+        if "rss" not in skip:
+            print(f"\n## Reader RSS while replaying a {args.replay_mb} MiB queue (MiB)\n")
+            print("| reader | RSS at start | peak during | at end | excerpts |\n|---|---:|---:|---:|---:|")
+            for name, start, peak, end, n in replay_rss(args.replay_mb, tmp):
+                print(f"| {name} | {start} | {peak} | {end} | {n:,} |")
+    print(f"\n(load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +36,12 @@ class Rollback(Exception):
 class TailerModel:
     next: int  # forward: the first index it may return; backward: the last
     backward: bool = False
+
+
+def stored(payload: bytes) -> bytes:
+    """What a tailer returns for `payload`: the format writes an empty body as the one padding byte 0x8F
+    (spec 1), so a message that *is* that byte cannot be told from an empty one and reads back empty."""
+    return b"" if payload == b"\x8f" else payload
 
 
 def payloads() -> st.SearchStrategy[bytes]:
@@ -93,7 +100,7 @@ class QueueMachine(RuleBasedStateMachine):
     def append(self, payload: bytes) -> None:
         expected = self.next_index()
         assert self.appender.write(payload) == expected
-        self.entries.append((expected, payload))
+        self.entries.append((expected, stored(payload)))
 
     @rule(payload=payloads(), pieces=st.integers(1, 3))
     def append_document(self, payload: bytes, pieces: int) -> None:
@@ -103,7 +110,7 @@ class QueueMachine(RuleBasedStateMachine):
             for at in range(0, len(payload), step):
                 dc.write(payload[at : at + step])
             assert dc.index == expected
-        self.entries.append((expected, payload))
+        self.entries.append((expected, stored(payload)))
 
     @rule(payload=payloads())
     def append_rolled_back(self, payload: bytes) -> None:
@@ -210,7 +217,7 @@ class QueueMachine(RuleBasedStateMachine):
 
 
 QueueMachine.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=50, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_queue_against_list_model = QueueMachine.TestCase
 
@@ -220,6 +227,21 @@ class LongQueueMachine(QueueMachine):
 
 
 LongQueueMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=500, stateful_step_count=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_queue_against_list_model_long = pytest.mark.slow(LongQueueMachine.TestCase)
+
+
+def test_named_tailer_resumes_after_the_last_excerpt_of_a_rolled_cycle(tmp_path: Path) -> None:
+    """Found by the model: the stored position is one past the end of a cycle closed by a roll."""
+    clock = FixedClock(BASE_MS)
+    with chronq.open(tmp_path, clock=clock) as q:
+        a = q.appender()
+        first = a.write(b"a")
+        clock.advance(DAY_MS)
+        second = a.write(b"b")
+        ex = q.tailer("n").read()
+        assert ex is not None and ex.index == first
+    with chronq.open(tmp_path, clock=clock) as q:
+        ex = q.tailer("n").read()
+        assert ex is not None and (ex.index, bytes(ex.payload)) == (second, b"b"), "re-read or skipped"

@@ -82,6 +82,25 @@ def test_fieldless_is_positional_and_smallest() -> None:
     assert b"symbol" in WireType.MSGSPEC.encode(t) and b"symbol" in WireType.BINARY.encode(t)
 
 
+def test_fieldless_nests_positionally() -> None:
+    book = Book("b", [Order(1, [Leg("X", 2)])])
+    assert msgspec.msgpack.decode(WireType.FIELDLESS_BINARY.encode(book)) == [
+        "b",
+        [[1, [["X", 2]], "BUY", None]],
+    ]
+
+
+class Node(msgspec.Struct):
+    value: int
+    children: list[Node] = []
+
+
+def test_fieldless_rejects_self_referencing_classes() -> None:
+    with pytest.raises(WireError, match="self-referencing"):
+        WireType.FIELDLESS_BINARY.encode(Node(1))
+    assert WireType.MSGSPEC.decode(WireType.MSGSPEC.encode(Node(1, [Node(2)])), Node) == Node(1, [Node(2)])
+
+
 # ---------------------------------------------------------------- schema evolution
 
 

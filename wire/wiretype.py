@@ -116,30 +116,38 @@ def _dto_fields(tp: Any) -> list[tuple[str, Any, Any, Any]] | None:
 
 
 _mirrors: dict[Any, Any] = {}
+_BUILDING = object()
 
 
 def _mirror(tp: Any) -> Any:
     """`tp` with every message class inside it replaced by an `array_like` Struct of the same fields."""
-    if tp in _mirrors:
-        return _mirrors[tp]
+    known = _mirrors.get(tp)
+    if known is _BUILDING:
+        raise WireError(f"FIELDLESS_BINARY cannot encode the self-referencing class {_type_name(tp)}")
+    if known is not None:
+        return known
     fields = _dto_fields(tp)
     if fields is not None:
-        if isinstance(tp, type) and issubclass(tp, msgspec.Struct) and tp.__struct_config__.array_like:
-            _mirrors[tp] = tp  # already positional
+        _mirrors[tp] = _BUILDING
+        try:
+            mirrored = [(name, _mirror(ftype), default, factory) for name, ftype, default, factory in fields]
+        finally:
+            del _mirrors[tp]
+        unchanged = all(m[1] is f[1] for m, f in zip(mirrored, fields, strict=True))
+        if unchanged and issubclass(tp, msgspec.Struct) and tp.__struct_config__.array_like:
+            _mirrors[tp] = tp  # already positional all the way down
             return tp
-        name = f"{tp.__name__}__fieldless"
-        placeholder = msgspec.defstruct(name, [])  # breaks recursion for self-referencing classes
-        _mirrors[tp] = placeholder
         spec: list[tuple[Any, ...]] = []
-        for fname, ftype, default, factory in fields:
-            mt = _mirror(ftype)
+        for name, mt, default, factory in mirrored:
             if factory is not msgspec.NODEFAULT:
-                spec.append((fname, mt, msgspec.field(default_factory=factory)))
+                spec.append((name, mt, msgspec.field(default_factory=factory)))
             elif default is not msgspec.NODEFAULT:
-                spec.append((fname, mt, default))
+                spec.append((name, mt, default))
             else:
-                spec.append((fname, mt))
-        result: Any = msgspec.defstruct(name, spec, array_like=True, kw_only=True, gc=False)
+                spec.append((name, mt))
+        result: Any = msgspec.defstruct(
+            f"{tp.__name__}__fieldless", spec, array_like=True, kw_only=True, gc=False
+        )
         _mirrors[tp] = result
         return result
     origin, args = typing.get_origin(tp), typing.get_args(tp)

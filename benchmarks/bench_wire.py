@@ -69,7 +69,16 @@ def rows(seconds: float) -> list[tuple[str, float, float]]:
         encode_trade(b, TRADE)
         return bytes(b)
 
+    reused = bytearray()
+
+    def binary_encode_reused() -> None:  # what a method writer does: append to a reusable buffer
+        reused.clear()
+        encode_trade(reused, TRADE)
+
     def binary_decode() -> Trade:
+        return binary.decode(data, type=Trade)  # type: ignore[no-any-return]
+
+    def binary_decode_reader() -> Trade:  # what a method reader does: read from a Reader
         return decode_trade(binary.Reader(data))  # type: ignore[no-any-return]
 
     mp_encoder = msgspec.msgpack.Encoder()
@@ -80,8 +89,10 @@ def rows(seconds: float) -> list[tuple[str, float, float]]:
     return [
         ("msgspec.msgpack encode (baseline)", base_enc, 1.0),
         ("msgspec.msgpack decode (baseline)", base_dec, 1.0),
-        ("BINARY encode", (r := rate(binary_encode, seconds)), r / base_enc),
-        ("BINARY decode", (r := rate(binary_decode, seconds)), r / base_dec),
+        ("BINARY encode -> bytes", (r := rate(binary_encode, seconds)), r / base_enc),
+        ("BINARY encode into reused buffer", (r := rate(binary_encode_reused, seconds)), r / base_enc),
+        ("BINARY decode(bytes, type=Trade)", (r := rate(binary_decode, seconds)), r / base_dec),
+        ("BINARY decoder_for(Trade)(Reader)", (r := rate(binary_decode_reader, seconds)), r / base_dec),
         *wiretype_rows(seconds, base_enc, base_dec),
     ]
 

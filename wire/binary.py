@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from wire import _javatime
+from wire import _javatime, registry
 from wire.errors import WireError
 from wire.types import EventName, FieldNumber, HistoryBytes, Int64Array, Int64Hex, Typed, TypeLiteral
 
@@ -165,11 +165,17 @@ def _stop_float(out: bytearray, d: float, l6: int, as_float32: bool) -> bool:
 # ---------------------------------------------------------------- encoding onto a bytearray
 def put_field(b: bytearray, name: str) -> None:
     """A field name: FIELD_NAME0..31, FIELD_NAME_ANY for longer names, and FIELD_NUMBER for a
-    decimal name such as "123" (Java's `write(CharSequence)` does the same)."""
-    if name[:1].isdigit() and name.isdigit() and str(int(name)) == name and int(name) <= _INT64_MAX:
-        b.append(FIELD_NUMBER)
-        write_stop_bit(b, int(name))
-        return
+    decimal name such as "123" (Java's `write(CharSequence)` does the same, so "007" becomes 7)."""
+    if name[:1].isdigit() and len(name) < 32 and name.isdigit():
+        # Java: a short name starting with a digit that parses as an int is written as its number
+        try:
+            number = int(name)
+        except ValueError:  # digits int() does not take, such as superscripts
+            number = None
+        if number is not None and number < 1 << 31:
+            b.append(FIELD_NUMBER)
+            write_stop_bit(b, number)
+            return
     data = _latin1(name)
     n = len(data)
     if n < 32:
@@ -634,8 +640,6 @@ def _write_value(w: Writer, v: Any, depth: int) -> None:
     elif t is FieldNumber:
         w.int_compact(v)
     else:
-        from wire import marshal
-
         marshal.write_object(w, v)
 
 
@@ -1004,13 +1008,9 @@ class Reader:
             self.depth -= 1
 
     def _typed(self, name: str, at: int) -> Any:
-        from wire import registry
-
         cls = registry.lookup(name)
         if cls is None:
             return Typed(name, self._nested(Reader.read_value))
-        from wire import marshal
-
         return self._nested(marshal.decoder_for(cls))
 
     def _block_value(self) -> Any:
@@ -1075,8 +1075,6 @@ def encode_document(fields: dict[Any, Any] | Any) -> bytes:
     if isinstance(fields, dict):
         _write_fields(w, fields, 0)
     else:
-        from wire import marshal
-
         marshal.write_fields(w, fields)
     return bytes(w.buffer)
 
@@ -1087,13 +1085,10 @@ def decode(data: Any, type: Any = None) -> Any:
     With `type`, the value is converted to it (see `wire.marshal`): fields matched by name, unknown
     fields skipped, missing ones defaulted. Trailing bytes are an error.
     """
-    r = Reader(data)
     if type is not None:
-        from wire import marshal
-
-        value = marshal.decoder_for(type)(r)
-    else:
-        value = r.read_value()
+        return marshal.decode_bytes(data, type)
+    r = Reader(data)
+    value = r.read_value()
     if r.has_more():
         raise WireError(f"{r.remaining} trailing bytes after the value", r.pos)
     return value
@@ -1103,8 +1098,6 @@ def decode_document(data: Any, type: Any = None) -> Any:
     """A document body (sequence of fields) as an ordered dict, or as `type` matched by field name."""
     r = Reader(data)
     if type is not None:
-        from wire import marshal
-
         return marshal.fields_decoder_for(type)(r)
     return r.read_document()
 
@@ -1115,13 +1108,13 @@ Decoder = Callable[[Reader], Any]
 
 def encoder_for(tp: Any) -> Encoder:
     """A compiled function appending `tp`'s marshallable form (`82 len fields`) to a bytearray."""
-    from wire import marshal
-
     return marshal.encoder_for(tp)
 
 
 def decoder_for(tp: Any) -> Decoder:
     """A compiled function reading one `tp` value from a Reader."""
-    from wire import marshal
-
     return marshal.decoder_for(tp)
+
+
+# marshal builds on this module (it imports binary), so it can only be bound once binary is complete.
+from wire import marshal  # noqa: E402

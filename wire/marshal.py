@@ -82,7 +82,22 @@ def _hints(cls: type[Any]) -> dict[str, Any]:
 
 
 def _fields(cls: type[Any]) -> list[_Field] | None:
-    """The fields of a structured class, or None if `cls` is not one."""
+    """The fields of a structured class, or None if `cls` is not one (cached: introspection is slow)."""
+    try:
+        return _field_cache[cls]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable annotations such as some typing constructs
+        return None
+    fields = _introspect(cls)
+    _field_cache[cls] = fields
+    return fields
+
+
+_field_cache: dict[Any, list[_Field] | None] = {}
+
+
+def _introspect(cls: type[Any]) -> list[_Field] | None:
     try:
         import msgspec
     except ImportError:  # pragma: no cover - msgspec is a dependency
@@ -353,18 +368,27 @@ def write_object(w: Writer, v: Any) -> None:
     alias = registry.alias_of(cls)
     if alias is not None:
         w.type_prefix(alias)
-    if isinstance(v, enum.Enum):
-        w.text(v.name)
-    elif _is_structured(cls):
-        encoder_for(cls)(w.buffer, v)
-    elif isinstance(v, Decimal):
-        w.text(str(v))
-    elif isinstance(v, set | frozenset):
-        _value_writer(list)(w.buffer, v)
-    elif isinstance(v, bool | int | float | str | list | tuple | dict | bytes) or v is None:
-        binary._write_value(w, _plain(v), 0)
-    else:
-        raise TypeError(f"cannot encode {cls.__qualname__} values; register it or use a supported type")
+    write = _object_writers.get(cls)
+    if write is None:
+        write = _object_writers[cls] = _object_writer(cls)
+    write(w.buffer, v)
+
+
+_object_writers: dict[type[Any], Encoder] = {}
+
+
+def _object_writer(cls: type[Any]) -> Encoder:
+    if issubclass(cls, enum.Enum):
+        return lambda b, v: binary.put_text(b, v.name)
+    if _is_structured(cls):
+        return encoder_for(cls)
+    if issubclass(cls, Decimal):
+        return lambda b, v: binary.put_text(b, str(v))
+    if issubclass(cls, set | frozenset):
+        return _value_writer(list)
+    if issubclass(cls, bool | int | float | str | list | tuple | dict | bytes):
+        return lambda b, v: binary._write_value(Writer.over(b), _plain(v), 0)
+    raise TypeError(f"cannot encode {cls.__qualname__} values; register it or use a supported type")
 
 
 def _plain(v: Any) -> Any:
@@ -599,6 +623,43 @@ def _structured_decoder(cls: Any, fields_dec: Decoder, native: bool = True) -> D
         return fields_dec(r.enter())
 
     return dec
+
+
+def decode_bytes(data: Any, tp: Any) -> Any:
+    """`binary.decode(data, type=tp)`: one value, no trailing bytes; structured types try C first."""
+    fast = _whole_decoders.get(tp)
+    if fast is None:
+        fast = _whole_decoders[tp] = _whole_decoder(tp)
+    return fast(data)
+
+
+_whole_decoders: dict[Any, Callable[[Any], Any]] = {}
+
+
+def _whole_decoder(tp: Any) -> Callable[[Any], Any]:
+    dec = decoder_for(tp)
+
+    def decode(data: Any) -> Any:
+        r = Reader(data)
+        value = dec(r)
+        if r.has_more():
+            raise WireError(f"{r.remaining} trailing bytes after the value", r.pos)
+        return value
+
+    fields = _fields(tp) if isinstance(tp, type) else None
+    plan = _decode_plan(fields) if fields is not None and speedups is not None else None
+    if plan is None:
+        return decode
+    decode_object, kwnames = speedups.decode_object, tuple(f.init_name for f in fields or ())
+
+    def fast(data: Any) -> Any:
+        if type(data) is bytes:
+            found = decode_object(plan, tp, kwnames, data, 0, len(data))
+            if found is not None and found[1] == len(data):
+                return found[0]
+        return decode(data)
+
+    return fast
 
 
 def decoder_for(tp: Any) -> Decoder:

@@ -168,7 +168,11 @@ class MethodReader:
         k = payload[1] if len(payload) > 1 and payload[0] == 0xB9 else 0
         if 0 < k < 0x80 and 2 + k <= len(payload) and (k != 7 or payload[2:9] != b"history"):
             pos = 2 + k
-            history, event, entry = None, None, self._by_name.get(bytes(payload[2:pos]))
+            history, event, name = None, None, payload[2:pos]
+            try:  # bytes and read-only memoryviews hash alike: no copy
+                entry = self._by_name.get(name)
+            except ValueError:  # a writable memoryview
+                entry = self._by_name.get(bytes(name))
         else:
             history, pos = _codec.read_history(payload)
             event, pos = _codec.event_at(payload, pos)

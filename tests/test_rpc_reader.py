@@ -108,3 +108,14 @@ def test_empty_or_padding_only_documents_are_consumed_quietly(body):
     h = Recording()
     rpc.MethodReader(None, h).dispatch(body)
     assert h.calls == []
+
+
+@pytest.mark.parametrize(
+    "wrap", [bytes, bytearray, lambda d: memoryview(bytearray(d)), lambda d: memoryview(d)]
+)
+def test_dispatch_accepts_any_buffer(wrap):
+    h = Recording()
+    r = rpc.MethodReader(None, h, interfaces=[Events])
+    r.dispatch(wrap(b"\xb9\x03say\xe2hi"))
+    r.dispatch(wrap(b"\xba\x07\xa1\x05"))
+    assert h.calls == [("say", ("hi",)), ("ping", (5,))]

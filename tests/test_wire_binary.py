@@ -263,28 +263,28 @@ def test_every_vector_document_decodes() -> None:
     assert total > 100
 
 
-def _canonical(value: Any) -> bool:
-    """Java's encoding is canonical unless the document holds binding fields (absolute alignment) or
-    old-style/fixed-width numbers, which decode to the same Python value as a compact number."""
-    return not isinstance(value, Int64Array | bytes)
-
-
 def test_vector_documents_reencode_to_the_same_bytes() -> None:
+    """Java's encoding is canonical for message bodies, except where Java wrote something the generic
+    value model does not keep: comments, and the self-describing history's 16-bit length and fixed-width
+    timings (wire.history keeps those). Metadata and table-store entries hold binding fields whose
+    padding depends on their file position, so they are only checked to decode to the same values."""
     checked = 0
     for path in _vector_files():
         if "tr2" in path.parts:  # 4.x file: single-byte small ints are not written any more
             continue
         for pos, header, body in _documents(path):
-            if header & 0x40000000 or body[:1] == b"r":
-                continue  # metadata docs carry binding fields aligned to their file position
+            if body[:1] == b"r":
+                continue
             doc = decode_document(body)
             again = encode_document(doc)
-            if again != bytes(body):
-                # a fixed-width number (Java object(Integer/Long)) or history is still the same value
+            if header & 0x40000000 or path.suffix == ".cq4t":
                 assert decode_document(again) == doc, f"{path.name} @{pos}"
+            elif again != bytes(body):
+                assert "history" in doc or body[:1] == b"\xbe", f"{path.name} @{pos} re-encodes differently"
+                assert decode_document(again) == doc
             else:
                 checked += 1
-    assert checked > 50
+    assert checked > 300
 
 
 def test_method_writer_documents() -> None:

@@ -171,7 +171,7 @@ class MethodReader:
             history, event, name = None, None, payload[2:pos]
             try:  # bytes and read-only memoryviews hash alike: no copy
                 entry = self._by_name.get(name)
-            except ValueError:  # a writable memoryview
+            except (TypeError, ValueError):  # bytearray, writable memoryview
                 entry = self._by_name.get(bytes(name))
         else:
             history, pos = _codec.read_history(payload)

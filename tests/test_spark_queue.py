@@ -149,3 +149,12 @@ def test_stream_restarts_from_checkpoint_across_a_roll_exactly_once(spark: Any, 
     assert len(want) == 1550
     batches = sorted(p.name for p in (ckpt / "offsets").iterdir() if p.name.isdigit())
     assert len(batches) >= 6  # 300-row limit honoured: 700 -> 3 batches, 850 -> 3 batches
+
+
+def test_method_call_rows_are_written_as_java_writes_them(spark: Any, tmp_path: Path, vectors: Path) -> None:
+    calls = [("method1", '{"text": "hello"}'), ("method2", '{"number": 42, "price": 1.25, "flag": true}'),
+             ("say", '"hi there"'), ("trade", '["EURUSD", 1000000, 1.0875]'), ("noArgs", None)]
+    spark.createDataFrame(calls, "method string, args string").coalesce(1).write.format("chronq") \
+        .mode("append").save(str(tmp_path))
+    java = tail_all(vectors / "generated-cq5.26" / "method_writer")
+    assert [b for _, b in tail_all(tmp_path)] == [b for _, b in java[:5]]

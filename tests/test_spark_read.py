@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -80,3 +81,32 @@ def test_index_and_cycle_options_select_ranges(spark: Any) -> None:
     assert [r["index"] for r in some.orderBy("index").collect()] == [r["index"] for r in all_rows[1:4]]
     one_cycle = df.option("startCycle", "473699").option("endCycle", "473699").load(str(queue))
     assert one_cycle.count() == 2
+
+
+def test_method_calls_and_history_decode_on_request(spark: Any) -> None:
+    base = require_vectors() / "generated-cq5.26"
+    calls = (spark.read.format("chronq").option("decode", "method").load(str(base / "method_writer"))
+             .orderBy("index").select("method", "args").collect())
+    assert [(r.method, json.loads(r.args)) for r in calls] == [
+        ("method1", {"text": "hello"}),
+        ("method2", {"number": 42, "price": 1.25, "flag": True}),
+        ("say", "hi there"),
+        ("trade", ["EURUSD", 1000000, 1.0875]),
+        ("noArgs", ""),
+        ("7", 1234567890),
+    ]
+    for form in ("method_writer_history", "method_writer_history_text"):
+        out = (spark.read.format("chronq").option("decode", "method,history").load(str(base / form / "out"))
+               .orderBy("index").collect())
+        assert [r.method for r in out] == ["method1", "say"]
+        assert [[(s.source_id, s["index"]) for s in r.history_sources] for r in out] == [
+            [(1, 0x4D1900000000)], [(1, 0x4D1900000001)]]
+        assert all(len(r.history_timings) == 3 for r in out)
+
+
+def test_unknown_columns_and_options_fail_clearly(spark: Any) -> None:
+    queue = str(require_vectors() / "generated-cq5.26" / "fast_daily_basic")
+    with pytest.raises(Exception, match="unknown column group"):
+        spark.read.format("chronq").option("decode", "everything").load(queue).collect()
+    with pytest.raises(Exception, match="expected an integer"):
+        spark.read.format("chronq").option("startIndex", "soon").load(queue).collect()

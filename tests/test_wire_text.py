@@ -217,6 +217,9 @@ def test_json_of_vector_documents(vectors: Path) -> None:
     data = (vectors / "generated-cq5.26/wire_types/20240115F.cq4").read_bytes()
     floats = json_value(document_body(data, 66000))
     assert floats["fnan"] == "NaN" and floats["f1e_4"] == 1e-4
+    times = json_value(document_body(data, 66216))  # java.time values keep Java's text
+    assert times["time"] == "10:30:15.123" and times["zdt"] == "2024-01-15T10:30:15Z[UTC]"
+    assert times["uuid"] == "01234567-89ab-cdef-fedc-ba9876543210" and times["hex"] == 0xDEADBEEF
     typed = json_value(document_body(data, 66388))
     assert typed["typed"] == {"@type": "gen.Msg$Message1", "text": "typed value"}
     header = json_value(document_body(data, 0))

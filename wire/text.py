@@ -16,19 +16,21 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime as _dt
 import decimal
 import enum
 import itertools
 import json
 import math
 import re
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
 import msgspec
 
-from wire import binary
+from wire import _javatime, binary
 from wire.errors import WireError
 from wire.history import MessageHistory
 from wire.types import EventName, FieldNumber, HistoryBytes, Int64Array, Int64Hex, Typed, TypeLiteral
@@ -423,10 +425,26 @@ def _jsonable(v: Any) -> Any:
     if t is HistoryBytes:
         h = MessageHistory.from_payload(v.data)
         return {"sources": [x for pair in h.sources for x in pair], "timings": h.timings}
+    text = _java_text(v)
+    if text is not None:
+        return text
     try:
         return _jsonable(msgspec.to_builtins(v))
     except TypeError:
-        return str(v)  # uuid, date/time: their text
+        return str(v)
+
+
+def _java_text(v: Any) -> str | None:
+    """The text Java stores for a UUID or a java.time value (the wire keeps them as text)."""
+    if isinstance(v, _dt.datetime):
+        return _javatime.format_datetime(v)
+    if isinstance(v, _dt.date):
+        return _javatime.format_date(v)
+    if isinstance(v, _dt.time):
+        return _javatime.format_time(v)
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    return None
 
 
 def _json_key(k: Any) -> str:
@@ -486,7 +504,8 @@ def _py_node(v: Any) -> Any:
     fields = _object_fields(v)
     if fields is not None:
         return _Map([(quote(k, for_reading=True), _py_node(x)) for k, x in fields])
-    return quote(str(v), for_reading=True)
+    text = _java_text(v)
+    return quote(str(v) if text is None else text, for_reading=True)
 
 
 def _float_for_reading(v: float) -> str:

@@ -258,14 +258,24 @@ def _history_node(h: MessageHistory) -> _Map:
     return _Map([("sources", _Seq(items)), ("timings", _Seq([str(t) for t in h.timings]))])
 
 
-def _read_utf8_payload(r: Any) -> str:
-    """Skip the code byte and return the stop-bit-length utf8 text after it (type names, dates)."""
+def _read_utf8_payload(r: binary.Reader) -> str:
+    """Skip the code byte and return the stop-bit-length text after it (type names, dates, comments),
+    which Java writes as CESU-8 (surrogate pairs encoded one by one)."""
     r.pos += 1
+    at = r.pos
     n = r.read_stop_bit()
-    return str(r._utf8(n))
+    if not 0 <= n <= r.end - r.pos:
+        raise WireError(f"text of {n} bytes overruns the data", at)
+    raw = bytes(r.buf[r.pos : r.pos + n])
+    r.pos += n
+    try:
+        text = raw.decode("utf-8", "surrogatepass")
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le") if _has_surrogate(text) else text
+    except UnicodeError as exc:
+        raise WireError(f"bad UTF-8 text: {exc}", at) from None
 
 
-def _pending_comments(r: Any) -> list[str]:
+def _pending_comments(r: binary.Reader) -> list[str]:
     """Comments (and padding) before the next item: the dump shows comments, padding is invisible."""
     b = binary
     found = []
@@ -288,7 +298,7 @@ def _pending_comments(r: Any) -> list[str]:
     return found
 
 
-def _fields_node(r: Any, depth: int) -> _Map:
+def _fields_node(r: binary.Reader, depth: int) -> _Map:
     entries: list[tuple[str | None, Any]] = []
     while True:
         entries += [(None, c) for c in _pending_comments(r)]
@@ -302,7 +312,7 @@ def _fields_node(r: Any, depth: int) -> _Map:
 _FIELD_STARTS = frozenset([*range(0xC0, 0xE0), 0xB7, 0xB9, 0xBA, 0xBD])
 
 
-def _value_node(r: Any, depth: int) -> Any:
+def _value_node(r: binary.Reader, depth: int) -> Any:
     b = binary
     if depth > b.MAX_DEPTH:
         raise WireError(f"nesting deeper than {b.MAX_DEPTH} levels", r.pos)

@@ -3,9 +3,9 @@
  *
  * wire/marshal.py stays the reference implementation. It compiles a per-class "plan" and hands the
  * common cases to this module:
- *   encode(plan, block, buf, obj)  appends obj's fields (int/float/str/bool/enum fast paths, every
- *                                  other value through the plan's Python writer),
- *   decode_fields(...) / decode_object(...)
+ *   Plan.encode / encode_block     append an object's fields (int/float/str/bool/enum fast paths,
+ *                                  every other value through the plan's Python writer),
+ *   Plan.decode_fields / decode_object
  *                                  read a block of fields whose names and value codes they know;
  *                                  they return None whenever anything is unusual (unknown field, nested
  *                                  value, bad bytes) so the Python path decides and reports errors.
@@ -15,6 +15,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <float.h>
+#include <stddef.h>
+#include <structmember.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -201,93 +203,6 @@ static int put_str(Out *o, PyObject *s) {
     return 1;
 }
 
-static PyObject *str_name;
-
-/* Writes obj's fields following `plan`: a tuple of (key: bytes, attr: str, kind: int, extra,
- * fallback) entries. Values the fast paths do not cover go through `fallback(buf, value)`. */
-static int write_fields(Out *o, PyObject *plan, PyObject *buf, PyObject *obj) {
-    Py_ssize_t n = PyTuple_GET_SIZE(plan);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *entry = PyTuple_GET_ITEM(plan, i);
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(entry, 0))) {
-            PyErr_SetString(PyExc_TypeError, "bad encode plan entry");
-            return -1;
-        }
-        PyObject *key = PyTuple_GET_ITEM(entry, 0);
-        if (put(o, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)) < 0) return -1;
-        PyObject *x = PyObject_GetAttr(obj, PyTuple_GET_ITEM(entry, 1));
-        if (!x) return -1;
-        long kind = PyLong_AsLong(PyTuple_GET_ITEM(entry, 2));
-        int done = 0, rc = 0;
-        if (kind == K_INT && PyLong_CheckExact(x)) {
-            int overflow = 0;
-            long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
-            if (!overflow && !(v == -1 && PyErr_Occurred())) {
-                rc = put_int(o, (int64_t)v);
-                done = 1;
-            }
-        } else if (kind == K_FLOAT && PyFloat_CheckExact(x)) {
-            rc = put_float(o, PyFloat_AS_DOUBLE(x));
-            done = 1;
-        } else if (kind == K_STR) {
-            rc = put_str(o, x);
-            done = rc != 0;
-        } else if (kind == K_BOOL && (x == Py_True || x == Py_False)) {
-            rc = put(o, x == Py_True ? "\xb1" : "\xb0", 1);
-            done = 1;
-        } else if (kind == K_ENUM && (PyObject *)Py_TYPE(x) == PyTuple_GET_ITEM(entry, 3)) {
-            PyObject *name = PyObject_GetAttr(x, str_name);
-            if (!name) {
-                Py_DECREF(x);
-                return -1;
-            }
-            rc = put_str(o, name);
-            done = rc != 0;
-            Py_DECREF(name);
-        }
-        if (rc < 0) {
-            Py_DECREF(x);
-            return -1;
-        }
-        if (!done) {
-            PyObject *r = NULL;
-            if (flush(o, buf) == 0) r = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(entry, 4), buf, x, NULL);
-            if (!r) {
-                Py_DECREF(x);
-                return -1;
-            }
-            Py_DECREF(r);
-        }
-        Py_DECREF(x);
-    }
-    return 0;
-}
-
-/* encode(plan, block, buf, obj): append obj's fields; with block=True inside `82 <u32 length>` */
-static PyObject *encode(PyObject *self, PyObject *args) {
-    PyObject *plan, *buf, *obj;
-    int block;
-    if (!PyArg_ParseTuple(args, "O!pO!O", &PyTuple_Type, &plan, &block, &PyByteArray_Type, &buf, &obj)) return NULL;
-    Out o;
-    out_init(&o);
-    Py_ssize_t base = PyByteArray_GET_SIZE(buf);
-    int rc = block ? put(&o, "\x82\0\0\0\0", 5) : 0;
-    if (rc == 0) rc = write_fields(&o, plan, buf, obj);
-    if (rc == 0) rc = flush(&o, buf);
-    out_free(&o);
-    if (rc < 0) return NULL;
-    if (block) {
-        Py_ssize_t len = PyByteArray_GET_SIZE(buf) - base - 5;
-        if (len < 0 || len > 0xFFFFFFFFLL) {
-            PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
-            return NULL;
-        }
-        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf) + base + 1;
-        for (int i = 0; i < 4; i++) p[i] = (unsigned char)((uint64_t)len >> (8 * i));
-    }
-    Py_RETURN_NONE;
-}
-
 /* ------------------------------------------------------------------ input */
 typedef struct {
     const unsigned char *p;
@@ -381,11 +296,187 @@ static int read_number(In *in, int *is_int, int64_t *iv, double *dv) {
     return 0;
 }
 
-/* The next value as a new reference of the plan's kind, or NULL with no error set to give up. */
-static PyObject *read_kind(In *in, long kind, PyObject *extra) {
+/* ------------------------------------------------------------------ Plan */
+/* A per-class plan, compiled once by wire/marshal.py: for each field its encoded key, attribute,
+ * kind, enum type and members, and the Python writer used for anything the fast paths skip. */
+typedef struct {
+    PyObject *key;      /* bytes: the field's key as written (FIELD_NAMEn + name, or FIELD_NUMBER...) */
+    PyObject *attr;     /* str: attribute to read when encoding */
+    int kind;           /* K_* */
+    PyObject *type;     /* the enum class for K_ENUM */
+    PyObject *fallback; /* callable(buf, value) writing any value of the declared type */
+    PyObject *members;  /* K_ENUM: tuple of (name: bytes, member) */
+} Field;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;
+    int decodable; /* every field has a short name and a scalar kind */
+    PyObject *cls;
+    PyObject *kwnames;
+    PyObject *fallback; /* callable(data) for Plan.decode when the fast path gives up */
+    Field *fields;
+} Plan;
+
+static PyObject *str_name;
+
+static void plan_dealloc(Plan *self) {
+    for (Py_ssize_t i = 0; self->fields && i < self->n; i++) {
+        Field *f = &self->fields[i];
+        Py_XDECREF(f->key);
+        Py_XDECREF(f->attr);
+        Py_XDECREF(f->type);
+        Py_XDECREF(f->fallback);
+        Py_XDECREF(f->members);
+    }
+    PyMem_Free(self->fields);
+    Py_XDECREF(self->cls);
+    Py_XDECREF(self->kwnames);
+    Py_XDECREF(self->fallback);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+#define MAX_FIELDS 64
+
+/* Plan(entries, cls, kwnames): entries are (key, attr, kind, type, fallback, members) tuples */
+static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *entries, *cls, *kwnames;
+    if (!PyArg_ParseTuple(args, "O!OO!", &PyTuple_Type, &entries, &cls, &PyTuple_Type, &kwnames)) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(entries);
+    if (PyTuple_GET_SIZE(kwnames) != n) {
+        PyErr_SetString(PyExc_ValueError, "one keyword name per field is needed");
+        return NULL;
+    }
+    Plan *self = (Plan *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->fields = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Field));
+    if (!self->fields) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->n = n;
+    self->cls = Py_NewRef(cls);
+    self->kwnames = Py_NewRef(kwnames);
+    self->decodable = n <= MAX_FIELDS;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyTuple_GET_ITEM(entries, i);
+        Field *f = &self->fields[i];
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 6 || !PyBytes_Check(PyTuple_GET_ITEM(e, 0)) ||
+            PyBytes_GET_SIZE(PyTuple_GET_ITEM(e, 0)) < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(e, 1))) {
+            PyErr_SetString(PyExc_TypeError, "bad plan entry");
+            Py_DECREF(self);
+            return NULL;
+        }
+        f->key = Py_NewRef(PyTuple_GET_ITEM(e, 0));
+        f->attr = Py_NewRef(PyTuple_GET_ITEM(e, 1));
+        f->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(e, 2));
+        f->type = Py_NewRef(PyTuple_GET_ITEM(e, 3));
+        f->fallback = Py_NewRef(PyTuple_GET_ITEM(e, 4));
+        f->members = Py_NewRef(PyTuple_GET_ITEM(e, 5));
+        if (PyErr_Occurred()) {
+            Py_DECREF(self);
+            return NULL;
+        }
+        unsigned code = (unsigned char)PyBytes_AS_STRING(f->key)[0];
+        if (f->kind == K_OTHER || code < 0xC0 || code >= 0xE0) self->decodable = 0;
+        if (f->kind == K_ENUM && !PyTuple_Check(f->members)) self->decodable = 0;
+    }
+    return (PyObject *)self;
+}
+
+/* ----- encoding */
+static int write_fields(Out *o, Plan *plan, PyObject *buf, PyObject *obj) {
+    for (Py_ssize_t i = 0; i < plan->n; i++) {
+        Field *f = &plan->fields[i];
+        if (put(o, PyBytes_AS_STRING(f->key), PyBytes_GET_SIZE(f->key)) < 0) return -1;
+        PyObject *x = PyObject_GetAttr(obj, f->attr);
+        if (!x) return -1;
+        int done = 0, rc = 0;
+        if (f->kind == K_INT && PyLong_CheckExact(x)) {
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
+            if (!overflow && !(v == -1 && PyErr_Occurred())) {
+                rc = put_int(o, (int64_t)v);
+                done = 1;
+            }
+        } else if (f->kind == K_FLOAT && PyFloat_CheckExact(x)) {
+            rc = put_float(o, PyFloat_AS_DOUBLE(x));
+            done = 1;
+        } else if (f->kind == K_STR) {
+            rc = put_str(o, x);
+            done = rc != 0;
+        } else if (f->kind == K_BOOL && (x == Py_True || x == Py_False)) {
+            rc = put(o, x == Py_True ? "\xb1" : "\xb0", 1);
+            done = 1;
+        } else if (f->kind == K_ENUM && (PyObject *)Py_TYPE(x) == f->type) {
+            PyObject *name = PyObject_GetAttr(x, str_name);
+            if (!name) {
+                Py_DECREF(x);
+                return -1;
+            }
+            rc = put_str(o, name);
+            done = rc != 0;
+            Py_DECREF(name);
+        }
+        if (rc < 0) {
+            Py_DECREF(x);
+            return -1;
+        }
+        if (!done) {
+            PyObject *r = NULL;
+            if (flush(o, buf) == 0) r = PyObject_CallFunctionObjArgs(f->fallback, buf, x, NULL);
+            if (!r) {
+                Py_DECREF(x);
+                return -1;
+            }
+            Py_DECREF(r);
+        }
+        Py_DECREF(x);
+    }
+    return 0;
+}
+
+static PyObject *encode_common(Plan *plan, PyObject *const *args, Py_ssize_t nargs, int block) {
+    if (nargs != 2 || !PyByteArray_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "expected (bytearray, value)");
+        return NULL;
+    }
+    PyObject *buf = args[0], *obj = args[1];
+    Out o;
+    out_init(&o);
+    Py_ssize_t base = PyByteArray_GET_SIZE(buf);
+    int rc = block ? put(&o, "\x82\0\0\0\0", 5) : 0;
+    if (rc == 0) rc = write_fields(&o, plan, buf, obj);
+    if (rc == 0) rc = flush(&o, buf);
+    out_free(&o);
+    if (rc < 0) return NULL;
+    if (block) {
+        Py_ssize_t len = PyByteArray_GET_SIZE(buf) - base - 5;
+        if (len < 0 || len > 0xFFFFFFFFLL) {
+            PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
+            return NULL;
+        }
+        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf) + base + 1;
+        for (int i = 0; i < 4; i++) p[i] = (unsigned char)((uint64_t)len >> (8 * i));
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *plan_encode(Plan *self, PyObject *const *args, Py_ssize_t nargs) {
+    return encode_common(self, args, nargs, 0);
+}
+
+static PyObject *plan_encode_block(Plan *self, PyObject *const *args, Py_ssize_t nargs) {
+    return encode_common(self, args, nargs, 1);
+}
+
+/* ----- decoding */
+/* The next value as a new reference of the field's kind, or NULL with no error set to give up. */
+static PyObject *read_kind(In *in, Field *f) {
     skip_padding(in);
     if (!need(in, 1)) return NULL;
     unsigned c = in->p[in->pos];
+    int kind = f->kind;
     if (kind == K_INT || kind == K_FLOAT) {
         int is_int;
         int64_t iv = 0;
@@ -417,108 +508,107 @@ static PyObject *read_kind(In *in, long kind, PyObject *extra) {
         }
         if (!need(in, n)) return NULL;
         const char *s = (const char *)in->p + in->pos;
-        for (Py_ssize_t i = 0; i < n; i++)
-            if ((unsigned char)s[i] >= 0x80) return NULL; /* non-ASCII (maybe CESU-8): Python */
         in->pos += n;
-        PyObject *text = PyUnicode_DecodeASCII(s, n, NULL);
-        if (!text || kind == K_STR) return text;
-        PyObject *member = PyDict_GetItemWithError(extra, text); /* borrowed */
-        Py_DECREF(text);
-        if (!member) return NULL;
-        Py_INCREF(member);
-        return member;
+        if (kind == K_ENUM) {
+            Py_ssize_t m = PyTuple_GET_SIZE(f->members);
+            for (Py_ssize_t i = 0; i < m; i++) {
+                PyObject *pair = PyTuple_GET_ITEM(f->members, i);
+                PyObject *name = PyTuple_GET_ITEM(pair, 0);
+                if (PyBytes_GET_SIZE(name) == n && memcmp(PyBytes_AS_STRING(name), s, (size_t)n) == 0)
+                    return Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+            }
+            return NULL; /* unknown constant: Python reports it */
+        }
+        PyObject *text = PyUnicode_DecodeUTF8(s, n, NULL);
+        if (!text) PyErr_Clear(); /* CESU-8 surrogates or bad bytes: Python decides */
+        return text;
     }
     return NULL;
 }
 
 /* Reads the fields in in->pos..in->end into vals[] (new references, NULL where absent).
- * plan: tuple of (name: bytes, kind: int, extra). Returns 1 on success, 0 to give up (nothing unusual
- * is an error here: the Python path re-reads and reports), -1 on a Python error. */
-static int scan_fields(In *in, PyObject *plan, PyObject **vals) {
-    Py_ssize_t n = PyTuple_GET_SIZE(plan), expect = 0;
+ * Returns 1 on success, 0 to give up (the Python path re-reads and reports), -1 on a Python error. */
+static int scan_fields(In *in, Plan *plan, PyObject **vals) {
+    Py_ssize_t n = plan->n, expect = 0;
     for (;;) {
         skip_padding(in);
         if (in->pos >= in->end) return 1;
         unsigned c = in->p[in->pos];
         if (c < 0xC0 || c >= 0xE0) return 0; /* long names, numbers, events: Python */
         Py_ssize_t len = c - 0xC0;
-        in->pos++;
-        if (!need(in, len)) return 0;
-        const unsigned char *name = in->p + in->pos;
-        in->pos += len;
+        if (!need(in, 1 + len)) return 0;
+        const unsigned char *key = in->p + in->pos; /* code byte + name, as stored in the plan */
+        in->pos += 1 + len;
         Py_ssize_t found = -1;
         for (Py_ssize_t k = 0; k < n; k++) { /* fields usually come in declaration order */
-            Py_ssize_t j = (expect + k) % n;
-            PyObject *key = PyTuple_GET_ITEM(PyTuple_GET_ITEM(plan, j), 0);
-            if (PyBytes_GET_SIZE(key) == len && memcmp(PyBytes_AS_STRING(key), name, (size_t)len) == 0) {
+            Py_ssize_t j = expect + k < n ? expect + k : expect + k - n;
+            PyObject *pk = plan->fields[j].key;
+            if (PyBytes_GET_SIZE(pk) == 1 + len && memcmp(PyBytes_AS_STRING(pk), key, (size_t)(1 + len)) == 0) {
                 found = j;
                 break;
             }
         }
         if (found < 0) return 0;
-        PyObject *entry = PyTuple_GET_ITEM(plan, found);
-        PyObject *value = read_kind(in, PyLong_AsLong(PyTuple_GET_ITEM(entry, 1)), PyTuple_GET_ITEM(entry, 2));
+        PyObject *value = read_kind(in, &plan->fields[found]);
         if (!value) return PyErr_Occurred() ? -1 : 0;
         Py_XSETREF(vals[found], value);
-        expect = found + 1;
+        expect = found + 1 < n ? found + 1 : 0;
     }
 }
 
-#define MAX_FIELDS 64
-
-static int check_plan(PyObject *plan) {
-    Py_ssize_t n = PyTuple_GET_SIZE(plan);
-    if (n > MAX_FIELDS) return 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *e = PyTuple_GET_ITEM(plan, i);
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3 || !PyBytes_Check(PyTuple_GET_ITEM(e, 0))) return 0;
-    }
-    return 1;
+static int get_range(PyObject *const *args, Py_buffer *view, Py_ssize_t *start, Py_ssize_t *end) {
+    *start = PyLong_AsSsize_t(args[1]);
+    *end = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return -1;
+    if (PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) < 0) return -1;
+    return 0;
 }
 
-/* decode_fields(plan, buf, start, end, missing) -> list | None: one value per plan entry, `missing`
- * for absent fields; None when the Python path must decide. */
-static PyObject *decode_fields(PyObject *self, PyObject *args) {
-    PyObject *plan, *bufobj, *missing;
-    Py_ssize_t start, end;
-    if (!PyArg_ParseTuple(args, "O!OnnO", &PyTuple_Type, &plan, &bufobj, &start, &end, &missing)) return NULL;
-    if (!check_plan(plan)) Py_RETURN_NONE;
+/* decode_fields(buf, start, end, missing) -> list | None: one value per field, `missing` for absent
+ * fields; None when the Python path must decide. */
+static PyObject *plan_decode_fields(Plan *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "expected (buf, start, end, missing)");
+        return NULL;
+    }
+    if (!self->decodable) Py_RETURN_NONE;
     Py_buffer view;
-    if (PyObject_GetBuffer(bufobj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t start, end;
+    if (get_range(args, &view, &start, &end) < 0) return NULL;
     PyObject *vals[MAX_FIELDS] = {NULL};
-    Py_ssize_t n = PyTuple_GET_SIZE(plan);
     PyObject *result = NULL;
     int rc = 0;
     if (start >= 0 && start <= end && end <= view.len) {
         In in = {(const unsigned char *)view.buf, start, end};
-        rc = scan_fields(&in, plan, vals);
+        rc = scan_fields(&in, self, vals);
     }
     if (rc == 1) {
-        result = PyList_New(n);
-        for (Py_ssize_t i = 0; result && i < n; i++) {
-            PyList_SET_ITEM(result, i, vals[i] ? vals[i] : Py_NewRef(missing));
+        result = PyList_New(self->n);
+        for (Py_ssize_t i = 0; result && i < self->n; i++) {
+            PyList_SET_ITEM(result, i, vals[i] ? vals[i] : Py_NewRef(args[3]));
             vals[i] = NULL;
         }
     } else if (rc == 0) {
         result = Py_NewRef(Py_None);
     }
-    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(vals[i]);
+    for (Py_ssize_t i = 0; i < self->n; i++) Py_XDECREF(vals[i]);
     PyBuffer_Release(&view);
     return result;
 }
 
-/* decode_object(plan, cls, kwnames, buf, pos, end) -> (object, new_pos) | None: reads the
- * length-prefixed block at pos and, if every field is present and simple, returns cls(**fields).
- * Anything else (type prefix, null, defaults needed, unusual bytes) returns None. */
-static PyObject *decode_object(PyObject *self, PyObject *args) {
-    PyObject *plan, *cls, *kwnames, *bufobj;
-    Py_ssize_t pos, end;
-    if (!PyArg_ParseTuple(args, "O!OO!Onn", &PyTuple_Type, &plan, &cls, &PyTuple_Type, &kwnames, &bufobj, &pos, &end))
+/* decode_object(buf, start, end) -> (object, new_pos) | None: reads the length-prefixed block at
+ * start and, if every field is present and simple, returns cls(**fields). Anything else (type
+ * prefix, null, defaults needed, unusual bytes) returns None. */
+static PyObject *plan_decode_object(Plan *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "expected (buf, start, end)");
         return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(plan);
-    if (!check_plan(plan) || PyTuple_GET_SIZE(kwnames) != n) Py_RETURN_NONE;
+    }
+    if (!self->decodable) Py_RETURN_NONE;
     Py_buffer view;
-    if (PyObject_GetBuffer(bufobj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t pos, end;
+    if (get_range(args, &view, &pos, &end) < 0) return NULL;
+    Py_ssize_t n = self->n;
     PyObject *vals[MAX_FIELDS] = {NULL};
     PyObject *result = NULL;
     int rc = 0;
@@ -538,11 +628,11 @@ static PyObject *decode_object(PyObject *self, PyObject *args) {
         }
         if (len >= 0 && need(&in, len)) {
             in.end = in.pos + len;
-            rc = scan_fields(&in, plan, vals);
+            rc = scan_fields(&in, self, vals);
             for (Py_ssize_t i = 0; rc == 1 && i < n; i++)
                 if (!vals[i]) rc = 0; /* defaults are the Python path's business */
             if (rc == 1) {
-                PyObject *obj = PyObject_Vectorcall(cls, vals, 0, kwnames);
+                PyObject *obj = PyObject_Vectorcall(self->cls, vals, 0, self->kwnames);
                 result = obj ? Py_BuildValue("(Nn)", obj, in.end) : NULL;
             }
         }
@@ -553,19 +643,78 @@ static PyObject *decode_object(PyObject *self, PyObject *args) {
     return result;
 }
 
-static PyMethodDef methods[] = {
-    {"encode", encode, METH_VARARGS, "Append an object's fields (optionally as a block) following a plan."},
-    {"decode_object", decode_object, METH_VARARGS, "Read one block into a new object following a plan, or None."},
-    {"decode_fields", decode_fields, METH_VARARGS, "Read a block of fields following a decode plan, or None."},
+/* decode(data) -> object: the whole of `data` is one block of this class; anything the fast path
+ * does not take (or trailing bytes) goes to the `fallback` callable, which reports errors. */
+static PyObject *plan_decode(Plan *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "expected (data)");
+        return NULL;
+    }
+    if (PyBytes_CheckExact(args[0])) {
+        PyObject *range[3] = {args[0], NULL, NULL};
+        range[1] = PyLong_FromSsize_t(0);
+        range[2] = PyLong_FromSsize_t(PyBytes_GET_SIZE(args[0]));
+        PyObject *found = range[1] && range[2] ? plan_decode_object(self, range, 3) : NULL;
+        Py_XDECREF(range[1]);
+        Py_XDECREF(range[2]);
+        if (!found) return NULL;
+        if (found != Py_None && PyLong_AsSsize_t(PyTuple_GET_ITEM(found, 1)) == PyBytes_GET_SIZE(args[0])) {
+            PyObject *obj = Py_NewRef(PyTuple_GET_ITEM(found, 0));
+            Py_DECREF(found);
+            return obj;
+        }
+        Py_DECREF(found);
+    }
+    if (!self->fallback) {
+        PyErr_SetString(PyExc_RuntimeError, "Plan.fallback is not set");
+        return NULL;
+    }
+    return PyObject_CallOneArg(self->fallback, args[0]);
+}
+
+static PyMemberDef plan_members[] = {
+    {"fallback", T_OBJECT, offsetof(Plan, fallback), 0, "callable(data) used by decode() off the fast path"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMethodDef plan_methods[] = {
+    {"decode", (PyCFunction)(void (*)(void))plan_decode, METH_FASTCALL,
+     "decode(data) -> object, through `fallback` when the fast path gives up."},
+    {"encode", (PyCFunction)(void (*)(void))plan_encode, METH_FASTCALL,
+     "encode(buf, obj): append obj's fields to the bytearray."},
+    {"encode_block", (PyCFunction)(void (*)(void))plan_encode_block, METH_FASTCALL,
+     "encode_block(buf, obj): append `82 <u32 length>` and obj's fields."},
+    {"decode_fields", (PyCFunction)(void (*)(void))plan_decode_fields, METH_FASTCALL,
+     "decode_fields(buf, start, end, missing) -> list | None"},
+    {"decode_object", (PyCFunction)(void (*)(void))plan_decode_object, METH_FASTCALL,
+     "decode_object(buf, start, end) -> (object, end) | None"},
     {NULL, NULL, 0, NULL},
 };
 
+static PyTypeObject PlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "wire._speedups.Plan",
+    .tp_basicsize = sizeof(Plan),
+    .tp_dealloc = (destructor)plan_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A per-class encode/decode plan compiled by wire.marshal.",
+    .tp_methods = plan_methods,
+    .tp_members = plan_members,
+    .tp_new = plan_new,
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "wire._speedups", NULL, -1, methods, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "wire._speedups", NULL, -1, NULL, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     str_name = PyUnicode_InternFromString("_name_");
-    if (!str_name) return NULL;
-    return PyModule_Create(&module);
+    if (!str_name || PyType_Ready(&PlanType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

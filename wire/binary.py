@@ -1086,7 +1086,8 @@ def decode(data: Any, type: Any = None) -> Any:
     fields skipped, missing ones defaulted. Trailing bytes are an error.
     """
     if type is not None:
-        return marshal.decode_bytes(data, type)
+        fast = marshal.whole_decoders.get(type)
+        return fast(data) if fast is not None else marshal.decode_bytes(data, type)
     r = Reader(data)
     value = r.read_value()
     if r.has_more():

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import enum
-import functools
 import linecache
 import os
 import sys
@@ -268,12 +267,31 @@ def _kind(tp: Any) -> int:
     return _K_OTHER
 
 
-def _encode_plan(fields: list[_Field]) -> tuple[Any, ...]:
-    """The C encode plan: (key bytes, attribute, kind, type, Python writer for anything else)."""
-    return tuple(
-        (_key_bytes(f.wire_name), sys.intern(f.name), _kind(f.type), f.type, _value_writer(f.type))
-        for f in fields
-    )
+def _native_plan(cls: type[Any]) -> Any:
+    """The C plan for `cls` (None without the accelerator): per field its key as written, attribute,
+    kind, declared type, the Python writer for values the C fast paths skip, and enum constants."""
+    if speedups is None:
+        return None
+    plan = _plans.get(cls)
+    if plan is None:
+        fields = _fields(cls)
+        assert fields is not None
+        entries = tuple(
+            (
+                _key_bytes(f.wire_name),
+                sys.intern(f.name),
+                _kind(f.type),
+                f.type,
+                _value_writer(f.type),
+                tuple((binary.utf8(m.name), m) for m in f.type) if _kind(f.type) == _K_ENUM else None,
+            )
+            for f in fields
+        )
+        plan = _plans[cls] = speedups.Plan(entries, cls, tuple(f.init_name for f in fields))
+    return plan
+
+
+_plans: dict[Any, Any] = {}
 
 
 def _fields_encoder(cls: type[Any], native: bool = True) -> Encoder:
@@ -281,7 +299,7 @@ def _fields_encoder(cls: type[Any], native: bool = True) -> Encoder:
     fields = _fields(cls)
     assert fields is not None
     if native and speedups is not None:
-        return functools.partial(speedups.encode, _encode_plan(fields), False)
+        return typing.cast(Encoder, _native_plan(cls).encode)
     ns: dict[str, Any] = {
         "put_int": binary.put_int,
         "put_text": binary.put_text,
@@ -345,9 +363,7 @@ def encoder_for(tp: Any) -> Encoder:
         if not _is_structured(tp):
             enc = _value_writer(tp)
         elif speedups is not None:
-            fields = _fields(tp)
-            assert fields is not None
-            enc = functools.partial(speedups.encode, _encode_plan(fields), True)
+            enc = _native_plan(tp).encode_block
         else:
             fields_enc = field_encoder_for(tp)
             from wire.binary import _U32
@@ -524,32 +540,18 @@ def _convert(v: Any, tp: Any, at: int) -> Any:
     return v  # unions and other annotations: the generic value
 
 
-def _decode_plan(fields: list[_Field]) -> tuple[Any, ...] | None:
-    """The C scan plan, if every field is one the scanner reads itself (short 8-bit name, scalar)."""
-    plan = []
-    for f in fields:
-        kind = _kind(f.type)
-        key = _key_bytes(f.wire_name)
-        if kind == _K_OTHER or not 0xC0 <= key[0] < 0xE0:
-            return None
-        extra = {m.name: m for m in f.type} if kind == _K_ENUM else None
-        plan.append((key[1:], kind, extra))
-    return tuple(plan)
-
-
 def _fields_decoder(cls: type[Any], native: bool = True) -> Decoder:
     """Generated: read the remaining fields of a reader into a `cls`. With the C accelerator, a block
     of known scalar fields is scanned in C; anything unusual falls through to the Python loop."""
     fields = _fields(cls)
     assert fields is not None
-    plan = _decode_plan(fields) if native and speedups is not None else None
+    plan = _native_plan(cls) if native else None
     ns: dict[str, Any] = {"cls": cls, "MISSING": _MISSING, "WireError": WireError}
     lines = ["def decode_fields(r):"]
     body = "    "
     if plan is not None and fields:
-        ns["SCAN"] = speedups.decode_fields
-        ns["PLAN"] = plan
-        lines.append("    vals = SCAN(PLAN, r.buf, r.pos, r.end, MISSING)")
+        ns["SCAN"] = plan.decode_fields
+        lines.append("    vals = SCAN(r.buf, r.pos, r.end, MISSING)")
         lines.append("    if vals is not None:")
         lines.append("        r.pos = r.end")
         lines.append(f"        {', '.join(f'f{i}' for i in range(len(fields)))}, = vals")
@@ -598,15 +600,12 @@ def fields_decoder_for(tp: Any) -> Decoder:
 
 
 def _structured_decoder(cls: Any, fields_dec: Decoder, native: bool = True) -> Decoder:
-    fields = _fields(cls)
-    assert fields is not None
-    plan = _decode_plan(fields) if native and speedups is not None else None
-    kwnames = tuple(f.init_name for f in fields)
-    decode_object = speedups.decode_object if plan is not None else None
+    plan = _native_plan(cls) if native else None
+    decode_object = plan.decode_object if plan is not None else None
 
     def dec(r: Reader) -> Any:
         if decode_object is not None:
-            found = decode_object(plan, cls, kwnames, r.buf, r.pos, r.end)
+            found = decode_object(r.buf, r.pos, r.end)
             if found is not None:
                 r.pos = found[1]
                 return found[0]
@@ -626,14 +625,15 @@ def _structured_decoder(cls: Any, fields_dec: Decoder, native: bool = True) -> D
 
 
 def decode_bytes(data: Any, tp: Any) -> Any:
-    """`binary.decode(data, type=tp)`: one value, no trailing bytes; structured types try C first."""
-    fast = _whole_decoders.get(tp)
-    if fast is None:
-        fast = _whole_decoders[tp] = _whole_decoder(tp)
-    return fast(data)
+    """`binary.decode(data, type=tp)`: one value, no trailing bytes."""
+    decode = whole_decoders.get(tp)
+    if decode is None:
+        decode = _whole_decoder(tp)
+    return decode(data)
 
 
-_whole_decoders: dict[Any, Callable[[Any], Any]] = {}
+#: type -> function(data) decoding a whole buffer as that type (`binary.decode` looks here first)
+whole_decoders: dict[Any, Callable[[Any], Any]] = {}
 
 
 def _whole_decoder(tp: Any) -> Callable[[Any], Any]:
@@ -646,20 +646,12 @@ def _whole_decoder(tp: Any) -> Callable[[Any], Any]:
             raise WireError(f"{r.remaining} trailing bytes after the value", r.pos)
         return value
 
-    fields = _fields(tp) if isinstance(tp, type) else None
-    plan = _decode_plan(fields) if fields is not None and speedups is not None else None
-    if plan is None:
-        return decode
-    decode_object, kwnames = speedups.decode_object, tuple(f.init_name for f in fields or ())
-
-    def fast(data: Any) -> Any:
-        if type(data) is bytes:
-            found = decode_object(plan, tp, kwnames, data, 0, len(data))
-            if found is not None and found[1] == len(data):
-                return found[0]
-        return decode(data)
-
-    return fast
+    if speedups is not None and _is_structured(tp):
+        plan = _native_plan(tp)
+        plan.fallback = decode
+        decode = plan.decode  # C: the whole buffer in one call, `decode` above when unusual
+    whole_decoders[tp] = decode
+    return decode
 
 
 def decoder_for(tp: Any) -> Decoder:

@@ -22,6 +22,7 @@ from wire.text import (
     from_yaml,
     from_yaml_all,
     java_double,
+    java_double_to_string,
     json_value,
     looks_binary,
     quote,
@@ -480,3 +481,15 @@ def test_from_yaml_reads_every_java_dump_file() -> None:
         assert len(docs) == sum(1 for line in text.split("\n") if line.startswith("--- ")) - text.count(
             "--- !!not-ready-meta-data"
         ), qdir
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_java_double_text_reads_back_exactly(d: float) -> None:
+    """Double.toString is exact and shaped like Java's; the YAML form is exact outside Java's
+    lossy 1e-7..1e-3 band (`YamlWireOut` rounds there to 9 significant digits)."""
+    text = java_double_to_string(d)
+    assert float(text) == d and "." in text
+    assert ("E" in text) == (d != 0 and not 1e-3 <= abs(d) < 1e7)
+    if not 1e-7 <= abs(d) < 1e-3:
+        assert float(java_double(d)) == d

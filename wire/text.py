@@ -955,6 +955,7 @@ __all__ = [
     "from_yaml",
     "from_yaml_all",
     "java_double",
+    "java_double_to_string",
     "json_value",
     "looks_binary",
     "quote",

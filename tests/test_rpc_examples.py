@@ -112,3 +112,22 @@ def test_service_killed_mid_stream_resumes_with_only_the_missed_messages(tmp_pat
             in_indexes.append(ex.index)
         assert sources == [(1, i) for i in in_indexes]
         assert json.loads(state.read_text()) == balances
+
+
+def test_plugin_reports_a_diff_and_regenerates(tmp_path):
+    scenario = tmp_path / "scenarios" / "deposit"
+    scenario.mkdir(parents=True)
+    (tmp_path / "scenarios" / "replay.toml").write_text(
+        f'handler = "examples.account_service.service:make_handler"\npythonpath = "{ROOT}"\n'
+    )
+    (scenario / "setup.yaml").write_text("open: { account: A, owner: ann }\n")
+    (scenario / "in.yaml").write_text("deposit: { account: A, amount: 5 }\n")
+    (scenario / "out.yaml").write_text("balance_changed: { account: A, balance: 6 }\n")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "scenarios")]
+    failed = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=ENV)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "+  balance: 5" in failed.stdout and "1 failed" in failed.stdout
+    fixed = subprocess.run([*cmd, "--rpc-regenerate"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=300, env=ENV)
+    assert fixed.returncode == 0 and "1 passed" in fixed.stdout, fixed.stdout + fixed.stderr
+    assert "balance: 5" in (scenario / "out.yaml").read_text()

@@ -92,8 +92,15 @@ def test_bad_prefixed_blocks() -> None:
         read_history(b"\xba\x80\x00\x81\x40\x00\x86\x00\x00")
     with pytest.raises(WireError):
         MessageHistory([(2**31, 0)]).encode()
-    with pytest.raises(WireError):
-        MessageHistory(timings=range(256)).encode()
+    for bad in (
+        MessageHistory(timings=range(256)),
+        MessageHistory(timings=[2**63]),
+        MessageHistory([(1, 2**64)]),
+    ):
+        with pytest.raises(WireError):
+            bad.encode()
+        with pytest.raises(WireError):
+            bad.encode_text()
 
 
 _ids = st.integers(min_value=-(2**31), max_value=2**31 - 1)

@@ -27,7 +27,6 @@ TEXT_PREFIX = b"\xb9\x07history"  # EVENT_NAME "history"
 HISTORY_MESSAGE = 0x86
 MAX_ENTRIES = 255  # the counts are single bytes
 
-_I32 = struct.Struct("<i")
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 
@@ -84,9 +83,7 @@ class MessageHistory:
         """The bytes after the 0x86 code (the binary form without its field and length prefix)."""
         if self._payload is not None and self._sources is None:
             return self._payload
-        sources, timings = self.sources, self.timings
-        if len(sources) > MAX_ENTRIES or len(timings) > MAX_ENTRIES:
-            raise WireError(f"MessageHistory holds at most {MAX_ENTRIES} sources and timings")
+        sources, timings = self._checked_entries()
         n, m = len(sources), len(timings)
         try:
             return struct.pack(
@@ -97,6 +94,12 @@ class MessageHistory:
                 f"MessageHistory value out of range (int32 ids, int64 indexes/timings): {exc}"
             ) from exc
 
+    def _checked_entries(self) -> tuple[list[tuple[int, int]], list[int]]:
+        sources, timings = self.sources, self.timings
+        if len(sources) > MAX_ENTRIES or len(timings) > MAX_ENTRIES:
+            raise WireError(f"MessageHistory holds at most {MAX_ENTRIES} sources and timings")
+        return sources, timings
+
     def encode(self) -> bytes:
         """The binary form, as Java writes it by default: ``BA 80 00 81 <u16> 86 ...``."""
         body = self.payload()
@@ -104,19 +107,23 @@ class MessageHistory:
 
     def encode_text(self) -> bytes:
         """The self-describing form ``history: { sources: [...], timings: [...] }`` of older Wire."""
+        sources, timings = self._checked_entries()
         w = Writer()
         w.event_name("history")
         outer = w.begin_marshallable(2)
         w.field("sources")
         seq = w.begin_sequence()
-        for source_id, index in self.sources:
-            w.int_compact(source_id & 0xFFFFFFFF)  # Java writes the id with uint32()
-            w.int64_0x(index)
-        w.end(seq)
-        w.field("timings")
-        seq = w.begin_sequence()
-        for t in self.timings:
-            w.int_compact(t)
+        try:
+            for source_id, index in sources:
+                w.int_compact(source_id & 0xFFFFFFFF)  # Java writes the id with uint32()
+                w.int64_0x(index)
+            w.end(seq)
+            w.field("timings")
+            seq = w.begin_sequence()
+            for t in timings:
+                w.int_compact(t)
+        except (ValueError, OverflowError, struct.error) as exc:
+            raise WireError(f"MessageHistory value out of range (int64 indexes/timings): {exc}") from exc
         w.end(seq)
         w.end(outer)
         return bytes(w.getvalue())

@@ -320,19 +320,43 @@ typedef struct {
 
 static PyObject *str_name;
 
-static void plan_dealloc(Plan *self) {
+/* Plans reference classes and Python writers that may reference the plan again: GC-tracked. */
+static int plan_traverse(Plan *self, visitproc visit, void *arg) {
     for (Py_ssize_t i = 0; self->fields && i < self->n; i++) {
         Field *f = &self->fields[i];
-        Py_XDECREF(f->key);
-        Py_XDECREF(f->attr);
-        Py_XDECREF(f->type);
-        Py_XDECREF(f->fallback);
-        Py_XDECREF(f->members);
+        Py_VISIT(f->key);
+        Py_VISIT(f->attr);
+        Py_VISIT(f->type);
+        Py_VISIT(f->fallback);
+        Py_VISIT(f->members);
     }
+    Py_VISIT(self->cls);
+    Py_VISIT(self->kwnames);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int plan_clear(Plan *self) {
+    for (Py_ssize_t i = 0; self->fields && i < self->n; i++) {
+        Field *f = &self->fields[i];
+        Py_CLEAR(f->key);
+        Py_CLEAR(f->attr);
+        Py_CLEAR(f->type);
+        Py_CLEAR(f->fallback);
+        Py_CLEAR(f->members);
+    }
+    self->n = 0; /* a cleared plan encodes and decodes nothing */
+    self->decodable = 0;
+    Py_CLEAR(self->cls);
+    Py_CLEAR(self->kwnames);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void plan_dealloc(Plan *self) {
+    PyObject_GC_UnTrack(self);
+    plan_clear(self);
     PyMem_Free(self->fields);
-    Py_XDECREF(self->cls);
-    Py_XDECREF(self->kwnames);
-    Py_XDECREF(self->fallback);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -378,8 +402,20 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             return NULL;
         }
         unsigned code = (unsigned char)PyBytes_AS_STRING(f->key)[0];
+        if (f->kind < K_INT || f->kind > K_OTHER) {
+            PyErr_SetString(PyExc_ValueError, "bad field kind");
+            Py_DECREF(self);
+            return NULL;
+        }
         if (f->kind == K_OTHER || code < 0xC0 || code >= 0xE0) self->decodable = 0;
-        if (f->kind == K_ENUM && !PyTuple_Check(f->members)) self->decodable = 0;
+        if (f->kind == K_ENUM) {
+            int ok = PyTuple_Check(f->members);
+            for (Py_ssize_t k = 0; ok && k < PyTuple_GET_SIZE(f->members); k++) {
+                PyObject *pair = PyTuple_GET_ITEM(f->members, k);
+                ok = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 && PyBytes_Check(PyTuple_GET_ITEM(pair, 0));
+            }
+            if (!ok) self->decodable = 0;
+        }
     }
     return (PyObject *)self;
 }
@@ -696,7 +732,9 @@ static PyTypeObject PlanType = {
     .tp_name = "wire._speedups.Plan",
     .tp_basicsize = sizeof(Plan),
     .tp_dealloc = (destructor)plan_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)plan_traverse,
+    .tp_clear = (inquiry)plan_clear,
     .tp_doc = "A per-class encode/decode plan compiled by wire.marshal.",
     .tp_methods = plan_methods,
     .tp_members = plan_members,

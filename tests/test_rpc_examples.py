@@ -114,6 +114,7 @@ def test_service_killed_mid_stream_resumes_with_only_the_missed_messages(tmp_pat
         assert json.loads(state.read_text()) == balances
 
 
+@pytest.mark.slow  # two more pytest subprocesses; the plugin's collection is covered by the test above
 def test_plugin_reports_a_diff_and_regenerates(tmp_path):
     scenario = tmp_path / "scenarios" / "deposit"
     scenario.mkdir(parents=True)

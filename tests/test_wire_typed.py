@@ -376,3 +376,21 @@ def test_docs_examples_run() -> None:
             exec(compile(code, "docs/wire.md", "exec"), module.__dict__)
         finally:
             del sys.modules[module.__name__]
+
+
+@needs_speedups
+def test_c_plan_rejects_misuse_with_python_errors() -> None:
+    plan = marshal._native_plan(Message2)
+    with pytest.raises(TypeError):
+        plan.encode(b"not a bytearray", Message2(1, 1.0, True))
+    with pytest.raises(AttributeError):
+        plan.encode(bytearray(), object())
+    assert plan.decode_object(b"", 5, 1) is None  # bad range
+    assert plan.decode_object(b"\x82\xff\xff\xff\xff", 0, 5) is None  # block longer than the data
+    assert plan.decode_fields(b"\xc6number\xa1", 0, 9, None) is None  # value cut short
+    with pytest.raises(WireError):
+        binary_decode(b"\x82\x05\x00\x00\x00\xc6num")
+
+
+def binary_decode(data: bytes) -> Any:
+    return decode(data, Message2)

@@ -666,7 +666,8 @@ class Reader:
     """Reads BINARY wire from `buf[start:end]` without copying (bytes, bytearray, memoryview or mmap).
 
     `position` is an index into `buf`, so when `buf` is a whole mapped file every offset the reader
-    reports (errors, `binding_offset`, `Int64Array.offset`) is a file offset.
+    reports (errors, `binding_offset`, `Int64Array.offset`) is a file offset. An `mmap` is read through
+    a memoryview, which (like any exported buffer) keeps the map from being closed while the reader lives.
     """
 
     __slots__ = ("buf", "depth", "end", "pos")

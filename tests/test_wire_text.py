@@ -207,6 +207,16 @@ def test_render_value_kinds() -> None:
         "h": -1,
         "7": -200,
     }
+    w = binary.Writer()
+    w.field("text")
+    w.bytes_value(b"printable")  # Java's copy shows printable bytes as text
+    w.field("arr")
+    w.int64_array(4, 2, [5, 0, 0, 7])
+    w.field("pair")
+    w.int64_array(2, 2, [1, 2])
+    assert render(w.getvalue()) == (
+        "text: printable\narr: [\n  # length: 4, used: 2\n  5,\n  0,\n  0, 7\n]\npair: [\n  1,\n  2\n]\n"
+    )
 
 
 def test_json_of_vector_documents(vectors: Path) -> None:

@@ -19,7 +19,6 @@ import dataclasses
 import datetime as _dt
 import decimal
 import enum
-import itertools
 import json
 import math
 import re
@@ -180,7 +179,7 @@ class _Seq:
 
 @dataclasses.dataclass(slots=True)
 class _Array:
-    """An index array: shown with its capacity and used count, runs of zeros on one line."""
+    """An I64_ARRAY (index arrays): shown with its capacity and used count."""
 
     values: list[int]
     used: int
@@ -211,13 +210,13 @@ def _fmt(node: Any, depth: int, inline: bool) -> str:
         lines = [inner + _fmt(v, depth + 1, False) for v in node.items]
         return prefix + "[\n" + _join_lines(lines) + "\n" + indent + "]"
     if isinstance(node, _Array):
-        groups: list[str] = []
-        for is_zero, run in itertools.groupby(node.values, key=lambda v: v == 0):
-            values = list(run)
-            groups += [", ".join(["0"] * len(values))] if is_zero else [str(v) for v in values]
-        lines = [f"{inner}# length: {len(node.values)}, used: {node.used}"]
-        lines += [inner + g + ("," if i < len(groups) - 1 else "") for i, g in enumerate(groups)]
-        return "[\n" + "\n".join(lines) + "\n" + indent + "]"
+        # Java prints the used slots one per line and the unused rest on one line
+        used = max(0, min(node.used, len(node.values)))
+        lines = [f"{inner}{v}" for v in node.values[:used]]
+        if used < len(node.values):
+            lines.append(inner + ", ".join(map(str, node.values[used:])))
+        head = f"{inner}# length: {len(node.values)}, used: {node.used}"
+        return "[\n" + "\n".join([head, ",\n".join(lines)] if lines else [head]) + "\n" + indent + "]"
     raise TypeError(f"cannot lay out {type(node).__name__}")  # pragma: no cover - internal model only
 
 
@@ -337,7 +336,9 @@ def _value_node(r: binary.Reader, depth: int) -> Any:
         if first == b.HISTORY_MESSAGE:
             return _history_node(MessageHistory.from_payload(sub.buf[sub.pos + 1 : sub.end]))
         if first == b.U8_ARRAY:
-            return _scalar(sub.read_value())
+            data = sub.read_value()
+            textable = all(0x20 <= c < 0x80 or c == 0x0A for c in data)
+            return quote(data.decode("ascii")) if textable else _scalar(data)  # as Java's copy does
         items = []
         while sub.has_more():
             items.append(_value_node(sub, depth + 1))
@@ -352,7 +353,7 @@ def _value_node(r: binary.Reader, depth: int) -> Any:
         return quote(_read_utf8_payload(r))
     if code == b.I64_ARRAY:
         arr = r.read_value()
-        if arr.capacity == 2:  # int128forBinding (writePosition): Java shows just the pair
+        if arr.capacity == arr.used and arr.capacity <= 2:  # e.g. writePosition: Java shows the values only
             return _Seq([str(v) for v in arr.values])
         return _Array(arr.values, arr.used)
     value = r.read_value()

@@ -277,6 +277,7 @@ say: hi there
     assert order["raw"] == b"\x01\x02\x03" and order["cls"] == TypeLiteral("String")
     assert order["hex"] == 0x4D1900000000 and type(order["hex"]) is Int64Hex and order["neg"] == -1
     assert docs[2] == {"say": "hi there"}
+    assert from_yaml_all(text.replace("\n", "\r\n")) == docs  # files edited on Windows
     assert from_yaml_all("--- !Cfg\nname: a\n--- !!data #binary\nx: 1\n--- 5\n") == [
         Typed("Cfg", {"name": "a"}),
         {"x": 1},

@@ -916,7 +916,7 @@ def from_yaml_all(text: str) -> list[Any]:
     docs: list[Any] = []
     chunk: list[str] = []
     start, tag = 0, ""
-    for n, line in enumerate([*text.split("\n"), "---"]):
+    for n, line in enumerate([*text.replace("\r\n", "\n").split("\n"), "---"]):
         if not _DOC_LINE.match(line):
             chunk.append(line)
             continue

@@ -107,7 +107,10 @@ EXACT: dict[str, tuple[Action, Any]] = {
     "object(Integer.valueOf(5))": (lambda w: w.int_fixed32(5), 5),
     "object(Long.valueOf(5))": (lambda w: w.int_fixed64(5), 5),
     'object("s")': (lambda w: w.value("s"), "s"),
-    "object(new int[]{1,2})": (lambda w: w.value(Typed("int[]", [1, 2])), Typed("int[]", [1, 2])),
+    "object(new int[]{1,2})": (
+        lambda w: (w.type_prefix("int[]"), token := w.begin(), w.int32(1), w.int32(2), w.end(token)),
+        Typed("int[]", [1, 2]),
+    ),
     'object(Arrays.asList("a","b"))': (lambda w: w.value(["a", "b"]), ["a", "b"]),
     "object(map {k=v})": (lambda w: w.value({EventName("k"): "v"}), {"k": "v"}),
     "int64forBinding(5) at offset 0": (lambda w: w.int64_binding(5), 5),
@@ -133,15 +136,17 @@ EXACT: dict[str, tuple[Action, Any]] = {
         lambda w: (w.event_object(), w.text("k"), w.text("v")),
         {"k": "v"},
     ),
-    "writeEventName(\"history\").marshallable(history{sources:[1,0x4d1900000005],timings:[1000,2000]})": (
+    'writeEventName("history").marshallable(history{sources:[1,0x4d1900000005],timings:[1000,2000]})': (
         _history,
         {EventName("history"): {"sources": [1, Int64Hex(0x4D1900000005)], "timings": [1000, 2000]}},
     ),
 }
 
 PATTERNS: list[tuple[str, Callable[[re.Match[str]], tuple[Action, Any]]]] = [
+    (r"int64\((-?\d+)L\)", lambda m: (lambda w: w.int64(int(m.group(1))), int(m.group(1)))),
+    (r"int32\((-?\d+)\)", lambda m: (lambda w: w.int32(int(m.group(1))), int(m.group(1)))),
     (
-        r"(?:int64|int32|uint32checked|uint16checked|uint8checked)\((-?\d+)L?\)|int8\(\(byte\)(-?\d+)\)"
+        r"(?:uint32checked|uint16checked|uint8checked)\((-?\d+)L?\)|int8\(\(byte\)(-?\d+)\)"
         r"|int16\(\(short\)(-?\d+)\)",
         lambda m: (
             lambda w: w.int_compact(int(next(g for g in m.groups() if g))),
@@ -150,12 +155,12 @@ PATTERNS: list[tuple[str, Callable[[re.Match[str]], tuple[Action, Any]]]] = [
     ),
     (
         r"float64\((.+)\)",
-        lambda m: (lambda w: w.float_compact(_java_number(m.group(1))), _java_number(m.group(1))),
+        lambda m: (lambda w: w.float64(_java_number(m.group(1))), _java_number(m.group(1))),
     ),
     (
         r"float32\((.+)f\)",
         lambda m: (
-            lambda w: w.float32_compact(_java_number(m.group(1))),
+            lambda w: w.float32(_java_number(m.group(1))),
             struct.unpack("<f", struct.pack("<f", _java_number(m.group(1))))[0],
         ),
     ),
@@ -194,14 +199,17 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b) and (type(a) is type(b) or not isinstance(a, float | int) or a == b)
 
 
-def test_every_compact_row_encodes_byte_for_byte() -> None:
-    rows = [r for r in _rows() if r[0] == "compact"]
-    assert len(rows) > 100
-    for _, name, call, expected in rows:
+def test_every_row_encodes_byte_for_byte() -> None:
+    """Compact rows with the default writer, fixed rows with `Writer(fixed=True)`."""
+    rows = _rows()
+    assert (
+        len([r for r in rows if r[0] == "compact"]) > 100 and len([r for r in rows if r[0] == "fixed"]) > 90
+    )
+    for mode, name, call, expected in rows:
         action, _ = _action(call)
-        w = Writer()
+        w = Writer(fixed=mode == "fixed")
         action(w)
-        assert w.getvalue().hex() == expected.hex(), f"{name}: {call}"
+        assert w.getvalue().hex() == expected.hex(), f"{mode} {name}: {call}"
 
 
 def test_every_row_decodes_to_the_value_written() -> None:

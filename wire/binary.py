@@ -359,20 +359,26 @@ class Writer:
     `base` is the absolute file offset of byte 0 of `buffer`: alignment padding (Java's `writeAlignTo`)
     depends on the absolute position, so a writer building a document that will land at file offset P
     must be created with `base = P`. `position` is absolute; `len(writer)` is the number of bytes.
+
+    `int64`/`int32`/`float64`/`float32` follow the writer's mode like Java's `ValueOut`: compact by
+    default (what queues write), fixed-width with `fixed=True` (Java's `BinaryWire` with `fixed`).
+    `int_compact`/`float_compact` and the `*_fixed` methods ignore the mode.
     """
 
-    __slots__ = ("base", "buffer")
+    __slots__ = ("base", "buffer", "fixed")
 
-    def __init__(self, base: int = 0) -> None:
+    def __init__(self, base: int = 0, *, fixed: bool = False) -> None:
         self.buffer = bytearray()
         self.base = base
+        self.fixed = fixed
 
     @classmethod
-    def over(cls, buffer: bytearray, base: int = 0) -> Writer:
+    def over(cls, buffer: bytearray, base: int = 0, *, fixed: bool = False) -> Writer:
         """A writer appending to an existing bytearray (used by compiled encoders)."""
         w = cls.__new__(cls)
         w.buffer = buffer
         w.base = base
+        w.fixed = fixed
         return w
 
     def __len__(self) -> int:
@@ -443,6 +449,34 @@ class Writer:
         """Java's compact `writeNumber(long)`: the smallest code for the value, float32 for large
         longs that a float32 holds exactly."""
         put_int(self.buffer, v)
+
+    def int64(self, v: int) -> None:
+        """A Java `long`: compact, or INT64 in fixed mode."""
+        if self.fixed:
+            self.int_fixed64(v)
+        else:
+            put_int(self.buffer, v)
+
+    def int32(self, v: int) -> None:
+        """A Java `int`: compact, or INT32 in fixed mode."""
+        if self.fixed:
+            self.int_fixed32(v)
+        else:
+            put_int(self.buffer, v)
+
+    def float64(self, d: float) -> None:
+        """A Java `double`: compact, or FLOAT64 in fixed mode."""
+        if self.fixed:
+            self.float64_fixed(d)
+        else:
+            put_float(self.buffer, d)
+
+    def float32(self, f: float) -> None:
+        """A Java `float`: compact, or FLOAT32 in fixed mode."""
+        if self.fixed:
+            self.float32_fixed(f)
+        else:
+            put_float32(self.buffer, f)
 
     def int_fixed32(self, v: int) -> None:
         """INT32 always (Java's `object(Integer)` and fixed writer)."""
@@ -595,9 +629,9 @@ def _write_value(w: Writer, v: Any, depth: int) -> None:
     if t is str:
         w.text(v)
     elif t is int:
-        w.int_compact(v)
+        w.int64(v)
     elif t is float:
-        w.float_compact(v)
+        w.float64(v)
     elif v is None:
         w.null()
     elif t is bool:

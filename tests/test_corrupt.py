@@ -42,6 +42,8 @@ class Damage:
 
     def apply(self, path: Path) -> None:
         with open(path, "r+b") as f:
+            if self.at >= os.fstat(f.fileno()).st_size and self.kind != "truncate":
+                return  # an earlier truncation removed this spot
             if self.kind == "truncate":
                 f.truncate(self.at)
             elif self.kind == "zero":
@@ -173,7 +175,8 @@ def damages(draw: st.DrawFn, vector: str) -> list[Damage]:
     return out
 
 
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=False,
+# Derandomized: the default run checks the same damage every time; the slow run explores.
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
@@ -206,7 +209,7 @@ def test_random_damage_append(reader: Reader, vector: str) -> None:
 def test_random_damage_long(reader: Reader, vector: str) -> None:
     require_vectors()
 
-    @settings(SETTINGS, max_examples=600)
+    @settings(SETTINGS, max_examples=600, derandomize=False)
     @given(damages(vector), st.sampled_from(["read", "append"]))
     def run(ds: list[Damage], mode: str) -> None:
         check(reader, vector, ds, mode)
@@ -214,7 +217,7 @@ def test_random_damage_long(reader: Reader, vector: str) -> None:
     run()
 
 
-def fixed_damages() -> Iterator[Any]:
+def fixed_damages() -> list[Any]:
     """Hand-picked damage every reader meets sooner or later, one test id each."""
     cq4, meta = "20240115F.cq4", "metadata.cq4t"
     cases = {
@@ -234,6 +237,9 @@ def fixed_damages() -> Iterator[Any]:
         "index-entry-points-past-file": [Damage(cq4, "header", 33_008 + 32, 0x7FFF_FFFF)],
         "index-entry-misaligned": [Damage(cq4, "flip", 33_040, 0)],
         "index-used-huge": [Damage(cq4, "flip", 33_039, 6)],
+        "index-entry-points-at-next-message": [Damage(cq4, "header", 33_040, 65_828)],
+        "store-header-length-grown": [Damage(cq4, "flip", 1, 1)],
+        "first-message-header-zeroed": [Damage(cq4, "header", 65_808, 0)],
         "write-position-huge": [Damage(cq4, "flip", 71, 6)],
         "meta-empty": [Damage(meta, "truncate", 0)],
         "meta-cut-in-header": [Damage(meta, "truncate", 50)],
@@ -242,9 +248,8 @@ def fixed_damages() -> Iterator[Any]:
         "meta-roll-format-flipped": [Damage(meta, "flip", 80, 3)],
         "both-empty": [Damage(cq4, "truncate", 0), Damage(meta, "truncate", 0)],
     }
-    for name, ds in cases.items():
-        for mode in ("read", "append"):
-            yield pytest.param(ds, mode, id=f"{name}-{mode}")
+    modes = ("read", "append")
+    return [pytest.param(ds, mode, id=f"{name}-{mode}") for name, ds in cases.items() for mode in modes]
 
 
 @pytest.mark.parametrize(("ds", "mode"), fixed_damages())

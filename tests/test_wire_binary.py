@@ -500,3 +500,31 @@ def test_deep_nesting_is_rejected_not_recursed() -> None:
         data = b"\x82" + struct.pack("<I", len(data) + 2) + b"\xc1x" + data
     with pytest.raises(WireError, match="nesting"):
         decode(data)
+
+
+def test_reader_over_a_real_mmap_reports_file_offsets(tmp_path: Path) -> None:
+    import mmap
+    import shutil
+
+    src = require_vectors() / "generated-cq5.26" / "test_daily_tiny_index" / "20240115T1.cq4"
+    path = tmp_path / src.name
+    shutil.copy(src, path)
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+        header = struct.unpack_from("<I", m, 0)[0]
+        r = Reader(m, 4, 4 + (header & 0x3FFFFFFF))
+        assert r.read_field() == "header"
+        r.skip_padding()
+        store = r.read_value()
+        assert store.type_name == "SCQStore"
+        # writePosition is the I64_ARRAY the appender updates in place: its offset is a file offset
+        write_position = store.value["writePosition"]
+        assert write_position.offset % 16 == 0  # 16-aligned like Java's int128forBinding
+        assert struct.unpack_from("<q", m, write_position.offset + 16)[0] == write_position.values[0]
+        index2index = store.value["indexing"].value["index2Index"]
+        assert index2index == 200
+        r2 = Reader(m, 204, 204 + (struct.unpack_from("<I", m, 200)[0] & 0x3FFFFFFF))
+        assert r2.read_field() == "index2index"
+        at = r2.binding_offset()
+        assert struct.unpack_from("<qq", m, at) == (8, 3)  # capacity 8, 3 secondary indexes used
+        assert struct.unpack_from("<3q", m, at + 16) == (304, 676, 1024)
+        del r, r2, store, write_position

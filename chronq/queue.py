@@ -201,7 +201,8 @@ class Queue:
         self._cycles = None
 
     def next_cycle_after(self, cycle: int | None) -> int | None:
-        for c in self.cycles() if cycle is None else self._fresh_cycles():
+        """The first cycle file after `cycle` (re-listing the directory only when modCount moved)."""
+        for c in self.cycles():
             if cycle is None or c > cycle:
                 return c
         return None

@@ -222,3 +222,47 @@ def test_bisect_on_an_ordered_queue(tmp_path: Path) -> None:
         assert ex is not None and key(ex.payload) == 602
         assert q.bisect(key, 0) == FIRST
         assert q.bisect(key, 5000) is None
+
+
+def test_store_file_listeners_see_each_cycle(tmp_path: Path) -> None:
+    events: list[tuple[str, int, str]] = []
+    clock = FixedClock(BASE_MS)
+    q = chronq.open(
+        tmp_path,
+        clock=clock,
+        block_size=4096,
+        on_acquired=lambda c, p: events.append(("acquired", c, p.name)),
+        on_released=lambda c, p: events.append(("released", c, p.name)),
+    )
+    a = q.appender()
+    a.write(b"x")
+    clock.advance(DAY_MS)
+    a.write(b"y")
+    q.close()
+    assert ("acquired", 19737, "20240115F.cq4") in events
+    assert ("acquired", 19738, "20240116F.cq4") in events
+    assert ("released", 19738, "20240116F.cq4") in events
+
+
+def test_native_scan_agrees_with_the_tailer(tmp_path: Path) -> None:
+    from chronq import _native
+
+    with filled(tmp_path, n=600) as q:
+        q.appender().write_meta(b"meta")
+        t = q.tailer()
+        want = [(ex.position, len(ex), ex.metadata) for ex in iter(lambda: t.read(metadata=True), None)]
+        m = t._map
+        assert m is not None
+        positions, lengths, flags, _, next_seq, status = _native.scan(m, 0, -1, 0, 1 << 30, True)
+        got = list(
+            zip(
+                struct.unpack(f"<{len(flags)}q", positions),
+                struct.unpack(f"<{len(flags)}i", lengths),
+                [bool(f) for f in flags],
+                strict=True,
+            )
+        )
+        assert got == want and next_seq == 600 and status == 0
+        data, offsets = _native.gather(m, positions, lengths)
+        offs = struct.unpack(f"<{len(flags) + 1}i", offsets)
+        assert data[offs[3] : offs[4]] == b"d0-0"  # after the header, index2index and index documents

@@ -28,7 +28,7 @@ def check_writer_output(out: str, code: int) -> int:
 def test_file_size_limit(tmp_path: Path) -> None:
     queue = tmp_path / "queue"
     env = child_env()
-    w = subprocess.run([*script("full_disk"), "writer", str(queue), str(600_000), str(128 * 1024)],
+    w = subprocess.run([*script("full_disk"), "writer", str(queue), str(600_000), str(128 * 1024), "0"],
                        capture_output=True, text=True, env=env, timeout=120)
     check_writer_output(w.stdout, w.returncode)
     error = w.stdout.splitlines()[-1]
@@ -48,7 +48,8 @@ def can_mount_tmpfs(where: Path) -> bool:
     return probe.returncode == 0
 
 
-def test_tmpfs_full(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("block_size", "roll_every"), [(0, 0), (128 * 1024, 0), (128 * 1024, 30)])
+def test_tmpfs_full(tmp_path: Path, block_size: int, roll_every: int) -> None:
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     if not can_mount_tmpfs(mnt):
@@ -58,11 +59,12 @@ def test_tmpfs_full(tmp_path: Path) -> None:
     # The mount lives only in this private mount namespace, so writer and verifier both run inside it.
     shell = (
         'mount -t tmpfs -o size=1m tmpfs "$1" || exit 9\n'
-        '"$4" "$5" writer "$2" 0 0 > "$3"; echo $? > "$6"\n'
+        '"$4" "$5" writer "$2" 0 "$7" "$8" > "$3"; echo $? > "$6"\n'
         '"$4" "$5" verify "$2" "$3"\n'
     )
     interp, path = script("full_disk")
-    argv = ["unshare", "-m", "sh", "-c", shell, "sh", str(mnt), str(queue), str(acks), interp, path, str(rc)]
+    argv = ["unshare", "-m", "sh", "-c", shell, "sh", str(mnt), str(queue), str(acks), interp, path, str(rc),
+            str(block_size), str(roll_every)]
     v = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=300)
     check_writer_output(acks.read_text(), int(rc.read_text()))
     assert v.returncode == 0 and v.stdout.startswith("ok"), v.stdout + v.stderr

@@ -532,8 +532,8 @@ scan:
         }
         uint32_t h = ld32(g->base + pos);
         if (h == HDR_EOF) {
-            *pos_out = pos;
-            return -3;
+            *pos_out = pos; /* seq just past the last of a closed cycle: park at EOF, read() moves on */
+            return cur == seq ? 0 : -3;
         }
         if (h == 0 || (h & HDR_NOT_COMPLETE)) {
             *pos_out = pos;

@@ -176,9 +176,13 @@ class Tailer(_native.TailerCore):
         self._set_position(pos, seq)
 
     def _place_at(self, index: int) -> None:
-        """A stored named position whose cycle has no file yet: start from the next cycle that exists."""
-        rc = self._queue.roll_cycle
-        nxt = self._queue.next_cycle_after(rc.to_cycle(index) - 1)
+        """A stored named position that names no excerpt: go to the end of its cycle if that file
+        exists (never re-read), else to the start of the next cycle that exists."""
+        cycle = self._queue.roll_cycle.to_cycle(index)
+        if self._attach_cycle(cycle):
+            self._seek_end()
+            return
+        nxt = self._queue.next_cycle_after(cycle)
         if nxt is None:
             self._file = None
             self._detach()

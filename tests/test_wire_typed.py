@@ -8,7 +8,7 @@ import enum
 import struct
 import uuid
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any, NewType
 
 import attrs
 import msgspec
@@ -394,3 +394,21 @@ def test_c_plan_rejects_misuse_with_python_errors() -> None:
 
 def binary_decode(data: bytes) -> Any:
     return decode(data, Message2)
+
+
+Price = NewType("Price", float)
+
+
+class Quote(msgspec.Struct):
+    qty: Annotated[int, msgspec.Meta(ge=0)]
+    price: Price
+
+
+class Plain(msgspec.Struct):
+    qty: int
+    price: float
+
+
+def test_annotated_and_newtype_fields_use_their_underlying_type() -> None:
+    assert _bytes(Quote, Quote(5, Price(1.25))) == _bytes(Plain, Plain(5, 1.25))
+    assert decode(_bytes(Plain, Plain(5, 1.25)), Quote) == Quote(5, Price(1.25))

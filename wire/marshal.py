@@ -106,7 +106,7 @@ def _introspect(cls: type[Any]) -> list[_Field] | None:
         for f in msgspec.structs.fields(cls):
             factory = None if f.default_factory is msgspec.NODEFAULT else f.default_factory
             default = _MISSING if f.default is msgspec.NODEFAULT else f.default
-            out.append(_Field(f.name, f.encode_name, f.name, f.type, default, factory))
+            out.append(_Field(f.name, f.encode_name, f.name, _unwrap(f.type), default, factory))
         return out
     attrs_fields = getattr(cls, "__attrs_attrs__", None)
     if attrs_fields is not None:
@@ -122,7 +122,9 @@ def _introspect(cls: type[Any]) -> list[_Field] | None:
                 raise TypeError(f"{cls.__qualname__}.{a.name}: self-referencing factories are not supported")
             default = _MISSING if a.default is attrs.NOTHING or factory is not None else a.default
             alias = getattr(a, "alias", None) or a.name.lstrip("_")
-            out.append(_Field(a.name, a.name, alias, hints.get(a.name, a.type or Any), default, factory))
+            out.append(
+                _Field(a.name, a.name, alias, _unwrap(hints.get(a.name, a.type or Any)), default, factory)
+            )
         return out
     if dataclasses.is_dataclass(cls) and isinstance(cls, type):
         hints = _hints(cls)
@@ -132,9 +134,20 @@ def _introspect(cls: type[Any]) -> list[_Field] | None:
                 continue
             factory = None if d.default_factory is dataclasses.MISSING else d.default_factory
             default = _MISSING if d.default is dataclasses.MISSING else d.default
-            out.append(_Field(d.name, d.name, d.name, hints.get(d.name, Any), default, factory))
+            out.append(_Field(d.name, d.name, d.name, _unwrap(hints.get(d.name, Any)), default, factory))
         return out
     return None
+
+
+def _unwrap(tp: Any) -> Any:
+    """The type that decides the encoding: `Annotated[T, ...]` and `NewType`s are their T."""
+    while True:
+        if typing.get_origin(tp) is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif isinstance(tp, typing.NewType):
+            tp = tp.__supertype__
+        else:
+            return tp
 
 
 def _is_structured(tp: Any) -> bool:

@@ -512,7 +512,7 @@ static int seek_seq(Geometry *g, int64_t seq, Py_ssize_t *pos_out) {
             for (int64_t slot = (k == index2 ? index1 : count - 1); slot >= 0; slot--) {
                 int64_t p = ld64(g->base + arr + 16 + 8 * slot);
                 if (p != 0) {
-                    if (p < 0 || p > g->size - 4) {
+                    if (p < g->data_start || p > g->size - 4 || (p & (g->align - 1))) {
                         raise_corrupt(g->map->name, (Py_ssize_t)(arr + 16 + 8 * slot),
                                       "index entry %lld points outside the file", (long long)p);
                         return -2;

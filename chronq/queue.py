@@ -10,6 +10,7 @@ import contextlib
 import os
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,7 @@ class Queue:
         self._cycles: list[int] | None = None
         self._cycles_mod = -1
         self._closed = False
+        self._named: weakref.WeakSet[Any] = weakref.WeakSet()  # tailers mapping a table-store value
         requested = by_name(roll_cycle)
         if readonly:
             if not self.path.is_dir():
@@ -151,6 +153,8 @@ class Queue:
             self._closed = True
             for a in list(getattr(self, "_appenders", [])):
                 a.close()
+            for t in list(self._named):
+                t.close()
             for key, cf in list(self._files.items()):
                 cf.close()
                 if self.on_released:
@@ -283,7 +287,10 @@ class Queue:
         self._check_open()
         from chronq.tailer import Tailer
 
-        return Tailer(self, name)
+        t = Tailer(self, name)
+        if name is not None:
+            self._named.add(t)
+        return t
 
     # -- whole-queue questions -------------------------------------------------------------------------
     def _count_in(self, cycle: int) -> int:

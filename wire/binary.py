@@ -994,7 +994,7 @@ class Reader:
                 return self._utf8(self.read_stop_bit())
             if code == TYPE_PREFIX:
                 name = self._utf8(self.read_stop_bit())
-                return self._typed(name, p)
+                return self._typed(name)
             if code == TYPE_LITERAL:
                 return TypeLiteral(self._utf8(self.read_stop_bit()))
             if TIME <= code <= ZONED_DATE_TIME:
@@ -1042,7 +1042,7 @@ class Reader:
         finally:
             self.depth -= 1
 
-    def _typed(self, name: str, at: int) -> Any:
+    def _typed(self, name: str) -> Any:
         cls = registry.lookup(name)
         if cls is None:
             return Typed(name, self._nested(Reader.read_value))

@@ -31,8 +31,8 @@ BLOCK = 128 * 1024  # the vectors' small block size, so files grow (remap) while
 SEED = int(os.environ.get("CHRONQ_CRASH_SEED", "20261122"))
 
 
-def verify(queue: Path, acks: dict[int, list[list[int]]]) -> int:
-    """Check the queue against what was acknowledged; return how many excerpts it holds."""
+def verify(queue: Path, acks: dict[int, list[list[int]]]) -> list[list[int]]:
+    """Check the queue against what was acknowledged; return its excerpts as [index, round, n]."""
     excerpts = read_all(queue)
     indexes = [i for i, _ in excerpts]
     assert all(a < b for a, b in pairwise(indexes)), "indexes not strictly increasing"
@@ -60,7 +60,7 @@ def verify(queue: Path, acks: dict[int, list[list[int]]]) -> int:
         data = f.read_bytes()
         last = header_positions(data)[-1]
         assert data[last : last + 4] == b"\x00\x00\x00\xc0", f"{f.name} has no EOF marker after a roll"
-    return len(excerpts)
+    return [[index, *parse_checked(payload)] for index, payload in excerpts]
 
 
 def crash_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
@@ -74,7 +74,8 @@ def crash_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
     acks = {int(k): v for k, v in report["acks"].items()}
     assert len(acks[rounds]) == 200, "the final writer did not complete after the crashes"
     assert sum(1 for rnd in range(rounds) if acks[rnd]) >= rounds // 3, "too few rounds got to write at all"
-    verify(queue, acks)
+    final = verify(queue, acks)
+    assert report["live"] == final, "the reader that tailed through the crashes saw something else"
 
 
 def test_sigkill_at_random_points(tmp_path: Path) -> None:
@@ -120,3 +121,17 @@ def test_next_writer_takes_over_after_kill_inside_document(tmp_path: Path, parti
     assert [parse_checked(p) for _, p in after] == [(0, n) for n in range(5)] + [(1, n) for n in range(3)]
     assert after[5][0] == committed[-1] + 1, "the next writer must reuse the abandoned slot"
     assert new == [i for i, _ in after[5:]]
+
+
+@pytest.mark.parametrize("size", [0, 131_072])
+def test_next_writer_proceeds_after_kill_while_creating_the_table_store(tmp_path: Path, size: int) -> None:
+    """The table store is created in place: a kill after the file got its size but before its header was
+    written leaves exactly this (0 = killed right after the file was created)."""
+    queue = tmp_path / "queue"
+    queue.mkdir()
+    with open(queue / "metadata.cq4t", "wb") as f:
+        f.truncate(size)
+    nxt = subprocess.Popen([*script("append"), str(queue), "0", "2"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env=child_env())
+    new = [int(x) for x in finish(nxt, 60).split()]
+    assert [i for i, _ in read_all(queue)] == new and len(new) == 2

@@ -6,7 +6,9 @@ reports (n, index) over a pipe. The parent kills it after a random short delay (
 even opened the queue, sometimes mid-document), reaps it (so its pid is really dead), and records what
 was acknowledged. The clock moves one day every few rounds, so rolls and EOF back-filling are killed
 too. The last round writes a fixed number of messages and exits normally: the queue must still take
-writes after all the kills. Prints one JSON object: {"acks": {round: [[n, index], ...]}, "kills": k}.
+writes after all the kills. Between rounds the parent tails the queue read-only, the way a live
+consumer would: it must never see a torn message. Prints one JSON object:
+{"acks": {round: [[n, index], ...]}, "live": [[index, round, n], ...], "kills": k}.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import struct
 import sys
 import time
 
-from qhelp import BASE_MS, DAY_MS, checked_payload
+from qhelp import BASE_MS, DAY_MS, checked_payload, parse_checked
 
 import chronq
 from chronq.rollcycles import FixedClock
@@ -112,11 +114,37 @@ def run_round(
     return [list(ACK.unpack_from(buf, off)) for off in range(0, whole, ACK.size)]
 
 
+class LiveReader:
+    """A read-only tailer kept open across all rounds (opened once a writer has committed something)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.queue: chronq.Queue | None = None
+        self.tailer: chronq.Tailer | None = None
+        self.seen: list[list[int]] = []
+
+    def poll(self) -> None:
+        if self.tailer is None:
+            self.queue = chronq.open(self.path, readonly=True)
+            self.tailer = self.queue.tailer()
+        while (ex := self.tailer.read()) is not None:
+            try:
+                rnd, n = parse_checked(bytes(ex.payload))
+            except ValueError as e:
+                raise SystemExit(f"live reader: torn excerpt at {ex.index:#x}: {e}") from None
+            self.seen.append([ex.index, rnd, n])
+
+
 def main() -> None:
     path, rounds, seed, block_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     rng = random.Random(seed)
-    acks = {r: run_round(path, r, seed, block_size, rng, final=r == rounds) for r in range(rounds + 1)}
-    print(json.dumps({"acks": acks, "kills": rounds}))
+    live = LiveReader(path)
+    acks = {}
+    for r in range(rounds + 1):
+        acks[r] = run_round(path, r, seed, block_size, rng, final=r == rounds)
+        if live.tailer is not None or any(acks.values()):
+            live.poll()
+    print(json.dumps({"acks": acks, "live": live.seen, "kills": rounds}))
 
 
 if __name__ == "__main__":

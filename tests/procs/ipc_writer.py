@@ -4,6 +4,7 @@ argv: queue_dir writer_id count index_out roll_cycle [sleep_every]
 With ``sleep_every`` > 0 it sleeps 1 ms after that many writes, so that a run spans several real-time
 cycles of a short roll cycle.
 Prints ``ready`` once the appender exists, waits for ``go`` on stdin so that all writers contend.
+Odd writer ids append through ``writing_document()`` (two partial writes), even ones with ``write()``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,22 @@ import array
 import struct
 import sys
 import time
+from collections.abc import Callable
 
 import chronq
+
+
+def writer(appender: chronq.Appender, by_document: bool) -> Callable[[bytes], int]:
+    if not by_document:
+        return appender.write
+
+    def write(data: bytes) -> int:
+        with appender.writing_document() as dc:
+            dc.write(data[:3])
+            dc.write(data[3:])
+        return dc.index
+
+    return write
 
 
 def main() -> None:
@@ -22,7 +37,7 @@ def main() -> None:
     pack = struct.Struct("<II").pack
     indexes = array.array("Q")
     with chronq.open(path, roll_cycle=roll_cycle) as q:
-        write = q.appender().write
+        write = writer(q.appender(), by_document=wid % 2 == 1)
         print("ready", flush=True)
         if sys.stdin.readline().strip() != "go":
             raise SystemExit("expected 'go' on stdin")

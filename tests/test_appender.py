@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -9,6 +10,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import chronq
 from chronq import _native
@@ -247,3 +250,88 @@ def test_two_processes_append_to_one_queue(tmp_path: Path) -> None:
     for tag in (b"p", b"q"):
         mine = [p for _, p in got if p.startswith(tag + b"-")]
         assert mine == [b"%s-%d" % (tag, i) for i in range(n)]  # each writer's order is kept
+
+
+def check_store_header(q: chronq.Queue, cycle: int) -> None:
+    """writePosition, sequence hint, lastIndex and every index slot agree with the documents on disk."""
+    cf = q.open_cycle(cycle)
+    assert cf is not None
+    lay = cf.layout
+    t = q.tailer()
+    assert t.move_to_cycle(cycle)
+    data = []
+    while (ex := t.read()) is not None and ex.cycle == cycle:
+        data.append((ex.seq, ex.position))
+    m = cf.map
+    if not data:
+        return
+    last_seq, last_pos = data[-1]
+    assert _native.load64(m, lay.write_position_offset) == last_pos
+    assert _native.load64(m, lay.write_position_offset + 8) == (last_pos << lay.cycle_shift) + last_seq
+    count, spacing = lay.index_count, lay.index_spacing
+    i2i = _native.index_array(m, _native.load64(m, lay.index2index_offset), count)
+    indexed = [(s, p) for s, p in data if s % spacing == 0]
+    for seq, pos in indexed:
+        index2 = seq // (count * spacing)
+        index1 = (seq // spacing) % count
+        arr = _native.index_array(m, _native.load64(m, i2i + 16 + 8 * index2), count)
+        assert _native.load64(m, arr + 16 + 8 * index1) == pos, seq
+    assert _native.load64(m, lay.last_index_offset) == indexed[-1][0] + spacing
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.binary(max_size=300)),
+        st.tuples(st.just("meta"), st.binary(max_size=50)),
+        st.tuples(st.just("many"), st.lists(st.binary(max_size=40), max_size=20)),
+        st.tuples(st.just("rollback"), st.binary(max_size=20)),
+        st.tuples(st.just("day"), st.just(b"")),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops, st.sampled_from(["TEST2_DAILY", "TEST4_DAILY", "FAST_DAILY"]))
+def test_random_appends_keep_the_index_exact(
+    tmp_path: Path, script: list[tuple[str, object]], rc: str
+) -> None:
+    clock = FixedClock(BASE_MS)
+    path = tmp_path / f"q{abs(hash((str(script), rc)))}"
+    expected: list[bytes] = []
+    with chronq.open(path, roll_cycle=rc, clock=clock, block_size=4096) as q:
+        a = q.appender()
+        for op, arg in script:
+            if op == "write":
+                a.write(arg)  # type: ignore[arg-type]
+                expected.append(arg)  # type: ignore[arg-type]
+            elif op == "meta":
+                a.write_meta(arg)  # type: ignore[arg-type]
+            elif op == "many":
+                a.write_many(arg)  # type: ignore[arg-type]
+                expected.extend(arg)  # type: ignore[arg-type]
+            elif op == "rollback":
+                with contextlib.suppress(ValueError), a.writing_document() as dc:
+                    dc.write(arg)  # type: ignore[arg-type]
+                    raise ValueError
+            else:
+                clock.advance(DAY_MS)
+        assert [p for _, p in read_all(q)] == expected
+        for c in q.cycles():
+            check_store_header(q, c)
+        t = q.tailer()
+        for index, payload in read_all(q):
+            assert t.move_to_index(index)
+            ex = t.read()
+            assert ex is not None and bytes(ex.payload) == payload
+
+
+def test_a_full_cycle_refuses_cleanly(tmp_path: Path) -> None:
+    with open_q(tmp_path, roll_cycle="TEST_DAILY") as q:  # indexCount 8, spacing 1: 64 per cycle
+        a = q.appender()
+        a.write_many([b"m"] * 64)
+        with pytest.raises(chronq.ChronqError, match="full"):
+            a.write(b"one too many")
+        assert len(read_all(q)) == 64
+        assert _lock_value(q) == _native.UNLOCKED
+        check_store_header(q, 19737)

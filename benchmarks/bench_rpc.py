@@ -4,7 +4,8 @@
 
 Rows: raw `appender.write` of the same encoded document (the baseline: what the queue costs), method
 writer calls of the 6-field trade DTO (encode + append), the same encode into a no-op sink, reader
-dispatch from the queue (`read_one` until empty), and dispatch of in-memory documents.
+dispatch from the queue (`read_one` until empty), and dispatch of in-memory documents; then the same
+writer and reader with MSGSPEC arguments (Python-only) to show what the BINARY codec costs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import msgspec
 import chronq
 import rpc
 from rpc.testing import Recorder
+from wire import WireType
 
 
 class Side(enum.Enum):
@@ -120,6 +122,23 @@ def main() -> None:
                 dispatch(doc)
 
         rows.append(("reader: dispatch of an in-memory document", rate(n, dispatch_memory), None))
+
+        with chronq.open(f"{d}/msgspec") as mq:
+            mw = rpc.writer(mq, Trades, wire=WireType.MSGSPEC)
+
+            def msgspec_calls() -> None:
+                for _ in range(n):
+                    mw.trade(trade)
+
+            rows.append(("MSGSPEC args: method writer -> queue", rate(n, msgspec_calls), None))
+
+            def msgspec_dispatch() -> None:
+                r = rpc.reader(mq.tailer(), handler, source_id=0, wire=WireType.MSGSPEC)
+                k = 0
+                while k < n and r.read_one():
+                    k += 1
+
+            rows.append(("MSGSPEC args: read_one + dispatch", rate(n, msgspec_dispatch), None))
     print(f"rpc benchmark, n={n}, {len(doc)}-byte documents (6-field trade DTO, BINARY)")
     print(f"{'case':<48} {'ops/s':>12} {'vs raw':>8} {'target':>10}")
     for name, ops, target in rows:

@@ -10,7 +10,9 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from wire import WireError
+import msgspec
+
+from wire import WireError, WireType
 from wire import binary as _b
 from wire import history as _h
 from wire.history import MessageHistory
@@ -43,6 +45,53 @@ def value_decoder(tp: Any) -> Decoder:
     if tp is Any:
         return _b.Reader.read_value
     return _b.decoder_for(tp)
+
+
+def framed_encoder(wire: WireType) -> Encoder:
+    """Appends `wire`'s encoding of a value as a BINARY bytes value (`80|81|82 len 8A data`), so the
+    document stays valid Chronicle wire that any dump can show."""
+    enc = wire.encoder()
+
+    def put(buf: bytearray, value: Any) -> None:
+        data = enc(value)
+        n = len(data) + 1
+        if n < 0x100:
+            buf += bytes((0x80, n, 0x8A))
+        elif n < 0x10000:
+            buf += b"\x81" + n.to_bytes(2, "little") + b"\x8a"
+        else:
+            buf += b"\x82" + n.to_bytes(4, "little") + b"\x8a"
+        buf += data
+
+    return put
+
+
+def framed_decoder(wire: WireType, tp: Any) -> Callable[[Any, int], tuple[Any, int]]:
+    """Reads what `framed_encoder` wrote at `pos` as a `tp`; returns it and the position after it."""
+    dec = wire.decoder(tp)
+
+    def get(buf: Any, pos: int) -> tuple[Any, int]:
+        size = len(buf)
+        code = buf[pos] if pos < size else -1
+        if code == 0x80 and pos + 2 <= size:
+            start, n = pos + 2, buf[pos + 1]
+        elif code == 0x81 and pos + 3 <= size:
+            start, n = pos + 3, int.from_bytes(buf[pos + 1 : pos + 3], "little")
+        elif code == 0x82 and pos + 5 <= size:
+            start, n = pos + 5, int.from_bytes(buf[pos + 1 : pos + 5], "little")
+        else:
+            start, n = pos, 0
+        end = start + n
+        if n < 1 or end > size or buf[start] != 0x8A:
+            raise WireError(f"expected {wire.name} arguments in a bytes value", pos)
+        try:
+            return dec(buf[start + 1 : end]), end
+        except WireError:
+            raise
+        except (msgspec.MsgspecError, ValueError, TypeError) as e:
+            raise WireError(f"bad {wire.name} arguments: {e}", start + 1) from e
+
+    return get
 
 
 def seq_end(buf: bytearray, start: int) -> None:

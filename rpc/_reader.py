@@ -13,6 +13,7 @@ from typing import Any
 from rpc import _codec
 from rpc._history import current
 from rpc._interface import MethodSpec, describe, is_protocol
+from wire import WireType
 
 log = logging.getLogger("rpc")
 
@@ -35,12 +36,28 @@ class _Entry:
 
 
 def _decoder(
-    params: Sequence[tuple[str, Any]], defaults: tuple[Any, ...] = ()
+    params: Sequence[tuple[str, Any]], defaults: tuple[Any, ...] = (), wire: WireType = WireType.BINARY
 ) -> Callable[[Any, int], tuple[tuple[Any, ...], int]]:
     """Arguments at `pos`: one value, a sequence of values, or (no parameters) one ignored value, as
     spec 7.5 says; returns them with the position after them. A sequence shorter than the parameters
     (an older writer) takes the trailing defaults; longer (a newer writer) has its extras ignored."""
     reader = _codec.reader_at
+    if wire is not WireType.BINARY and params:
+        types = tuple(tp for _, tp in params)
+        get = _codec.framed_decoder(wire, types[0] if len(types) == 1 else tuple[types])  # type: ignore[valid-type]
+        if len(types) == 1:
+
+            def framed_one(buf: Any, pos: int) -> tuple[tuple[Any, ...], int]:
+                v, end = get(buf, pos)
+                return (v,), end
+
+            return framed_one
+
+        def framed(buf: Any, pos: int) -> tuple[tuple[Any, ...], int]:
+            v, end = get(buf, pos)
+            return tuple(v), end
+
+        return framed
     if not params:
 
         def none(buf: Any, pos: int) -> tuple[tuple[Any, ...], int]:
@@ -129,6 +146,7 @@ class MethodReader:
         metadata_handler: MetadataHandler | None = None,
         source_id: int | None = None,
         clock: Callable[[], int] | None = None,
+        wire: WireType = WireType.BINARY,
     ) -> None:
         if not handlers:
             raise TypeError("rpc.reader needs at least one handler")
@@ -144,11 +162,12 @@ class MethodReader:
             for name, m in _handler_specs(h, interfaces).items():
                 entry = self._entries.get(m.event)
                 if entry is None:
-                    entry = _Entry(name, _decoder(m.params, m.defaults), m.chain)
+                    entry = _Entry(name, _decoder(m.params, m.defaults, wire), m.chain)
                     self._entries[m.event] = entry
                 entry.targets.append(getattr(h, name))
         self._by_name = {e.encode("latin-1"): v for e, v in self._entries.items() if isinstance(e, str)}
         self._chains: dict[type, dict[str | int, _Entry]] = {}
+        self.wire = wire
 
     def read_one(self) -> bool:
         """Consume one document if there is one (True), dispatching it; False when none is ready."""
@@ -213,8 +232,11 @@ class MethodReader:
                 return
             table = self._chains.get(chain)
             if table is None:
-                methods = describe(chain).methods
-                table = {m.event: _Entry(m.name, _decoder(m.params, m.defaults), m.chain) for m in methods}
+                wire = self.wire
+                table = {
+                    m.event: _Entry(m.name, _decoder(m.params, m.defaults, wire), m.chain)
+                    for m in describe(chain).methods
+                }
                 self._chains[chain] = table
             step = table.get(event)
             if step is None:
@@ -233,6 +255,7 @@ def reader(
     metadata_handler: MetadataHandler | None = None,
     source_id: int | None = None,
     clock: Callable[[], int] | None = None,
+    wire: WireType = WireType.BINARY,
 ) -> MethodReader:
     """A `MethodReader` over `tailer` calling `handlers`; see `MethodReader` for the options."""
     return MethodReader(
@@ -243,4 +266,5 @@ def reader(
         metadata_handler=metadata_handler,
         source_id=source_id,
         clock=clock,
+        wire=wire,
     )

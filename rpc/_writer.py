@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rpc import _codec
 from rpc._history import history_prefix
 from rpc._interface import MethodSpec, describe
+from wire import WireType
 
 if TYPE_CHECKING:
     from typing_extensions import TypeForm
@@ -23,7 +24,7 @@ P = TypeVar("P")
 Write = Callable[[bytearray], Any]
 Clock = Callable[[], int]
 
-_classes: dict[tuple[type, str], type] = {}
+_classes: dict[tuple[type, str, WireType], type] = {}
 
 
 def writer(
@@ -33,13 +34,15 @@ def writer(
     *,
     source_id: int | None = None,
     clock: Clock | None = None,
+    wire: WireType = WireType.BINARY,
 ) -> P:
     """A writer that appends one document per call of a `protocol` method to `target`.
 
     `target` is a queue (its appender is used) or anything with `write(bytes-like)`. With a non-zero
     `source_id` (default: the queue's) each document starts with a binary MessageHistory that carries
     forward the history of the message being handled on this thread, plus a timing from `clock`
-    (default `time.monotonic_ns`, Java's `System.nanoTime` clock on Linux).
+    (default `time.monotonic_ns`, Java's `System.nanoTime` clock on Linux). `wire` other than BINARY
+    encodes the arguments with that Python-only codec inside a BINARY bytes value (see docs/rpc.md).
     """
     proto: type = protocol  # type: ignore[assignment]
     write = _write_of(target)
@@ -47,10 +50,10 @@ def writer(
         queue = getattr(target, "queue", None)
         source_id = int(getattr(target, "source_id", None) or getattr(queue, "source_id", 0) or 0)
     if source_id:
-        cls = _class(proto, "history")
+        cls = _class(proto, "history", wire)
         now = clock or time.monotonic_ns
         return cls(write, lambda: history_prefix(now()))  # type: ignore[no-any-return]
-    return _class(proto, "plain")(write, None)  # type: ignore[no-any-return]
+    return _class(proto, "plain", wire)(write, None)  # type: ignore[no-any-return]
 
 
 def _write_of(target: object) -> Write:
@@ -63,25 +66,25 @@ def _write_of(target: object) -> Write:
     return write  # type: ignore[no-any-return]
 
 
-def _class(proto: type, mode: str) -> type:
-    key = (proto, mode)
+def _class(proto: type, mode: str, wire: WireType) -> type:
+    key = (proto, mode, wire)
     cls = _classes.get(key)
     if cls is None:
-        cls = _generate(proto, mode)
+        cls = _generate(proto, mode, wire)
         _classes[key] = cls
     return cls
 
 
-def _chained(proto: type) -> Callable[[Write, bytearray], object]:
+def _chained(proto: type, wire: WireType) -> Callable[[Write, bytearray], object]:
     """Deferred so that Protocols may chain to each other (or themselves) without recursion at build."""
 
     def make(write: Write, buf: bytearray) -> object:
-        return _class(proto, "chain")(write, buf)
+        return _class(proto, "chain", wire)(write, buf)
 
     return make
 
 
-def _generate(proto: type, mode: str) -> type:
+def _generate(proto: type, mode: str, wire: WireType) -> type:
     spec = describe(proto)
     cls_name = f"{proto.__name__}Writer" if mode != "chain" else f"{proto.__name__}ChainedWriter"
     namespace: dict[str, Any] = {"_seq_end": _codec.seq_end}
@@ -94,11 +97,11 @@ def _generate(proto: type, mode: str) -> type:
         "        self._start = start",
     ]
     for m in spec.methods:
-        lines += _method_source(m, mode, namespace)
+        lines += _method_source(m, mode, wire, namespace)
     if not spec.methods:
         lines.append("    pass")
     source = "\n".join(lines) + "\n"
-    filename = f"<rpc generated {mode} writer {proto.__module__}.{proto.__qualname__}>"
+    filename = f"<rpc generated {mode} {wire.name} writer {proto.__module__}.{proto.__qualname__}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), namespace)
     cls: type = namespace[cls_name]
@@ -109,7 +112,7 @@ def _generate(proto: type, mode: str) -> type:
     return cls
 
 
-def _method_source(m: MethodSpec, mode: str, ns: dict[str, Any]) -> list[str]:
+def _method_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any]) -> list[str]:
     args = [name for name, _ in m.params]
     if {"self", "b_", "s_"} & set(args):
         raise TypeError(f"{m.name}: parameter names self, b_ and s_ are reserved by the generated writer")
@@ -123,7 +126,11 @@ def _method_source(m: MethodSpec, mode: str, ns: dict[str, Any]) -> list[str]:
     else:
         body.append("        b_ = self._start")
         body.append(f"        b_ += _E_{m.name}")
-    if not args:
+    if wire is not WireType.BINARY:
+        ns[f"_V_{m.name}"] = _codec.framed_encoder(wire)
+        value = "None" if not args else args[0] if len(args) == 1 else f"({', '.join(args)},)"
+        body.append(f"        _V_{m.name}(b_, {value})")
+    elif not args:
         body.append("        b_ += b'\\xe0'")
     elif len(args) == 1:
         ns[f"_V_{m.name}_0"] = _codec.value_encoder(m.params[0][1])
@@ -138,6 +145,6 @@ def _method_source(m: MethodSpec, mode: str, ns: dict[str, Any]) -> list[str]:
     if m.chain is None:
         body.append("        self._write(b_)")
     else:
-        ns[f"_C_{m.name}"] = _chained(m.chain)
+        ns[f"_C_{m.name}"] = _chained(m.chain, wire)
         body.append(f"        return _C_{m.name}(self._write, b_)")
     return body

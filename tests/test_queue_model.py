@@ -112,6 +112,21 @@ class QueueMachine(RuleBasedStateMachine):
             assert dc.index == expected
         self.entries.append((expected, stored(payload)))
 
+    @rule(batch=st.lists(payloads(), max_size=5))
+    def append_many(self, batch: list[bytes]) -> None:
+        expected = []
+        for p in batch:
+            expected.append((self.next_index(), stored(p)))
+            self.entries.append(expected[-1])
+        assert self.appender.write_many(batch) == len(batch)
+        if batch:
+            assert self.appender.last_index_appended == expected[-1][0]
+
+    @rule(payload=payloads())
+    def append_metadata(self, payload: bytes) -> None:
+        """Metadata documents take no index and tailers reading data never return them."""
+        self.appender.write_meta(payload)
+
     @rule(payload=payloads())
     def append_rolled_back(self, payload: bytes) -> None:
         with pytest.raises(Rollback), self.appender.writing_document() as dc:
@@ -182,6 +197,14 @@ class QueueMachine(RuleBasedStateMachine):
         self.tailers[name].direction = chronq.Direction.FORWARD
         self.tailers[name].to_start()
         self.models[name] = TailerModel(next=self.entries[0][0] if self.entries else 0)
+
+    @precondition(lambda self: self.entries)
+    @rule(data=st.data())
+    def count_between(self, data: st.DataObject) -> None:
+        indexes = [i for i, _ in self.entries]
+        ends = st.one_of(st.sampled_from(indexes), st.sampled_from(indexes).map(lambda i: i + 1))
+        lo, hi = data.draw(ends, label="from"), data.draw(ends, label="to")
+        assert self.queue.count_excerpts(lo, hi) == sum(1 for i in indexes if lo <= i < hi)
 
     @rule()
     def reopen(self) -> None:

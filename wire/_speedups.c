@@ -314,11 +314,12 @@ typedef struct {
     int decodable; /* every field has a short name and a scalar kind */
     PyObject *cls;
     PyObject *kwnames;
-    PyObject *fallback; /* callable(data) for Plan.decode when the fast path gives up */
+    PyObject *fallback;      /* callable(data) for Plan.decode when the fast path gives up */
+    PyObject *read_fallback; /* callable(reader) for Plan.read when the fast path gives up */
     Field *fields;
 } Plan;
 
-static PyObject *str_name;
+static PyObject *str_name, *str_buf, *str_pos, *str_end;
 
 /* Plans reference classes and Python writers that may reference the plan again: GC-tracked. */
 static int plan_traverse(Plan *self, visitproc visit, void *arg) {
@@ -333,6 +334,7 @@ static int plan_traverse(Plan *self, visitproc visit, void *arg) {
     Py_VISIT(self->cls);
     Py_VISIT(self->kwnames);
     Py_VISIT(self->fallback);
+    Py_VISIT(self->read_fallback);
     return 0;
 }
 
@@ -350,6 +352,7 @@ static int plan_clear(Plan *self) {
     Py_CLEAR(self->cls);
     Py_CLEAR(self->kwnames);
     Py_CLEAR(self->fallback);
+    Py_CLEAR(self->read_fallback);
     return 0;
 }
 
@@ -708,12 +711,49 @@ static PyObject *plan_decode(Plan *self, PyObject *const *args, Py_ssize_t nargs
     return PyObject_CallOneArg(self->fallback, args[0]);
 }
 
+/* read(reader) -> object: one block at reader.pos (a wire.binary.Reader), advancing it; anything the
+ * fast path does not take goes to `read_fallback(reader)` with the reader untouched. */
+static PyObject *plan_read(Plan *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "expected (reader)");
+        return NULL;
+    }
+    PyObject *reader = args[0];
+    if (self->decodable) {
+        PyObject *range[3] = {NULL, NULL, NULL};
+        range[0] = PyObject_GetAttr(reader, str_buf);
+        range[1] = range[0] ? PyObject_GetAttr(reader, str_pos) : NULL;
+        range[2] = range[1] ? PyObject_GetAttr(reader, str_end) : NULL;
+        PyObject *found = range[2] ? plan_decode_object(self, range, 3) : NULL;
+        for (int i = 0; i < 3; i++) Py_XDECREF(range[i]);
+        if (!found) return NULL;
+        if (found != Py_None) {
+            if (PyObject_SetAttr(reader, str_pos, PyTuple_GET_ITEM(found, 1)) < 0) {
+                Py_DECREF(found);
+                return NULL;
+            }
+            PyObject *obj = Py_NewRef(PyTuple_GET_ITEM(found, 0));
+            Py_DECREF(found);
+            return obj;
+        }
+        Py_DECREF(found);
+    }
+    if (!self->read_fallback) {
+        PyErr_SetString(PyExc_RuntimeError, "Plan.read_fallback is not set");
+        return NULL;
+    }
+    return PyObject_CallOneArg(self->read_fallback, reader);
+}
+
 static PyMemberDef plan_members[] = {
     {"fallback", T_OBJECT, offsetof(Plan, fallback), 0, "callable(data) used by decode() off the fast path"},
+    {"read_fallback", T_OBJECT, offsetof(Plan, read_fallback), 0, "callable(reader) used by read() off the fast path"},
     {NULL, 0, 0, 0, NULL},
 };
 
 static PyMethodDef plan_methods[] = {
+    {"read", (PyCFunction)(void (*)(void))plan_read, METH_FASTCALL,
+     "read(reader) -> object, through `read_fallback` when the fast path gives up."},
     {"decode", (PyCFunction)(void (*)(void))plan_decode, METH_FASTCALL,
      "decode(data) -> object, through `fallback` when the fast path gives up."},
     {"encode", (PyCFunction)(void (*)(void))plan_encode, METH_FASTCALL,
@@ -747,7 +787,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     str_name = PyUnicode_InternFromString("_name_");
-    if (!str_name || PyType_Ready(&PlanType) < 0) return NULL;
+    str_buf = PyUnicode_InternFromString("buf");
+    str_pos = PyUnicode_InternFromString("pos");
+    str_end = PyUnicode_InternFromString("end");
+    if (!str_name || !str_buf || !str_pos || !str_end || PyType_Ready(&PlanType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0) {

@@ -613,15 +613,10 @@ def fields_decoder_for(tp: Any) -> Decoder:
 
 
 def _structured_decoder(cls: Any, fields_dec: Decoder, native: bool = True) -> Decoder:
-    plan = _native_plan(cls) if native else None
-    decode_object = plan.decode_object if plan is not None else None
+    """Reads one `cls` value: C for a plain block of known fields, else the Python path below, which
+    also honours a `!type` prefix naming a registered class and NULL."""
 
     def dec(r: Reader) -> Any:
-        if decode_object is not None:
-            found = decode_object(r.buf, r.pos, r.end)
-            if found is not None:
-                r.pos = found[1]
-                return found[0]
         code = r.peek_code()
         if code == binary.TYPE_PREFIX:
             r.pos += 1
@@ -634,7 +629,11 @@ def _structured_decoder(cls: Any, fields_dec: Decoder, native: bool = True) -> D
             return None
         return fields_dec(r.enter())
 
-    return dec
+    plan = _native_plan(cls) if native else None
+    if plan is None:
+        return dec
+    plan.read_fallback = dec
+    return typing.cast(Decoder, plan.read)
 
 
 def decode_bytes(data: Any, tp: Any) -> Any:

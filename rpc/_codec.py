@@ -1,7 +1,8 @@
 """The only place rpc touches the wire layer: events, arguments and MessageHistory in BINARY.
 
 Everything here is a thin binding to `wire.binary` / `wire.history`, so the bytes are exactly the ones
-the wire layer (and Java) defines; rpc adds no encoding of its own beyond the sequence length patch.
+the wire layer (and Java) defines; rpc adds only the sequence length patch and the bytes-value frame
+around arguments encoded with a Python-only `WireType`.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ Write = Callable[[bytearray], Any]
 Clock = Callable[[], int]
 
 _classes: dict[tuple[type, str, WireType], type] = {}
+_RESERVED = frozenset({"self", "b_", "s_", "bytearray", "_seq_end"})  # names the generated code uses
 
 
 def writer(
@@ -114,8 +115,9 @@ def _generate(proto: type, mode: str, wire: WireType) -> type:
 
 def _method_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any]) -> list[str]:
     args = [name for name, _ in m.params]
-    if {"self", "b_", "s_"} & set(args):
-        raise TypeError(f"{m.name}: parameter names self, b_ and s_ are reserved by the generated writer")
+    clash = [a for a in args if a in _RESERVED or a.startswith(("_E_", "_V_", "_C_"))]
+    if clash:
+        raise TypeError(f"{m.name}: parameter name {clash[0]!r} is reserved by the generated writer")
     ns[f"_E_{m.name}"] = _codec.event_bytes(m.event)
     body = [f"    def {m.name}(self{''.join(', ' + a for a in args)}):"]
     if mode == "plain":

@@ -228,3 +228,11 @@ def test_defaults_fill_arguments_an_older_writer_did_not_send():
 
     with pytest.raises(WireError, match="arguments where 2 are needed"):
         rpc.MethodReader(None, Strict()).dispatch(b"\xb9\x03say\x82\x02\x00\x00\x00\xe1x")
+
+
+def test_parameter_names_the_generated_code_needs_are_refused():
+    class Clash(Protocol):
+        def put(self, bytearray: bytes) -> None: ...
+
+    with pytest.raises(TypeError, match="'bytearray' is reserved"):
+        rpc.writer(Recorder(), Clash)

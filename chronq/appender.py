@@ -207,8 +207,8 @@ class Appender(_native.AppenderCore):
                 f"in the mapping overlap ({overlap} bytes); use a bigger block_size"
             )
         try:
-            if os.fstat(cf.fd).st_size < want:
-                os.ftruncate(cf.fd, want)
+            if os.fstat(cf.fileno()).st_size < want:
+                os.ftruncate(cf.fileno(), want)
         except OSError as e:
             raise ChronqError(f"{cf.path}: cannot grow the cycle file to {want} bytes: {e}") from e
         cf.remap()
@@ -219,7 +219,7 @@ class Appender(_native.AppenderCore):
             exact = min(cf.map.size, -(-need_end // 4096) * 4096)
             for end in (ahead, exact):
                 try:
-                    os.posix_fallocate(cf.fd, self._alloc_end, end - self._alloc_end)
+                    os.posix_fallocate(cf.fileno(), self._alloc_end, end - self._alloc_end)
                     break
                 except OSError as e:
                     if end == exact:

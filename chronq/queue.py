@@ -27,6 +27,7 @@ __all__ = ["CycleFile", "Queue", "open"]
 K = TypeVar("K")
 Listener = Callable[[int, Path], None]
 DEFAULT_BLOCK_SIZE = 64 << 20
+MAX_OPEN_FILES = 16
 
 
 @dataclass
@@ -61,9 +62,14 @@ class CycleFile:
             lay.header_end,
         )
 
+    def fileno(self) -> int:
+        if self.fd < 0:  # evicted from the queue's cache while an appender or tailer still uses it
+            self.fd = os.open(self.path, (os.O_RDWR if self.map.writable else os.O_RDONLY) | os.O_CLOEXEC)
+        return self.fd
+
     def remap(self) -> bool:
         """Map the file again if it grew; True if the mapping is now bigger."""
-        size = os.fstat(self.fd).st_size
+        size = os.fstat(self.fileno()).st_size
         if size <= self.map.size:
             return False
         self.map = _native.Map(self.fd, size, self.map.writable, str(self.path))
@@ -73,6 +79,9 @@ class CycleFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class Queue:
@@ -223,8 +232,9 @@ class Queue:
         """Map a cycle file (shared per queue); None if it does not exist and `create` is False."""
         self._check_open()
         with self._lock:
-            cf = self._files.get((cycle, writable))
+            cf = self._files.pop((cycle, writable), None)
             if cf is not None:
+                self._files[(cycle, writable)] = cf  # most recently used last
                 cf.remap()
                 return cf
             path = self.file_for(cycle)
@@ -258,9 +268,20 @@ class Queue:
                 raise ChronqError(f"{path}: headerless cycle files are not supported by the queue core")
             cf = CycleFile(cycle, path, m, layout, fd)
             self._files[(cycle, writable)] = cf
+            self._evict()
             if self.on_acquired:
                 self.on_acquired(cycle, path)
             return cf
+
+    def _evict(self) -> None:
+        """Close the least recently used files beyond MAX_OPEN_FILES (a replay over thousands of
+        cycles must not run out of descriptors); mappings live on while excerpts or tailers use them."""
+        while len(self._files) > MAX_OPEN_FILES:
+            key = next(iter(self._files))
+            cf = self._files.pop(key)
+            cf.close()
+            if self.on_released:
+                self.on_released(key[0], cf.path)
 
     def chunk_and_overlap(self, index_count: int) -> tuple[int, int]:
         return cycle_file_size(self.block_size, index_count)

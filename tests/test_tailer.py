@@ -266,3 +266,19 @@ def test_native_scan_agrees_with_the_tailer(tmp_path: Path) -> None:
         data, offsets = _native.gather(m, positions, lengths)
         offs = struct.unpack(f"<{len(flags) + 1}i", offsets)
         assert data[offs[3] : offs[4]] == b"d0-0"  # after the header, index2index and index documents
+
+
+def test_replaying_many_cycles_keeps_few_files_open(tmp_path: Path) -> None:
+    from chronq import queue as queue_module
+
+    clock = FixedClock(BASE_MS)
+    days = queue_module.MAX_OPEN_FILES + 8
+    with open_q(tmp_path, clock) as q:
+        a = q.appender()
+        for d in range(days):
+            clock.set(BASE_MS + d * DAY_MS)
+            a.write(b"day %d" % d)
+    with chronq.open(tmp_path, readonly=True) as q:
+        got = [bytes(ex.payload) for ex in q.tailer()]
+        assert got == [b"day %d" % d for d in range(days)]
+        assert len(q._files) <= queue_module.MAX_OPEN_FILES

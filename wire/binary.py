@@ -117,7 +117,7 @@ def utf8(text: str) -> bytes:
     return _NON_BMP.sub(_split_surrogates, text).encode("utf-8", "surrogatepass")
 
 
-def _from_utf8(data: bytes | memoryview, offset: int) -> str:
+def _from_utf8(data: bytes | bytearray | memoryview, offset: int) -> str:
     try:
         return str(data, "utf-8")
     except UnicodeDecodeError:
@@ -694,6 +694,7 @@ def _write_fields(w: Writer, fields: dict[Any, Any], depth: int) -> None:
 
 # ---------------------------------------------------------------- Reader
 _FIELD_CODES = frozenset([*range(0xC0, 0xE0), FIELD_NAME_ANY, EVENT_NAME, FIELD_NUMBER, EVENT_OBJECT])
+_SKIPPED = frozenset([PADDING, PADDING32, COMMENT])
 
 
 class Reader:
@@ -805,11 +806,19 @@ class Reader:
 
     def has_more(self) -> bool:
         """True if an item follows (after skipping padding and comments)."""
+        p = self.pos
+        if p < self.end and self.buf[p] not in _SKIPPED:
+            return True
         self.skip_padding()
         return self.pos < self.end
 
     def peek_code(self) -> int:
         """The code of the next item, after padding and comments; raises at the end."""
+        p = self.pos
+        if p < self.end:
+            code = self.buf[p]
+            if code not in _SKIPPED:
+                return code
         self.skip_padding()
         if self.pos >= self.end:
             raise WireError("unexpected end of data", self.pos)
@@ -818,9 +827,14 @@ class Reader:
     def read_field(self) -> Any:
         """The next key: a `str` field name, an `EventName`, a `FieldNumber`, or (EVENT_OBJECT) any value."""
         code = self.peek_code()
-        self.pos += 1
-        if FIELD_NAME0 <= code < STRING_0:
-            return self._8bit(code - FIELD_NAME0)
+        p = self.pos + 1
+        if FIELD_NAME0 <= code < STRING_0:  # the common case, inline
+            end = p + code - FIELD_NAME0
+            if end > self.end:
+                raise WireError(f"field name overruns the data by {end - self.end} bytes", p)
+            self.pos = end
+            return str(self.buf[p:end], "latin-1")
+        self.pos = p
         if code == EVENT_NAME:
             return EventName(self._8bit(self.read_stop_bit()))
         if code == FIELD_NUMBER:
@@ -945,8 +959,12 @@ class Reader:
         p = self.pos
         self.pos = p + 1
         buf = self.buf
-        if code >= STRING_0:
-            return self._utf8(code - STRING_0)
+        if code >= STRING_0:  # short text, the common case, inline
+            end = p + 1 + code - STRING_0
+            if end > self.end:
+                raise WireError(f"text overruns the data by {end - self.end} bytes", p + 1)
+            self.pos = end
+            return _from_utf8(buf[p + 1 : end], p + 1)
         if code < 0x80:
             return code
         hi = code >> 4
@@ -1064,12 +1082,11 @@ class Reader:
 
     def _fields_here(self) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
-        while self.has_more():
-            key = self.read_field()
+        has_more, read_field, read_value, buf = self.has_more, self.read_field, self.read_value, self.buf
+        while has_more():
+            key = read_field()
             # a field with no value (the next thing is another key, or the end) reads as None
-            out[key] = (
-                None if not self.has_more() or self.buf[self.pos] in _FIELD_CODES else self.read_value()
-            )
+            out[key] = None if not has_more() or buf[self.pos] in _FIELD_CODES else read_value()
         return out
 
     def read_document(self) -> dict[Any, Any]:

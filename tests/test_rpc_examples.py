@@ -64,32 +64,30 @@ def _start(inq: Path, outq: Path, state: Path | None = None) -> tuple[subprocess
     return p, p.stdout.readline().strip()
 
 
-def _wait_for(outq: chronq.Queue, n: int, timeout: float) -> None:
+def _wait_for(outq: chronq.Queue, n: int, timeout: float, poll: float = 0.02) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         first = outq.first_index
         if first is not None and outq.count_excerpts(first, outq.last_index + 1) >= n:
             return
-        time.sleep(0.02)
+        time.sleep(poll)
     raise AssertionError(f"output did not reach {n} documents in {timeout}s")
 
 
 def test_service_killed_mid_stream_resumes_with_only_the_missed_messages(tmp_path):
     inq_path, outq_path, state = tmp_path / "in", tmp_path / "out", tmp_path / "state.json"
-    cmds = commands(1200)
+    cmds = commands(6000)
+    backlog = 5000
     with chronq.open(inq_path, source_id=1) as inq, chronq.open(outq_path, source_id=2) as outq:
-        feed(inq, cmds[:300])
+        feed(inq, cmds[:backlog])  # far more than it can answer between two polls below
         p, ready = _start(inq_path, outq_path)
         assert ready == "ready replay_until=None", p.stderr.read() if p.stderr else ""
-        for i in range(300, 900, 50):  # keep the input moving while the service works
-            feed(inq, cmds[i : i + 50])
-            time.sleep(0.01)
-        _wait_for(outq, 400, 60)
+        _wait_for(outq, 20, 60, poll=0.002)
         p.send_signal(signal.SIGKILL)  # mid-stream: no cleanup, maybe mid-document
         p.wait(10)
         killed_at = outq.count_excerpts(outq.first_index, outq.last_index + 1)
-        assert killed_at < len(cmds)
-        feed(inq, cmds[900:])
+        assert 20 <= killed_at < backlog
+        feed(inq, cmds[backlog:])
 
         p, ready = _start(inq_path, outq_path, state)
         assert ready.startswith("ready replay_until="), ready

@@ -31,6 +31,7 @@ from .api import (
 
 INPUT_SOURCE_ID = 1
 OUTPUT_SOURCE_ID = 2
+LOCK_TIMEOUT = 1.0  # seconds
 
 
 class Accounts:
@@ -96,9 +97,12 @@ def main(argv: list[str]) -> int:
     if len(argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2
-    with chronq.open(argv[0], source_id=INPUT_SOURCE_ID) as inq, chronq.open(
-        argv[1], source_id=OUTPUT_SOURCE_ID
-    ) as outq:
+    # after a SIGKILL the dead process may still hold the output's write lock: chronq takes a dead
+    # holder's lock over once `lock_timeout` has passed, so keep that short for a quick restart
+    with (
+        chronq.open(argv[0], source_id=INPUT_SOURCE_ID) as inq,
+        chronq.open(argv[1], source_id=OUTPUT_SOURCE_ID, lock_timeout=LOCK_TIMEOUT) as outq,
+    ):
         service = rpc.Service(inq, outq, make_handler, OUTPUT_SOURCE_ID, start=rpc.Start.MISSED)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: service.stop())

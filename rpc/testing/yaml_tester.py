@@ -88,10 +88,11 @@ class ReplayResult:
     expected: list[dict[str, Any]]
     actual: list[dict[str, Any]]
     actual_yaml: str
+    created: bool = False  # out.yaml did not exist and was written from this run
 
     @property
     def passed(self) -> bool:
-        return self.expected == self.actual
+        return self.expected == self.actual and not self.created
 
     def diff(self) -> str:
         return "".join(
@@ -136,21 +137,27 @@ class YamlTester:
         return [decode_call(d) for d in out.documents], comments
 
     def run(self, folder: str | Path, *, regenerate: bool = False) -> ReplayResult:
-        """Replay `folder`'s scenario; with `regenerate`, rewrite its `out.yaml` from what happened."""
+        """Replay `folder`'s scenario; with `regenerate`, rewrite its `out.yaml` from what happened.
+
+        A missing `out.yaml` is written from this run too, but the result does not pass: an expectation
+        nobody has reviewed is not one."""
         folder = Path(folder)
         setup_file = folder / "setup.yaml"
         setup = read_calls(setup_file.read_text()) if setup_file.exists() else []
         actual, comments = self.replay(read_calls((folder / "in.yaml").read_text()), setup)
         actual_yaml = render_calls(actual, comments)
         out_file = folder / "out.yaml"
-        if regenerate or not out_file.exists():
+        created = not out_file.exists()
+        if regenerate or created:
             out_file.write_text(actual_yaml)
         expected = read_calls(out_file.read_text())
-        return ReplayResult(expected, actual, actual_yaml)
+        return ReplayResult(expected, actual, actual_yaml, created and not regenerate)
 
     def check(self, folder: str | Path, *, regenerate: bool = False) -> None:
         """`run`, raising AssertionError with a unified diff when the outputs differ from out.yaml."""
         result = self.run(folder, regenerate=regenerate)
+        if result.created:
+            raise AssertionError(f"{folder}/out.yaml was missing: written from this run, review it")
         if not result.passed:
             raise AssertionError(f"replay of {folder} differs from its out.yaml:\n{result.diff()}")
 

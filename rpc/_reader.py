@@ -243,7 +243,11 @@ class MethodReader:
                 self.on_unknown(event, index)
                 return
             args, pos = step.decode(payload, pos)
-            results = [getattr(x, step.name)(*args) for x in nexts]
+            steps = [f for x in nexts if callable(f := getattr(x, step.name, None))]
+            if not steps:  # what the handlers returned does not take this step
+                self.on_unknown(event, index)
+                return
+            results = [f(*args) for f in steps]
             chain = step.chain
 
 

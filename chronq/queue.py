@@ -7,6 +7,7 @@ cycles, keeps the table store in sync and answers questions about the whole queu
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import warnings
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, RollCycleMismatchError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_name
-from chronq.store import StoreLayout, create_cycle_file, cycle_file_size, read_layout
+from chronq.store import StoreLayout, create_cycle_file, cycle_file_prefix, cycle_file_size, read_layout
 from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore
 
 __all__ = ["CycleFile", "Queue", "open"]
@@ -247,6 +248,7 @@ class Queue:
                 except OSError as e:
                     raise ChronqError(f"{path}: cannot create the cycle file: {e}") from e
                 if created:
+                    self._check_created(path)
                     assert self.table is not None
                     self.table.note_cycle(cycle)
                 self._refresh()
@@ -258,6 +260,11 @@ class Queue:
                 size = os.fstat(fd).st_size
                 if size < 8:
                     raise CorruptQueueError(str(path), 0, f"cycle file of {size} bytes has no header")
+                if writable:
+                    self._reserve_prefix(fd, path, size)
+                hole = _first_hole(fd, size)
+                if hole < min(size, 512):
+                    raise CorruptQueueError(str(path), hole, "the store header is not on disk (a hole)")
                 m = _native.Map(fd, size, writable, str(path))
                 layout = read_layout(memoryview(m), path, roll_cycle=self.roll_cycle)
             except BaseException:
@@ -272,6 +279,31 @@ class Queue:
             if self.on_acquired:
                 self.on_acquired(cycle, path)
             return cf
+
+    def _check_created(self, path: Path) -> None:
+        """A file we just created whose prefix did not reach the disk (full disk: short write) is
+        removed again before anyone can append to it, so readers never meet a half-made cycle."""
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            n = min(size, _prefix_len(self.roll_cycle.index_count, self.roll_cycle.index_spacing))
+            if _first_hole(fd, size) >= n:
+                return
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise ChronqError(f"{path}: the new cycle file could not be written completely (disk full?)")
+        finally:
+            os.close(fd)
+
+    def _reserve_prefix(self, fd: int, path: Path, size: int) -> None:
+        """Reserve the blocks of the header/index documents before touching the mapping: on a full
+        tmpfs even reading a hole allocates, and a failed allocation inside a mapping is SIGBUS."""
+        rc = self.roll_cycle
+        n = min(size, _prefix_len(rc.index_count, rc.index_spacing) + 4096)
+        try:
+            os.posix_fallocate(fd, 0, n)
+        except OSError as e:
+            raise ChronqError(f"{path}: cannot reserve {n} bytes of disk for the cycle file: {e}") from e
 
     def _evict(self) -> None:
         """Close the least recently used files beyond MAX_OPEN_FILES (a replay over thousands of
@@ -404,6 +436,20 @@ class Queue:
     def __iter__(self) -> Iterator[Any]:
         """Read every excerpt from the start (a fresh tailer)."""
         return iter(self.tailer())
+
+
+@functools.lru_cache(maxsize=64)
+def _prefix_len(index_count: int, index_spacing: int) -> int:
+    """Bytes of header + index2index + first index document a cycle file starts with."""
+    return len(cycle_file_prefix(index_count, index_spacing))
+
+
+def _first_hole(fd: int, size: int) -> int:
+    """Offset of the first unallocated range (touching one in a mapping can SIGBUS on a full tmpfs)."""
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE)
+    except OSError:
+        return size
 
 
 def open(

@@ -781,8 +781,205 @@ static PyTypeObject PlanType = {
     .tp_new = plan_new,
 };
 
+/* ------------------------------------------------------------------ generic values */
+/* The generic value model of wire/binary.py (Reader.read_value / read_document) for the common codes.
+ * Anything else (dates, UUIDs, type prefixes, EVENT_OBJECT, comments, arrays, history, bad bytes)
+ * makes the whole call give up, and Python decodes it (and reports errors) instead. */
+typedef struct {
+    PyObject *event_name, *field_number, *int64hex; /* wire.types classes */
+} Kinds;
+
+#define GIVE_UP ((PyObject *)NULL)
+#define MAX_DEPTH 100
+
+static int is_field_code(unsigned c) { return (c >= 0xC0 && c < 0xE0) || c == 0xB7 || c == 0xB9 || c == 0xBA || c == 0xBD; }
+
+static PyObject *g_value(In *in, Kinds *k, int depth);
+
+static PyObject *g_key(In *in, Kinds *k) {
+    unsigned c = in->p[in->pos++];
+    Py_ssize_t n;
+    if (c >= 0xC0 && c < 0xE0) {
+        n = c - 0xC0;
+    } else if (c == 0xB7 || c == 0xB9) {
+        int64_t len;
+        if (!read_stop_bit(in, &len) || len < 0) return GIVE_UP;
+        n = (Py_ssize_t)len;
+    } else if (c == 0xBA) {
+        int64_t v;
+        if (!read_stop_bit(in, &v)) return GIVE_UP;
+        PyObject *num = PyLong_FromLongLong(v);
+        if (!num) return NULL;
+        PyObject *key = PyObject_CallOneArg(k->field_number, num);
+        Py_DECREF(num);
+        return key;
+    } else {
+        return GIVE_UP; /* EVENT_OBJECT */
+    }
+    if (!need(in, n)) return GIVE_UP;
+    PyObject *name = PyUnicode_DecodeLatin1((const char *)in->p + in->pos, n, NULL);
+    in->pos += n;
+    if (!name || c != 0xB9) return name;
+    PyObject *key = PyObject_CallOneArg(k->event_name, name);
+    Py_DECREF(name);
+    return key;
+}
+
+/* The remaining fields of the current block as a dict (Reader._fields_here). */
+static PyObject *g_fields(In *in, Kinds *k, int depth) {
+    PyObject *out = PyDict_New();
+    if (!out) return NULL;
+    for (;;) {
+        skip_padding(in);
+        if (in->pos >= in->end) return out;
+        if (!is_field_code(in->p[in->pos])) break;
+        PyObject *key = g_key(in, k);
+        if (!key) break;
+        skip_padding(in);
+        PyObject *value;
+        if (in->pos >= in->end || is_field_code(in->p[in->pos])) value = Py_NewRef(Py_None);
+        else value = g_value(in, k, depth);
+        if (!value) {
+            Py_DECREF(key);
+            break;
+        }
+        int rc = PyDict_SetItem(out, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (rc < 0) break;
+    }
+    Py_DECREF(out);
+    return NULL; /* an error is set, or nothing: give up */
+}
+
+static PyObject *g_block(In *in, Kinds *k, int depth, Py_ssize_t len) {
+    if (depth >= MAX_DEPTH || !need(in, len)) return GIVE_UP;
+    In sub = {in->p, in->pos, in->pos + len};
+    in->pos += len;
+    skip_padding(&sub);
+    if (sub.pos >= sub.end) return PyList_New(0);
+    unsigned c = sub.p[sub.pos];
+    if (is_field_code(c)) {
+        PyObject *fields = g_fields(&sub, k, depth + 1);
+        return fields;
+    }
+    if (c == 0x8A) return PyBytes_FromStringAndSize((const char *)sub.p + sub.pos + 1, sub.end - sub.pos - 1);
+    if (c == 0x86) return GIVE_UP;
+    PyObject *items = PyList_New(0);
+    if (!items) return NULL;
+    for (;;) {
+        skip_padding(&sub);
+        if (sub.pos >= sub.end) return items;
+        PyObject *item = g_value(&sub, k, depth + 1);
+        if (!item || PyList_Append(items, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(items);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+}
+
+static PyObject *g_value(In *in, Kinds *k, int depth) {
+    skip_padding(in);
+    if (!need(in, 1)) return GIVE_UP;
+    unsigned c = in->p[in->pos];
+    if (c >= 0xE0 || c == 0xB8) {
+        in->pos++;
+        Py_ssize_t n;
+        if (c >= 0xE0) {
+            n = c - 0xE0;
+        } else {
+            int64_t len;
+            if (!read_stop_bit(in, &len) || len < 0) return GIVE_UP;
+            n = (Py_ssize_t)len;
+        }
+        if (!need(in, n)) return GIVE_UP;
+        PyObject *text = PyUnicode_DecodeUTF8((const char *)in->p + in->pos, n, NULL);
+        if (!text) PyErr_Clear(); /* CESU-8 or bad bytes: Python */
+        in->pos += n;
+        return text;
+    }
+    if (c < 0x80 || (c >= 0xA1 && c <= 0xA9)) {
+        int is_int;
+        int64_t iv;
+        double dv;
+        if (!read_number(in, &is_int, &iv, &dv)) return GIVE_UP;
+        if (c == 0xA3) return PyLong_FromUnsignedLongLong((uint64_t)(uint32_t)iv);
+        return PyLong_FromLongLong(iv);
+    }
+    if (c == 0x90 || c == 0x91 || c == 0x92 || c == 0x94 || c == 0x96) {
+        int is_int;
+        int64_t iv;
+        double dv;
+        if (!read_number(in, &is_int, &iv, &dv)) return GIVE_UP;
+        return PyFloat_FromDouble(dv);
+    }
+    if (c == 0xAF) {
+        if (!need(in, 9)) return GIVE_UP;
+        PyObject *num = PyLong_FromLongLong((int64_t)le(in->p + in->pos + 1, 8));
+        in->pos += 9;
+        if (!num) return NULL;
+        PyObject *v = PyObject_CallOneArg(k->int64hex, num);
+        Py_DECREF(num);
+        return v;
+    }
+    if (c == 0xB0 || c == 0xB1 || c == 0xBB) {
+        in->pos++;
+        return Py_NewRef(c == 0xB1 ? Py_True : c == 0xB0 ? Py_False : Py_None);
+    }
+    if (c == 0x80 || c == 0x81 || c == 0x82) {
+        int width = c == 0x80 ? 1 : c == 0x81 ? 2 : 4;
+        if (!need(in, 1 + width)) return GIVE_UP;
+        Py_ssize_t len = (Py_ssize_t)le(in->p + in->pos + 1, width);
+        in->pos += 1 + width;
+        return g_block(in, k, depth, len);
+    }
+    if (is_field_code(c)) return g_fields(in, k, depth); /* an inline map, as Reader.read_value */
+    return GIVE_UP;
+}
+
+/* generic(buf, start, end, document, depth, EventName, FieldNumber, Int64Hex) -> (value, end) | None
+ * document=True: the fields from start to end as a dict (Reader.read_document); else one value.
+ * depth: the nesting depth of the calling Reader, so the limit is the same as Python's. */
+static PyObject *generic(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "expected 8 arguments");
+        return NULL;
+    }
+    long depth = PyLong_AsLong(args[4]);
+    if (depth == -1 && PyErr_Occurred()) return NULL;
+    if (depth < 0 || depth > MAX_DEPTH) Py_RETURN_NONE;
+    Py_buffer view;
+    Py_ssize_t start, end;
+    if (get_range(args, &view, &start, &end) < 0) return NULL;
+    int document = PyObject_IsTrue(args[3]);
+    Kinds k = {args[5], args[6], args[7]};
+    PyObject *result = NULL;
+    if (document >= 0 && start >= 0 && start <= end && end <= view.len) {
+        In in = {(const unsigned char *)view.buf, start, end};
+        PyObject *value;
+        if (document) {
+            skip_padding(&in);
+            value = in.pos >= in.end || is_field_code(in.p[in.pos]) ? g_fields(&in, &k, (int)depth) : GIVE_UP;
+        } else {
+            value = g_value(&in, &k, (int)depth);
+        }
+        if (value) result = Py_BuildValue("(Nn)", value, in.pos);
+    }
+    PyBuffer_Release(&view);
+    if (!result && !PyErr_Occurred()) result = Py_NewRef(Py_None);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"generic", (PyCFunction)(void (*)(void))generic, METH_FASTCALL,
+     "generic(buf, start, end, document, depth, EventName, FieldNumber, Int64Hex) -> (value, end) | None"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "wire._speedups", NULL, -1, NULL, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "wire._speedups", NULL, -1, module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {

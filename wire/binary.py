@@ -695,6 +695,7 @@ def _write_fields(w: Writer, fields: dict[Any, Any], depth: int) -> None:
 # ---------------------------------------------------------------- Reader
 _FIELD_CODES = frozenset([*range(0xC0, 0xE0), FIELD_NAME_ANY, EVENT_NAME, FIELD_NUMBER, EVENT_OBJECT])
 _SKIPPED = frozenset([PADDING, PADDING32, COMMENT])
+_KEY_TYPES = (EventName, FieldNumber, Int64Hex)  # the classes the C generic decoder builds
 
 
 class Reader:
@@ -1031,6 +1032,12 @@ class Reader:
         elif hi == 0x8:
             if code in (BYTES_LENGTH32, BYTES_LENGTH16, BYTES_LENGTH8):
                 self.pos = p
+                native = marshal.speedups
+                if native is not None:  # C for the common codes; None means "Python decides"
+                    found = native.generic(buf, p, self.end, False, self.depth, *_KEY_TYPES)
+                    if found is not None:
+                        self.pos = found[1]
+                        return found[0]
                 return self.enter()._block_value()
             if code == I64_ARRAY:
                 capacity, used = _I64X2.unpack_from(buf, self._need(16))
@@ -1095,6 +1102,12 @@ class Reader:
         A document may also hold bare values (Java's `writeBytes` payloads are not wire at all); those
         raise WireError so callers can fall back to showing raw bytes.
         """
+        native = marshal.speedups
+        if native is not None:  # C for the common codes; None means "Python decides"
+            found = native.generic(self.buf, self.pos, self.end, True, self.depth, *_KEY_TYPES)
+            if found is not None:
+                self.pos = found[1]
+                return found[0]  # type: ignore[no-any-return]
         if self.has_more() and self.buf[self.pos] not in _FIELD_CODES:
             raise WireError(f"expected a field name, found code 0x{self.buf[self.pos]:02x}", self.pos)
         return self._fields_here()

@@ -5,10 +5,12 @@
  * common cases to this module:
  *   Plan.encode / encode_block     append an object's fields (int/float/str/bool/enum fast paths,
  *                                  every other value through the plan's Python writer),
- *   Plan.decode_fields / decode_object
+ *   Plan.decode_fields / decode_object / decode / read
  *                                  read a block of fields whose names and value codes they know;
- *                                  they return None whenever anything is unusual (unknown field, nested
- *                                  value, bad bytes) so the Python path decides and reports errors.
+ *                                  anything unusual (unknown field, nested value, bad bytes) goes to
+ *                                  the Python path, which decides and reports errors,
+ *   generic(...)                   the generic value model (Reader.read_document / read_value of a
+ *                                  block) for the common codes, with the same give-up rule.
  * Number rules are Java's compact BinaryWire rules (spec 7.3), mirrored from wire/binary.py.
  * Every read is bounds-checked against `end`; nothing here can read outside the buffer.
  */

@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
+import time
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
+import chronq
+from chronq.rollcycles import FixedClock
 from chronq.table import TableStore
 from tests.procs.qhelp import (
+    BASE_MS,
+    DAY_MS,
+    checked_payload,
     child_env,
     finish,
     header_positions,
@@ -142,3 +149,44 @@ def test_next_writer_proceeds_after_kill_while_creating_the_table_store(tmp_path
                            stderr=subprocess.PIPE, env=child_env())
     new = [int(x) for x in finish(nxt, 60).split()]
     assert [i for i, _ in read_all(queue)] == new and len(new) == 2
+
+
+def test_named_tailer_killed_at_random_points_resumes_without_skipping(tmp_path: Path) -> None:
+    """At-least-once for a named consumer: after any kill it resumes at the excerpt it was inside, or the
+    one after the last it finished, never earlier and never later (also across rolls)."""
+    queue = tmp_path / "queue"
+    clock = FixedClock(BASE_MS)
+    with chronq.open(queue, clock=clock) as q:
+        a = q.appender()
+        for n in range(3000):
+            if n and n % 700 == 0:
+                clock.advance(DAY_MS)
+            a.write(checked_payload(0, n, n % 50))
+    everything = [i for i, _ in read_all(queue)]
+    after = dict(pairwise(everything))
+    rng = random.Random(SEED)
+    env = child_env()
+    last: int | None = None
+    for rnd in range(15):
+        reader = subprocess.Popen([*script("named_reader"), str(queue), "consumer"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env)
+        lines = wait_line(reader, "start", 30)
+        time.sleep(rng.random() * 0.15)
+        reader.kill()
+        out, err = reader.communicate()
+        seen = [int(x) for x in [*lines, *out.decode().split()] if x not in ("start", "end")]
+        assert reader.returncode == -signal.SIGKILL, f"round {rnd}: reader ended early: {err.decode()[-500:]}"
+        if not seen:
+            continue
+        allowed = {everything[0]} if last is None else {last, after.get(last)}
+        assert seen[0] in allowed, f"round {rnd}: resumed at {seen[0]:#x}, last printed {last}"
+        assert all(after[x] == y for x, y in pairwise(seen)), f"round {rnd}: skipped or repeated"
+        last = seen[-1]
+    final = subprocess.Popen([*script("named_reader"), str(queue), "consumer"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env)
+    seen = [int(x) for x in finish(final, 60).split() if x not in ("start", "end")]
+    if last is not None and seen:
+        assert seen[0] in {last, after.get(last)}
+    covered = set(seen) | ({i for i in everything if last is not None and i <= last})
+    assert covered == set(everything), "some excerpts were never delivered"
+    assert last is not None and everything.index(last) > 700, "the kills should have come past a roll"

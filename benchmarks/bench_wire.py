@@ -35,25 +35,39 @@ class Trade(msgspec.Struct):
 TRADE = Trade(1_705_312_800_123_456_789, "EURUSD", 1.0875, 1_000_000, Side.BUY, "alice")
 
 
-def rate(fn: Callable[[], Any], seconds: float) -> float:
-    """Calls per second of `fn`, best of 3 runs of about `seconds / 3` each."""
+def _batch(fn: Callable[[], Any]) -> int:
+    """A batch size for `fn` that takes about 10 ms."""
     n = 1000
-    while True:  # calibrate a batch size that takes ~10 ms
+    while True:
         t0 = time.perf_counter()
         for _ in range(n):
             fn()
         if time.perf_counter() - t0 > 0.01:
-            break
+            return n
         n *= 2
-    best = 0.0
-    for _ in range(3):
-        done, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds / 3:
-            for _ in range(n):
-                fn()
-            done += n
-        best = max(best, done / (time.perf_counter() - t0))
+
+
+def rates(fns: dict[str, Callable[[], Any]], seconds: float, rounds: int = 5) -> dict[str, float]:
+    """Calls per second of each function, best of `rounds`. The functions take turns within every round,
+    so a baseline and the code compared with it see the same machine load (the ratios stay meaningful
+    on a busy machine, where absolute numbers do not)."""
+    batches = {name: _batch(fn) for name, fn in fns.items()}
+    best = dict.fromkeys(fns, 0.0)
+    slot = seconds / rounds
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            n, done, t0 = batches[name], 0, time.perf_counter()
+            while time.perf_counter() - t0 < slot:
+                for _ in range(n):
+                    fn()
+                done += n
+            best[name] = max(best[name], done / (time.perf_counter() - t0))
     return best
+
+
+def rate(fn: Callable[[], Any], seconds: float) -> float:
+    """Calls per second of one function (best of 3)."""
+    return rates({"fn": fn}, seconds, rounds=3)["fn"]
 
 
 def rows(seconds: float) -> list[tuple[str, float, float]]:
@@ -84,15 +98,25 @@ def rows(seconds: float) -> list[tuple[str, float, float]]:
     mp_encoder = msgspec.msgpack.Encoder()
     mp_decoder = msgspec.msgpack.Decoder(Trade)
     mp_data = mp_encoder.encode(TRADE)
-    base_enc = rate(lambda: mp_encoder.encode(TRADE), seconds)
-    base_dec = rate(lambda: mp_decoder.decode(mp_data), seconds)
+    r = rates(
+        {
+            "enc": lambda: mp_encoder.encode(TRADE),
+            "dec": lambda: mp_decoder.decode(mp_data),
+            "bytes": binary_encode,
+            "reused": binary_encode_reused,
+            "decode": binary_decode,
+            "reader": binary_decode_reader,
+        },
+        seconds * 2,
+    )
+    base_enc, base_dec = r["enc"], r["dec"]
     return [
         ("msgspec.msgpack encode (baseline)", base_enc, 1.0),
         ("msgspec.msgpack decode (baseline)", base_dec, 1.0),
-        ("BINARY encode -> bytes", (r := rate(binary_encode, seconds)), r / base_enc),
-        ("BINARY encode into reused buffer", (r := rate(binary_encode_reused, seconds)), r / base_enc),
-        ("BINARY decode(bytes, type=Trade)", (r := rate(binary_decode, seconds)), r / base_dec),
-        ("BINARY decoder_for(Trade)(Reader)", (r := rate(binary_decode_reader, seconds)), r / base_dec),
+        ("BINARY encode -> bytes", r["bytes"], r["bytes"] / base_enc),
+        ("BINARY encode into reused buffer", r["reused"], r["reused"] / base_enc),
+        ("BINARY decode(bytes, type=Trade)", r["decode"], r["decode"] / base_dec),
+        ("BINARY decoder_for(Trade)(Reader)", r["reader"], r["reader"] / base_dec),
         *wiretype_rows(seconds, base_enc, base_dec),
     ]
 

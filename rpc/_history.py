@@ -24,9 +24,16 @@ def current_history() -> MessageHistory | None:
     return current.history
 
 
+# A first hop (no sources, one timing) is the common case: the wire layer's encoding of it, with the
+# timing, which comes last, left to append.
+_FIRST_HOP = bytes(_codec.history_bytes((), (0,))[:-8])
+
+
 def history_prefix(now: int) -> bytearray:
     """A new document's history: the handled message's sources and timings plus this write's time."""
     h = current.history
     if h is None:
-        return _codec.history_bytes((), (now,))
+        b = bytearray(_FIRST_HOP)
+        b += now.to_bytes(8, "little", signed=True)
+        return b
     return _codec.history_bytes(h.sources, (*h.timings, now))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rpc
 from rpc.testing import Recorder
@@ -94,3 +96,12 @@ def test_three_hops_accumulate_in_order():
     assert h is not None
     assert h.sources == [(7, 42), (8, 43)]
     assert h.timings == [1000, 1001, 1002, 1003, 1004]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_first_hop_fast_path_equals_the_wire_layers_encoding(now):
+    from rpc import _codec
+    from rpc._history import history_prefix
+
+    assert history_prefix(now) == _codec.history_bytes((), (now,))

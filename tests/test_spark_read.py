@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +113,54 @@ def test_unknown_columns_and_options_fail_clearly(spark: Any) -> None:
         spark.read.format("chronq").option("decode", "everything").load(queue).collect()
     with pytest.raises(Exception, match="expected an integer"):
         spark.read.format("chronq").option("startIndex", "soon").load(queue).collect()
+
+
+def test_filter_pushdown_is_opt_in_and_prunes_ranges(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    queue = str(require_vectors() / "generated-cq5.26" / "fast_hourly_roll_eof")
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        def load() -> Any:  # a fresh DataFrame per query: PySpark 4.3 reuses pruned partitions
+            return spark.read.format("chronq").option("pushFilters", "true").load(queue)
+
+        assert load().rdd.getNumPartitions() == 3
+        one = load().where(F.col("cycle") == 473699)
+        assert one.rdd.getNumPartitions() == 1
+        assert [r.seq for r in one.orderBy("seq").collect()] == [0, 1]
+        later = load().where(F.col("index") >= (473699 << 32) + 1)
+        assert [(r.cycle, r.seq) for r in later.orderBy("index").collect()] == [(473699, 1), (473701, 0)]
+        either = load().where((F.col("cycle") == 473698) | (F.col("seq") == 1))  # OR pushes nothing
+        assert either.count() == 3
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+
+
+def test_sql_and_declared_schema_projection(spark: Any) -> None:
+    queue = str(require_vectors() / "generated-cq5.26" / "test4_daily_spacing4")
+    spark.sql("CREATE OR REPLACE TEMPORARY VIEW spacing4 USING chronq "
+              f"OPTIONS (path '{queue}', partitionRows '64')")
+    got = spark.sql("SELECT count(*), min(seq), max(seq), count(DISTINCT seq) FROM spacing4")
+    assert tuple(got.collect()[0]) == (300, 0, 299, 300)
+    slim = spark.read.format("chronq").schema("seq long, cycle int").load(queue)
+    assert slim.columns == ["seq", "cycle"]
+    assert slim.where("seq = 123").collect()[0].cycle == 19737
+
+
+@pytest.mark.slow
+def test_automatic_lookup_finds_the_format_without_register(tmp_path: Path) -> None:
+    """Spark imports top-level ``pyspark_*`` modules; an installed chronq needs no register() call."""
+    root = Path(__file__).resolve().parents[1]
+    queue = require_vectors() / "generated-cq5.26" / "fast_daily_basic"
+    code = (
+        "import os, sys\n"
+        "os.environ['PYSPARK_PYTHON'] = sys.executable\n"
+        "os.environ.setdefault('SPARK_LOCAL_IP', '127.0.0.1')\n"
+        "from pyspark.sql import SparkSession\n"
+        "s = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        f"print('rows', s.read.format('chronq').load({str(queue)!r}).count())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(root)}  # where an installed wheel puts pyspark_chronq.py
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert "rows 4" in out.stdout, out.stderr[-2000:]

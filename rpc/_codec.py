@@ -100,12 +100,6 @@ def seq_end(buf: bytearray, start: int) -> None:
     _U32.pack_into(buf, start - 4, len(buf) - start)
 
 
-def open_document(payload: Any) -> tuple[MessageHistory | None, _b.Reader]:
-    """The document's history (either form, if it starts with one) and a reader for the rest."""
-    h, pos = _h.read_history(payload, 0)
-    return h, _b.Reader(payload, pos)
-
-
 def read_history(payload: Any) -> tuple[MessageHistory | None, int]:
     """The history a document starts with (None if none) and the position after it."""
     return _h.read_history(payload, 0)
@@ -137,16 +131,6 @@ def event_at(buf: Any, pos: int) -> tuple[str | int | None, int]:
 
 def enter_sequence(r: _b.Reader) -> _b.Reader:
     return r.enter()
-
-
-def read_event(r: _b.Reader) -> str | int | None:
-    """The next event key (name, or method id; -1 is history), or None at the end of the document."""
-    if not r.has_more():
-        return None
-    key = r.read_field()
-    if isinstance(key, int):
-        return int(key)
-    return str(key)
 
 
 def add_source(h: MessageHistory | None, source_id: int, index: int, now: int) -> MessageHistory:

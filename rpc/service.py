@@ -65,7 +65,7 @@ def last_source_index(output: Any, input_source_id: int) -> int | None:
 
 
 def _source_in(payload: Any, source_id: int) -> int | None:
-    h, _ = _codec.open_document(payload)
+    h, _ = _codec.read_history(payload)
     if h is None:
         return None
     for sid, index in reversed(h.sources):

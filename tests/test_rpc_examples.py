@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 import chronq
-import rpc
 from rpc.testing import YamlTester
 from rpc.testing.yaml_tester import decode_call
 from tests.test_rpc_service import commands, feed, full_replay
+from wire.history import read_history
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "examples" / "account_service" / "scenarios"
@@ -100,7 +100,7 @@ def test_service_killed_mid_stream_resumes_with_only_the_missed_messages(tmp_pat
         got, sources = [], []
         while (ex := t.read()) is not None:
             body = bytes(ex.payload)
-            h, _ = rpc._codec.open_document(body)
+            h, _ = read_history(body)
             sources.append(h.sources[-1] if h else None)
             got.append(decode_call(body))
         assert got == calls  # nothing lost, nothing repeated, same order

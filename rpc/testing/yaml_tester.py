@@ -61,13 +61,15 @@ def encode_call(doc: dict[str, Any]) -> bytes:
 
 def decode_call(document: bytes) -> dict[str, Any]:
     """A BINARY method document (history dropped) as {event: generic argument value}."""
-    _, r = _codec.open_document(document)
+    _, pos = _codec.read_history(document)
     doc: dict[str, Any] = {}
     while True:
-        event = _codec.read_event(r)
+        event, pos = _codec.event_at(document, pos)
         if event is None:
             return doc
+        r = _codec.reader_at(document, pos)
         doc[str(event)] = r.read_value()
+        pos = r.position
 
 
 def render_calls(docs: Sequence[dict[str, Any]], comments: Sequence[str | None] = ()) -> str:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import enum
 import struct
+import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +214,36 @@ def test_c_generic_decoder_matches_python_on_mutated_vectors(data: st.DataObject
         if body:
             body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
     _same_both_ways(bytes(body))
+
+
+class Color(enum.Enum):
+    RED = 1
+    BLUE = 2
+
+
+TYPED_TARGETS: list[Any] = [
+    dict[str, int],
+    dict[int, list[str]],
+    list[float],
+    tuple[int, str],
+    set[str],
+    Message2 | None,
+    uuid.UUID,
+    dt.datetime,
+    dt.date,
+    dt.time,
+    Decimal,
+    bytes,
+    Color,
+    Outer,
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=120), st.sampled_from(TYPED_TARGETS))
+def test_typed_decoders_only_raise_wire_errors(data: bytes, target: Any) -> None:
+    for candidate in (data, encode(["x", 1, 2.5, None, {"a": "b"}]) + data, b"\x82\x0c\x00\x00\x00" + data):
+        try:
+            decode(candidate, target)
+        except WireError as e:
+            assert e.offset is not None

@@ -548,7 +548,7 @@ def _convert(v: Any, tp: Any, at: int) -> Any:
             return v if isinstance(v, tp) else tp[str(v)]
         if isinstance(tp, type) and isinstance(v, tp):
             return v
-    except (ValueError, KeyError, TypeError, InvalidOperation) as e:
+    except (ValueError, KeyError, TypeError, OverflowError, InvalidOperation) as e:
         raise WireError(f"cannot read {v!r} as {getattr(tp, '__qualname__', tp)}: {e}", at) from None
     return v  # unions and other annotations: the generic value
 

@@ -94,6 +94,9 @@ def test_service_killed_mid_stream_resumes_with_only_the_missed_messages(tmp_pat
         _wait_for(outq, len(cmds), 120)
         p.send_signal(signal.SIGTERM)
         assert p.wait(30) == 0, p.stderr.read() if p.stderr else ""
+        assert p.stdout is not None
+        # state rebuilt from the answered commands with their outputs suppressed; the rest answered live
+        assert p.stdout.read().split() == ["stopped", f"processed={len(cmds)}", f"suppressed={killed_at}"]
 
         balances, calls = full_replay(cmds)
         t = outq.tailer()
@@ -109,6 +112,7 @@ def test_service_killed_mid_stream_resumes_with_only_the_missed_messages(tmp_pat
         while (ex := in_t.read()) is not None:
             in_indexes.append(ex.index)
         assert sources == [(1, i) for i in in_indexes]
+        assert ready == f"ready replay_until={in_indexes[killed_at - 1]}"
         assert json.loads(state.read_text()) == balances
 
 

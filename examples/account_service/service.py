@@ -108,6 +108,7 @@ def main(argv: list[str]) -> int:
             signal.signal(sig, lambda *_: service.stop())
         print(f"ready replay_until={service.replay_until}", flush=True)
         service.run()
+        print(f"stopped processed={service.processed} suppressed={service.out.dropped}", flush=True)
         if len(argv) == 3:
             with open(argv[2], "w") as f:
                 json.dump(service.handler.balances, f, sort_keys=True)  # type: ignore[attr-defined]

@@ -514,7 +514,15 @@ static int seek_seq(Geometry *g, int64_t seq, Py_ssize_t *pos_out) {
                 if (p != 0) {
                     if (p < g->data_start || p > g->size - 4 || (p & (g->align - 1))) {
                         raise_corrupt(g->map->name, (Py_ssize_t)(arr + 16 + 8 * slot),
-                                      "index entry %lld points outside the file", (long long)p);
+                                      "index entry %lld points outside the data area or is misaligned",
+                                      (long long)p);
+                        return -2;
+                    }
+                    uint32_t eh = ld32(g->base + p);
+                    if (eh == 0 || (eh & (HDR_NOT_COMPLETE | HDR_META))) {
+                        raise_corrupt(g->map->name, (Py_ssize_t)(arr + 16 + 8 * slot),
+                                      "index entry %lld does not point at a data document (header 0x%08x)",
+                                      (long long)p, eh);
                         return -2;
                     }
                     pos = (Py_ssize_t)p;
@@ -639,7 +647,33 @@ static PyObject *App_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 static PyObject *App_attach(AppenderObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (parse_geometry(&self->g, args, nargs, "_attach") < 0) return NULL;
     self->cache_valid = 0;
+    /* Never append after a broken chain: the document at writePosition must be reachable from the
+       index (or the start) by walking headers, else what we append could never be read. */
+    Geometry *g = &self->g;
+    int64_t wp = ld64(g->base + g->wp_off);
+    if (wp != 0) {
+        if (wp < g->data_start || wp > g->size - 4) {
+            raise_corrupt(g->map->name, g->wp_off, "writePosition %lld is outside the file", (long long)wp);
+            goto fail;
+        }
+        int64_t s = seq_at_position(g, (Py_ssize_t)wp);
+        if (s < 0) goto fail;
+        Py_ssize_t pos;
+        int r = seek_seq(g, s, &pos);
+        if (r == -2) goto fail;
+        if (r != 1 || pos != (Py_ssize_t)wp) {
+            raise_corrupt(g->map->name, (Py_ssize_t)wp,
+                          "the documents before writePosition %lld do not lead to it (sequence %lld)",
+                          (long long)wp, (long long)s);
+            goto fail;
+        }
+    }
     Py_RETURN_NONE;
+fail:
+    Py_CLEAR(self->g.map);
+    self->g.base = NULL;
+    self->g.size = 0;
+    return NULL;
 }
 
 static PyObject *App_detach(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {

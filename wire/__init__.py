@@ -4,12 +4,13 @@ from wire import binary, text
 from wire.errors import WireError
 from wire.history import MessageHistory, read_history
 from wire.registry import register
-from wire.types import EventName, FieldNumber, HistoryBytes, Int64Array, Int64Hex, Typed, TypeLiteral
+from wire.types import EventName, FieldNumber, Float32, HistoryBytes, Int64Array, Int64Hex, Typed, TypeLiteral
 from wire.wiretype import WireType
 
 __all__ = [
     "EventName",
     "FieldNumber",
+    "Float32",
     "HistoryBytes",
     "Int64Array",
     "Int64Hex",

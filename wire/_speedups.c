@@ -23,7 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { K_INT = 0, K_FLOAT = 1, K_STR = 2, K_BOOL = 3, K_ENUM = 4, K_OTHER = 5 };
+enum { K_INT = 0, K_FLOAT = 1, K_STR = 2, K_BOOL = 3, K_ENUM = 4, K_OTHER = 5, K_FLOAT32 = 6 };
 
 /* ------------------------------------------------------------------ output */
 /* Bytes are gathered in a scratch buffer and appended to the caller's bytearray once (or before a
@@ -175,6 +175,34 @@ static int put_float(Out *o, double d) {
     uint64_t bits;
     memcpy(&bits, &d, 8);
     return put_code_le(o, 0x91, bits, 8);
+}
+
+/* Java's compact writeNumber(float): the value is rounded to float32 first (beyond its range: inf). */
+static int put_float32_compact(Out *o, double d) {
+    double f = isfinite(d) ? (double)(float)d : d;
+    if (isfinite(f) && f == floor(f)) {
+        if (f >= 0) {
+            if (f <= 255) return put_code_le(o, 0xA1, (uint64_t)f, 1);
+            if (f <= 65535) return put_code_le(o, 0xA2, (uint64_t)f, 2);
+        } else {
+            if (f >= -128) return put_code_le(o, 0xA4, (uint64_t)(int64_t)f, 1);
+            if (f >= -32768) return put_code_le(o, 0xA5, (uint64_t)(int64_t)f, 2);
+        }
+    } else if (isfinite(f)) {
+        double fl = floor(f * 1e6 + 0.5);
+        if ((double)(float)(fl / 1e6) == f && fl > -16384.0 && fl < 2097152.0) {
+            int64_t l6 = (int64_t)fl;
+            static const int codes[3] = {0x92, 0x94, 0x96};
+            static const int64_t divs[3] = {10000, 100, 1};
+            static const double scales[3] = {1e2, 1e4, 1e6};
+            for (int i = 0; i < 3; i++) {
+                if (l6 % divs[i]) continue;
+                int64_t v = l6 / divs[i];
+                if ((double)(float)((double)v / scales[i]) == f) return put_stop_bit(o, (unsigned char)codes[i], v);
+            }
+        }
+    }
+    return put_float32(o, f);
 }
 
 /* 1 = written, 0 = not a simple string (caller falls back to Python), -1 = error */
@@ -407,7 +435,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             return NULL;
         }
         unsigned code = (unsigned char)PyBytes_AS_STRING(f->key)[0];
-        if (f->kind < K_INT || f->kind > K_OTHER) {
+        if (f->kind < K_INT || f->kind > K_FLOAT32) {
             PyErr_SetString(PyExc_ValueError, "bad field kind");
             Py_DECREF(self);
             return NULL;
@@ -442,6 +470,9 @@ static int write_fields(Out *o, Plan *plan, PyObject *buf, PyObject *obj) {
             }
         } else if (f->kind == K_FLOAT && PyFloat_CheckExact(x)) {
             rc = put_float(o, PyFloat_AS_DOUBLE(x));
+            done = 1;
+        } else if (f->kind == K_FLOAT32 && PyFloat_CheckExact(x)) {
+            rc = put_float32_compact(o, PyFloat_AS_DOUBLE(x));
             done = 1;
         } else if (f->kind == K_STR) {
             rc = put_str(o, x);
@@ -518,6 +549,7 @@ static PyObject *read_kind(In *in, Field *f) {
     if (!need(in, 1)) return NULL;
     unsigned c = in->p[in->pos];
     int kind = f->kind;
+    if (kind == K_FLOAT32) kind = K_FLOAT; /* read back as a Python float, like the Python path */
     if (kind == K_INT || kind == K_FLOAT) {
         int is_int;
         int64_t iv = 0;

@@ -145,7 +145,11 @@ def _is_float32(d: float) -> bool:
 
 
 def _to_float32(d: float) -> float:
-    return float(_F32.unpack(_F32.pack(d))[0])
+    """`(float) d` as Java rounds it: values beyond the float32 range become infinities."""
+    try:
+        return float(_F32.unpack(_F32.pack(d))[0])
+    except OverflowError:
+        return math.copysign(math.inf, d)
 
 
 def _stop_float(out: bytearray, d: float, l6: int, as_float32: bool) -> bool:

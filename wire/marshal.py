@@ -31,7 +31,7 @@ from typing import Any
 from wire import _javatime, binary, registry
 from wire.binary import Reader, Writer
 from wire.errors import WireError
-from wire.types import Typed
+from wire.types import Float32, Typed
 
 Encoder = Callable[[bytearray, Any], None]
 Decoder = Callable[[Reader], Any]
@@ -52,7 +52,7 @@ def _load_speedups() -> Any:
 speedups: Any = _load_speedups()
 
 # plan kinds shared with wire/_speedups.c
-_K_INT, _K_FLOAT, _K_STR, _K_BOOL, _K_ENUM, _K_OTHER = range(6)
+_K_INT, _K_FLOAT, _K_STR, _K_BOOL, _K_ENUM, _K_OTHER, _K_FLOAT32 = range(7)
 
 _MISSING: Any = object()
 _lock = threading.RLock()
@@ -144,7 +144,7 @@ def _unwrap(tp: Any) -> Any:
     while True:
         if typing.get_origin(tp) is typing.Annotated:
             tp = typing.get_args(tp)[0]
-        elif isinstance(tp, typing.NewType):
+        elif isinstance(tp, typing.NewType) and tp is not Float32:
             tp = tp.__supertype__
         else:
             return tp
@@ -179,6 +179,8 @@ def _value_writer(tp: Any) -> Encoder:
         return binary.put_int
     if tp is float:
         return lambda b, x: binary.put_float(b, float(x))
+    if tp is Float32:
+        return lambda b, x: binary.put_float32(b, float(x))
     if tp is str:
         return binary.put_text
     if tp is bool:
@@ -271,6 +273,8 @@ def _kind(tp: Any) -> int:
         return _K_INT
     if tp is float:
         return _K_FLOAT
+    if tp is Float32:
+        return _K_FLOAT32
     if tp is str:
         return _K_STR
     if tp is bool:
@@ -438,7 +442,7 @@ def _value_reader(tp: Any) -> Decoder:
     """How a value declared as `tp` is read, liberally."""
     if tp is int:
         return Reader.read_int
-    if tp is float:
+    if tp is float or tp is Float32:
         return Reader.read_float
     if tp is str:
         return Reader.read_text

@@ -7,7 +7,11 @@ would lose, so that decode followed by encode gives back Java's bytes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NewType
+
+#: Annotate a field `Float32` when its Java twin is a `float`: it is then written with Java's float32
+#: rules (e.g. 3.14159 as FLOAT32, not as a 6-digit decimal). Values stay Python floats.
+Float32 = NewType("Float32", float)
 
 
 class Int64Hex(int):
@@ -122,4 +126,13 @@ class HistoryBytes:
         return f"HistoryBytes({self.data.hex()})"
 
 
-__all__ = ["EventName", "FieldNumber", "HistoryBytes", "Int64Array", "Int64Hex", "TypeLiteral", "Typed"]
+__all__ = [
+    "EventName",
+    "FieldNumber",
+    "Float32",
+    "HistoryBytes",
+    "Int64Array",
+    "Int64Hex",
+    "TypeLiteral",
+    "Typed",
+]

@@ -133,13 +133,6 @@ def enter_sequence(r: _b.Reader) -> _b.Reader:
     return r.enter()
 
 
-def add_source(h: MessageHistory | None, source_id: int, index: int, now: int) -> MessageHistory:
-    """What a reader with a source id records: where the message was read from, and when."""
-    if h is None:
-        return MessageHistory([(source_id, index)], [now])
-    return MessageHistory([*h.sources, (source_id, index)], [*h.timings, now])
-
-
 def history_bytes(sources: Iterable[tuple[int, int]], timings: Iterable[int]) -> bytearray:
     """`BA 80 00` + the binary MessageHistory: the form Java writes since Wire 2.25ea13."""
     return bytearray(MessageHistory(sources, timings).encode())

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rpc import _codec
-from rpc._history import current
+from rpc._history import Pending, current
 from rpc._interface import MethodSpec, describe, is_protocol
 from wire import WireType
 
@@ -187,22 +187,25 @@ class MethodReader:
         k = payload[1] if len(payload) > 1 and payload[0] == 0xB9 else 0
         if 0 < k < 0x80 and 2 + k <= len(payload) and (k != 7 or payload[2:9] != b"history"):
             pos = 2 + k
-            history, event, name = None, None, payload[2:pos]
+            carried, event, name = None, None, payload[2:pos]
             try:  # bytes and read-only memoryviews hash alike: no copy
                 entry = self._by_name.get(name)
             except (TypeError, ValueError):  # bytearray, writable memoryview
                 entry = self._by_name.get(bytes(name))
         else:
-            history, pos = _codec.read_history(payload)
+            carried, pos = _codec.read_history(payload)
             event, pos = _codec.event_at(payload, pos)
             if event is None:
                 return
             entry = self._entries.get(event)
-        if self.source_id:
-            history = _codec.add_source(history, self.source_id, index, self.clock())
         if entry is None:
             self.on_unknown(str(payload[2:pos], "latin-1") if event is None else event, index)
             return
+        history = None
+        if self.source_id:
+            history = Pending(carried, (self.source_id, index), self.clock())
+        elif carried is not None:
+            history = Pending(carried, None, 0)
         saved = current.history
         if history is not saved:
             current.history = history

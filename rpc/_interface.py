@@ -76,13 +76,14 @@ def _describe(proto: type) -> InterfaceSpec:
     if not is_protocol(proto):
         raise TypeError(f"{proto!r} is not a typing.Protocol")
     found: dict[str, MethodSpec] = {}
+    bound = _type_arguments(proto)
     for klass in reversed(proto.__mro__):
         if klass in _SKIP:
             continue
         for name, fn in vars(klass).items():
             if name.startswith("_") or not inspect.isfunction(fn):
                 continue
-            found[name] = _method(proto, name, fn)
+            found[name] = _method(proto, name, fn, bound)
     events: dict[str | int, str] = {}
     for m in found.values():
         if m.event in events:
@@ -91,7 +92,19 @@ def _describe(proto: type) -> InterfaceSpec:
     return InterfaceSpec(proto, tuple(found.values()))
 
 
-def _method(proto: type, name: str, fn: Callable[..., Any]) -> MethodSpec:
+def _type_arguments(proto: type) -> dict[Any, Any]:
+    """TypeVar -> type for generic Protocol bases, e.g. `class TimedSaying(Timed[Saying], Protocol)`
+    binds Timed's `T` to Saying, so `def at(self, ts: int) -> T` chains to Saying."""
+    bound: dict[Any, Any] = {}
+    for klass in proto.__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            origin = typing.get_origin(base)
+            for param, arg in zip(getattr(origin, "__parameters__", ()), typing.get_args(base), strict=False):
+                bound.setdefault(param, bound.get(arg, arg))
+    return bound
+
+
+def _method(proto: type, name: str, fn: Callable[..., Any], bound: dict[Any, Any]) -> MethodSpec:
     where = f"{proto.__name__}.{name}"
     if typing.get_overloads(fn):
         raise TypeError(f"{where}: overloaded methods cannot be messages (one name, one signature)")
@@ -110,12 +123,12 @@ def _method(proto: type, name: str, fn: Callable[..., Any]) -> MethodSpec:
             raise TypeError(f"{where}: parameter {p.name!r} must be positional (no *args, **kwargs, kw-only)")
         if p.name not in hints:
             raise TypeError(f"{where}: parameter {p.name!r} needs a type annotation")
-        params.append((p.name, hints[p.name]))
+        params.append((p.name, bound.get(hints[p.name], hints[p.name])))
         if p.default is not p.empty:
             defaults.append(p.default)
     if "return" not in hints:
         raise TypeError(f"{where}: needs a return annotation (None, or a Protocol to chain to)")
-    ret = hints["return"]
+    ret = bound.get(hints["return"], hints["return"])
     chain: type | None
     if ret is None or ret is type(None):
         chain = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import linecache
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import msgspec
 import pytest
@@ -236,3 +236,24 @@ def test_parameter_names_the_generated_code_needs_are_refused():
 
     with pytest.raises(TypeError, match="'bytearray' is reserved"):
         rpc.writer(Recorder(), Clash)
+
+
+T = TypeVar("T", covariant=True)
+
+
+class TimedStep(Protocol[T]):
+    def at(self, ts: int) -> T: ...
+
+
+class TimedSaying(TimedStep[Saying], Protocol):
+    pass
+
+
+def test_generic_protocol_bases_bind_their_chained_type():
+    out = Recorder()
+    rpc.writer(out, TimedSaying).at(7).say("later")
+    assert out.documents == [b"\xb9\x02at\xa1\x07\xb9\x03say\xe5later"]
+    router = Router()
+    r = rpc.MethodReader(None, router, interfaces=[TimedSaying])
+    r.dispatch(out.documents[0])
+    assert router.seen == [("at", 7), ("say", "later")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, assert_type
+from typing import Protocol, TypeVar, assert_type
 
 import rpc
 from rpc.testing import Recorder
@@ -27,6 +27,19 @@ w.trade("EURUSD", 1_000_000, 1.0875)
 w.trade("EURUSD", "many", 1.0875)  # type: ignore[arg-type]
 w.trade("EURUSD")  # type: ignore[call-arg]
 w.cancel("EURUSD")  # type: ignore[attr-defined]
+
+T = TypeVar("T", covariant=True)
+
+
+class Timed(Protocol[T]):
+    def at(self, ts: int) -> T: ...
+
+
+class TimedSaying(Timed[Saying], Protocol):
+    pass
+
+
+assert_type(rpc.writer(Recorder(), TimedSaying).at(1), Saying)
 
 chained = rpc.writer(Recorder(), Routed)
 assert_type(chained.via("desk"), Saying)

@@ -471,8 +471,25 @@ static int parse_geometry(Geometry *g, PyObject *const *args, Py_ssize_t nargs, 
     }
     Py_ssize_t i2i_arr = 0;
     if (i2i_pos > 0) {
+        /* Java writes index2index right after the store header and the first index right after
+           index2index: a header or length that disagrees means the prefix is damaged */
+        if (data_start > i2i_pos) {
+            raise_corrupt(map->name, 0, "the store header (ending at %lld) overlaps index2index at %lld",
+                          data_start, i2i_pos);
+            return -1;
+        }
         i2i_arr = index_array_at(map->base, map->size, (Py_ssize_t)i2i_pos, count, map->name);
         if (i2i_arr < 0) return -1;
+        int64_t first = ld64(map->base + i2i_arr + 16);
+        uint32_t h = ld32(map->base + i2i_pos);
+        int64_t after = align_up((Py_ssize_t)i2i_pos + 4 + (Py_ssize_t)(h & HDR_LENGTH_MASK), (Py_ssize_t)align);
+        if (first != 0 && first != after) {
+            raise_corrupt(map->name, (Py_ssize_t)(i2i_arr + 16),
+                          "the first index is at %lld, not right after index2index (%lld)", (long long)first,
+                          (long long)after);
+            return -1;
+        }
+        if (first != 0 && index_array_at(map->base, map->size, (Py_ssize_t)first, count, map->name) < 0) return -1;
     }
     Py_INCREF(map);
     Py_XSETREF(g->map, map);

@@ -1,4 +1,4 @@
-"""Chronicle Wire for Python: the BINARY wire (byte-compatible with Java), text renderings and MessageHistory."""
+"""Chronicle Wire for Python: the BINARY wire (byte-compatible with Java), text and MessageHistory."""
 
 from wire import binary, text
 from wire.errors import WireError

@@ -151,3 +151,25 @@ def indexes(q: chronq.Queue) -> list[int]:
     while (ex := t.read()) is not None:
         out.append(ex.index)
     return out
+
+
+def test_idle_strategy_is_the_callers_choice(queues):
+    inq, outq = queues
+
+    class CountingPauser:
+        def __init__(self) -> None:
+            self.pauses = self.resets = 0
+
+        def pause(self) -> None:
+            self.pauses += 1
+            if self.pauses == 50:
+                s.stop()  # idle long enough: stop from inside the loop
+
+        def reset(self) -> None:
+            self.resets += 1
+
+    feed(inq, commands(3))
+    pauser = CountingPauser()
+    s = rpc.Service(inq, outq, make_handler, 2, start=rpc.Start.ALL, pauser=pauser)
+    assert s.run() == 3
+    assert pauser.resets == 3 and pauser.pauses == 50

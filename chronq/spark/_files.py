@@ -91,7 +91,8 @@ def read_roll(queue_dir: str) -> RollInfo:
         with open(table, "rb") as f:
             head = f.read(4096)
     except FileNotFoundError:
-        raise ChronqError(f"{queue_dir}: not a chronq/Chronicle queue directory (no metadata.cq4t)") from None
+        hint = "" if os.path.isabs(queue_dir) else "; Spark workers resolve relative paths: use absolute ones"
+        raise ChronqError(f"{queue_dir}: not a queue directory (no metadata.cq4t){hint}") from None
     if len(head) < 8:
         raise CorruptQueueError(table, 0, "table store is shorter than one header")
     (hdr,) = _U32.unpack_from(head, 0)

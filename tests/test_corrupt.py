@@ -220,16 +220,10 @@ def test_random_damage_long(reader: Reader, vector: str) -> None:
 def fixed_damages() -> list[Any]:
     """Hand-picked damage every reader meets sooner or later, one test id each.
 
-    Known failures (diagnosis): the index-entry cases: the native index lookup (`move_to_index`,
-    chronq/_native.c) trusts an index entry, so an entry that is misaligned or points at another
-    document makes `move_to_index` answer False or return the wrong excerpt for an index a forward
-    read finds. Check an entry (4-aligned for dataFormat 1, inside the data area, a ready data
-    header) and raise CorruptQueueError naming the index array slot, or fall back to a scan.
-    The `*-append` cases with a damaged first message (`first-message-header-zeroed`,
-    `message-length-to-file-end`): the appender trusts writePosition, so it appends after a hole or
-    inside a document that readers cannot get past; the acknowledged message can never be read and
-    nothing says so. Checking, when an appender attaches to a cycle, that the document chain from the
-    last index entry reaches writePosition would catch both.
+    The index-entry cases check that an index entry is not trusted blindly (a misaligned entry, or
+    one pointing at another document, must not make `move_to_index` miss or misread an excerpt a
+    forward read finds); the damaged-first-message `*-append` cases that an appender does not append
+    where no reader can reach (after a hole, or inside a document) without saying so.
     """
     cq4, meta = "20240115F.cq4", "metadata.cq4t"
     cases = {

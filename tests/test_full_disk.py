@@ -52,11 +52,8 @@ def can_mount_tmpfs(where: Path) -> bool:
 def test_tmpfs_full(tmp_path: Path, block_size: int, roll_every: int) -> None:
     """On tmpfs even *reading* a hole of a mapped file allocates a page, so a full tmpfs SIGBUSes.
 
-    Diagnosis for the rolling case: `create_cycle_file` (chronq/store.py) ignores the count
-    `os.pwrite(fd, prefix, 0)` returns; on a full disk only part of the 65808-byte prefix is written,
-    the file is linked into place anyway, and the appender's first look at the header at 65808 (a
-    hole) dies of SIGBUS. Fix: `os.posix_fallocate(fd, 0, len(prefix) + room for the first
-    messages)` before writing, check the write count, and raise ChronqError naming the file.
+    The rolling case creates a cycle file on the full disk: its header/index prefix can only be
+    partly written, and a writer or reader that maps such a file and looks at a hole dies.
     """
     mnt = tmp_path / "mnt"
     mnt.mkdir()

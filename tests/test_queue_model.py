@@ -258,11 +258,7 @@ test_queue_against_list_model_long = pytest.mark.slow(LongQueueMachine.TestCase)
 def test_named_tailer_resumes_after_the_last_excerpt_of_a_rolled_cycle(tmp_path: Path) -> None:
     """Found by the model: the stored position is one past the end of a cycle closed by a roll.
 
-    Diagnosis: `Tailer.__init__` (chronq/tailer.py) calls `_move(start)`; `_seek` returns -3 for a
-    sequence beyond a cycle's EOF, so `_place_at(start)` runs, and it picks
-    `next_cycle_after(cycle - 1)`, i.e. the same cycle, from its first excerpt: everything is read
-    again. Fix: a stored position at/after the EOF of an existing cycle belongs at the start of
-    `next_cycle_after(cycle)` (or at that cycle's end, so the next read crosses the EOF).
+    It used to restart that cycle from its first excerpt, delivering everything again.
     """
     clock = FixedClock(BASE_MS)
     with chronq.open(tmp_path, clock=clock) as q:

@@ -40,9 +40,20 @@ def child(path: str, rnd: int, seed: int, block_size: int, ack_fd: int, limit: i
         a = q.appender()
         n = 0
         while limit is None or n < limit:
-            extra = rng.choice((0, 1, 3, 17, 200, rng.randrange(4000), rng.randrange(60_000)))
-            data = checked_payload(rnd, n, extra)
-            if rng.random() < 0.3:
+            extras = [rng.choice((0, 1, 3, 17, 200, rng.randrange(4000), rng.randrange(60_000)))]
+            how = rng.random()
+            if how < 0.15:  # a batch: one lock for all, so a kill lands between its messages too
+                extras += [rng.randrange(300) for _ in range(rng.randrange(20))]
+                if limit is not None:
+                    extras = extras[: limit - n]
+                written = a.write_many([checked_payload(rnd, n + k, e) for k, e in enumerate(extras)])
+                assert written == len(extras)
+                first = a.last_index_appended - len(extras) + 1
+                os.write(ack_fd, b"".join(ACK.pack(n + k, first + k) for k in range(len(extras))))
+                n += len(extras)
+                continue
+            data = checked_payload(rnd, n, extras[0])
+            if how < 0.45:
                 # An open document (write lock held, header still 0) is the widest window for a kill.
                 with a.writing_document() as dc:
                     half = len(data) // 2

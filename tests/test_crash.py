@@ -21,9 +21,11 @@ import pytest
 import chronq
 from chronq.rollcycles import FixedClock
 from chronq.table import TableStore
+from tests.conftest import require_vectors
 from tests.procs.qhelp import (
     BASE_MS,
     DAY_MS,
+    check_cycle_file,
     checked_payload,
     child_env,
     finish,
@@ -63,11 +65,20 @@ def verify(queue: Path, acks: dict[int, list[list[int]]]) -> list[list[int]]:
     # A roll leaves EOF in the older cycle (spec 1.4), or a Java tailer would wait there forever;
     # a writer killed mid-roll is repaired by the next appender's EOF normalisation.
     files = sorted(queue.glob("*.cq4"))
+    assert sum(check_cycle_file(f) for f in files) == len(excerpts)
     for f in files[:-1]:
         data = f.read_bytes()
         last = header_positions(data)[-1]
         assert data[last : last + 4] == b"\x00\x00\x00\xc0", f"{f.name} has no EOF marker after a roll"
     return [[index, *parse_checked(payload)] for index, payload in excerpts]
+
+
+@pytest.mark.parametrize("vector", ["fast_daily_basic", "test_daily_tiny_index", "test4_daily_spacing4"])
+def test_structure_check_accepts_java_files(vector: str) -> None:
+    """The independent checker used after the crashes agrees with what Java wrote."""
+    files = sorted((require_vectors() / "generated-cq5.26" / vector).glob("*.cq4"))
+    expected = {"fast_daily_basic": 4, "test_daily_tiny_index": 20, "test4_daily_spacing4": 300}[vector]
+    assert sum(check_cycle_file(f) for f in files) == expected
 
 
 def crash_rounds(tmp_path: Path, rounds: int, seed: int) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 import chronq
 import chronq.rollcycles
-from tests.procs.qhelp import child_env, finish, script, wait_line
+from tests.procs.qhelp import check_cycle_file, child_env, finish, script, wait_line
 
 RECORD = struct.Struct("<QII")  # index, writer id, sequence (as ipc_reader.py writes them)
 
@@ -92,6 +92,7 @@ def run_ipc(
         orders.append(data)
     assert orders[0] == orders[1], "the two readers saw different total orders"
 
+    assert sum(check_cycle_file(f) for f in queue.glob("*.cq4")) == total
     with chronq.open(str(queue), roll_cycle=roll_cycle) as q:
         assert q.last_index == max(given.values())
         assert q.first_index == min(given.values())

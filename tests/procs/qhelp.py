@@ -119,3 +119,59 @@ def finish(proc: subprocess.Popen[bytes], timeout: float) -> str:
     text = err.decode(errors="replace") if err else ""
     assert proc.returncode == 0, f"{proc.args!r} exited with {proc.returncode}: {text}"
     return out.decode(errors="replace") if out else ""
+
+
+def _int64_array(data: bytes, doc: int) -> tuple[int, list[int]]:
+    """(used, values) of an index2index/index document at ``doc`` (spec 3.2), parsed independently."""
+    pos = doc + 4
+    assert data[pos] == 0xB9, f"index document at {doc} does not start with an event name"
+    pos += 2 + data[pos + 1]
+    while data[pos] in (0x8F, 0x8E):  # alignment padding
+        pos += 1 if data[pos] == 0x8F else 5 + struct.unpack_from("<I", data, pos + 1)[0]
+    assert data[pos] == 0x8D, f"index document at {doc}: no int64 array at {pos}"
+    capacity, used = struct.unpack_from("<qq", data, pos + 1)
+    return used, list(struct.unpack_from(f"<{capacity}q", data, pos + 17))
+
+
+def check_cycle_file(path: Path) -> int:
+    """Check what Java relies on in a written cycle file, independently of chronq's reader; return the
+    number of data documents.
+
+    Every document up to the first free header is complete; writePosition is the last data document
+    and its sequence hint (spec 3.4) names that document's sequence; every index entry points at the
+    data document with the sequence its slot stands for (spec 3.3). Index slots may be empty after a
+    crash (readers then scan), but never wrong.
+    """
+    from chronq.store import read_layout
+
+    data = path.read_bytes()
+    layout = read_layout(data, path)
+    seq_at: dict[int, int] = {}
+    seq = 0
+    for pos in header_positions(data)[1:]:
+        (h,) = struct.unpack_from("<I", data, pos)
+        if h == 0 or h == 0xC000_0000:
+            break
+        assert not h & 0x8000_0000, f"{path.name}: incomplete header {h:#x} at {pos} left behind"
+        if not h & 0x4000_0000:
+            seq_at[pos] = seq
+            seq += 1
+    wp, hint = struct.unpack_from("<qq", data, layout.write_position_offset)
+    if seq_at:
+        last = max(seq_at)
+        assert wp == last, f"{path.name}: writePosition {wp}, last data document at {last}"
+        shift = layout.cycle_shift
+        if hint >> shift == wp & ((1 << (64 - shift)) - 1):
+            assert hint & ((1 << shift) - 1) == seq_at[last], f"{path.name}: sequence hint {hint:#x} is wrong"
+    c = layout.index_count.bit_length() - 1
+    s = layout.index_spacing.bit_length() - 1
+    used2, secondary = _int64_array(data, layout.index2index)
+    for i2, doc in enumerate(secondary[:used2]):
+        if doc == 0:
+            continue
+        used1, entries = _int64_array(data, doc)
+        for i1, pos in enumerate(entries[:used1]):
+            want = (i2 << (c + s)) + (i1 << s)
+            if pos:
+                assert seq_at.get(pos) == want, f"{path.name}: index slot for seq {want} points at {pos}"
+    return seq

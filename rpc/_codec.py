@@ -16,6 +16,7 @@ import msgspec
 from wire import WireError, WireType
 from wire import binary as _b
 from wire import history as _h
+from wire import marshal as _marshal
 from wire.history import MessageHistory
 
 __all__ = ["WireError"]
@@ -39,6 +40,23 @@ def event_bytes(event: str | int) -> bytes:
 def value_encoder(tp: Any) -> Encoder:
     """Appends one argument of declared type `tp` the way Java's method writer does (spec 7.5)."""
     return _b.encoder_for(tp)
+
+
+def fast_plan(params: Any) -> Any:
+    """The C plan that reads a method's one structured argument (see `event_value`), else None."""
+    if len(params) != 1 or _marshal.speedups is None:
+        return None
+    return _marshal.native_plan(params[0][1])
+
+
+def event_value(document: Any, table: dict[bytes, tuple[Any, Any]]) -> tuple[Any, Any, int] | None:
+    """(entry, argument, end) for a document that starts with a short event name in `table` followed
+    by one plain block of its plan's class; None for anything else (the general path decides)."""
+    return None
+
+
+if _marshal.speedups is not None:
+    event_value = _marshal.speedups.event_value
 
 
 def value_decoder(tp: Any) -> Decoder:

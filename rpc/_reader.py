@@ -158,12 +158,18 @@ class MethodReader:
         self.source_id = source_id
         self.clock = clock or time.monotonic_ns
         self._entries: dict[str | int, _Entry] = {}
+        # events the C fast path decodes and looks up in one step: one structured argument, no chain
+        self._fast: dict[bytes, tuple[_Entry, Any]] = {}
         for h in handlers:
             for name, m in _handler_specs(h, interfaces).items():
                 entry = self._entries.get(m.event)
                 if entry is None:
                     entry = _Entry(name, _decoder(m.params, m.defaults, wire), m.chain)
                     self._entries[m.event] = entry
+                    if wire is WireType.BINARY and m.chain is None and isinstance(m.event, str):
+                        plan = _codec.fast_plan(m.params)
+                        if plan is not None:
+                            self._fast[m.event.encode("latin-1")] = (entry, plan)
                 entry.targets.append(getattr(h, name))
         self._by_name = {e.encode("latin-1"): v for e, v in self._entries.items() if isinstance(e, str)}
         self._chains: dict[type, dict[str | int, _Entry]] = {}
@@ -178,11 +184,33 @@ class MethodReader:
             if self.metadata_handler is not None:
                 self.metadata_handler(ex.payload, ex.index)
             return True
-        self.dispatch(ex.payload, ex.index)
+        # a queue's excerpt is itself a buffer: the C fast path reads it without a payload view
+        hit = _codec.event_value(ex, self._fast) if self._fast else None
+        if hit is not None and not self.source_id and current.history is None:
+            entry, arg, _ = hit
+            try:
+                for t in entry.targets:
+                    t(arg)
+            except _codec.WireError as e:
+                e.add_note(f"while decoding event {entry.name!r} of the document at index {ex.index:#x}")
+                raise
+        elif hit is not None:
+            self._deliver(hit[0], (hit[1],), None, ex.index)
+        else:
+            self._dispatch(ex.payload, ex.index)
         return True
 
     def dispatch(self, payload: Any, index: int = 0) -> None:
         """Decode one document body and call the handlers; usable without a queue (replay tests)."""
+        hit = _codec.event_value(payload, self._fast) if self._fast else None
+        if hit is None:
+            self._dispatch(payload, index)
+        else:
+            self._deliver(hit[0], (hit[1],), None, index)
+
+    def _dispatch(self, payload: Any, index: int) -> None:
+        """Every document the C fast path does not take: history, method ids, several or unusual
+        arguments, chained calls, unknown events, other wires, bad bytes (reported here)."""
         # inline fast path for the usual `B9 <short name>` start without history; the rest in _codec
         k = payload[1] if len(payload) > 1 and payload[0] == 0xB9 else 0
         if 0 < k < 0x80 and 2 + k <= len(payload) and (k != 7 or payload[2:9] != b"history"):
@@ -201,6 +229,19 @@ class MethodReader:
         if entry is None:
             self.on_unknown(str(payload[2:pos], "latin-1") if event is None else event, index)
             return
+        self._deliver(entry, None, carried, index, payload, pos)
+
+    def _deliver(
+        self,
+        entry: _Entry,
+        args: tuple[Any, ...] | None,
+        carried: Any,
+        index: int,
+        payload: Any = None,
+        pos: int = 0,
+    ) -> None:
+        """Call the entry's handlers with `args` (decoded here from `payload` at `pos` when None),
+        with the message's history current on this thread while they run."""
         history = None
         if self.source_id:
             history = Pending(carried, (self.source_id, index), self.clock())
@@ -210,7 +251,8 @@ class MethodReader:
         if history is not saved:
             current.history = history
         try:
-            args, pos = entry.decode(payload, pos)
+            if args is None:
+                args, pos = entry.decode(payload, pos)
             if entry.chain is None:
                 for t in entry.targets:
                     t(*args)

@@ -342,6 +342,7 @@ typedef struct {
     PyObject_HEAD
     Py_ssize_t n;
     int decodable; /* every field has a short name and a scalar kind */
+    int positional; /* cls(*values) means cls(**fields): calls without keywords are about 2x cheaper */
     PyObject *cls;
     PyObject *kwnames;
     PyObject *fallback;      /* callable(data) for Plan.decode when the fast path gives up */
@@ -395,10 +396,13 @@ static void plan_dealloc(Plan *self) {
 
 #define MAX_FIELDS 64
 
-/* Plan(entries, cls, kwnames): entries are (key, attr, kind, type, fallback, members) tuples */
+/* Plan(entries, cls, kwnames, positional=False): entries are (key, attr, kind, type, fallback,
+ * members) tuples; `positional` when cls takes the field values in plan order without keywords. */
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *entries, *cls, *kwnames;
-    if (!PyArg_ParseTuple(args, "O!OO!", &PyTuple_Type, &entries, &cls, &PyTuple_Type, &kwnames)) return NULL;
+    int positional = 0;
+    if (!PyArg_ParseTuple(args, "O!OO!|p", &PyTuple_Type, &entries, &cls, &PyTuple_Type, &kwnames, &positional))
+        return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(entries);
     if (PyTuple_GET_SIZE(kwnames) != n) {
         PyErr_SetString(PyExc_ValueError, "one keyword name per field is needed");
@@ -415,6 +419,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->cls = Py_NewRef(cls);
     self->kwnames = Py_NewRef(kwnames);
     self->decodable = n <= MAX_FIELDS;
+    self->positional = positional;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PyTuple_GET_ITEM(entries, i);
         Field *f = &self->fields[i];
@@ -454,6 +459,28 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 }
 
 /* ----- encoding */
+/* A member of the field's enum written from the plan's (name, member) table, found by identity:
+ * 1 handled (*rc the put result), 0 not in the table (aliases, a cleared plan). */
+static int enum_name(Out *o, Field *f, PyObject *x, int *rc) {
+    if (!f->members || !PyTuple_Check(f->members)) return 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(f->members); k++) {
+        PyObject *pair = PyTuple_GET_ITEM(f->members, k);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || PyTuple_GET_ITEM(pair, 1) != x) continue;
+        PyObject *name = PyTuple_GET_ITEM(pair, 0);
+        if (!PyBytes_Check(name)) return 0;
+        Py_ssize_t n = PyBytes_GET_SIZE(name);
+        if (n >= 32) return 0;
+        char *p = reserve(o, 1 + n);
+        *rc = p ? 0 : -1;
+        if (p) {
+            p[0] = (char)(0xE0 + n);
+            memcpy(p + 1, PyBytes_AS_STRING(name), (size_t)n);
+        }
+        return 1;
+    }
+    return 0;
+}
+
 static int write_fields(Out *o, Plan *plan, PyObject *buf, PyObject *obj) {
     for (Py_ssize_t i = 0; i < plan->n; i++) {
         Field *f = &plan->fields[i];
@@ -479,6 +506,8 @@ static int write_fields(Out *o, Plan *plan, PyObject *buf, PyObject *obj) {
             done = rc != 0;
         } else if (f->kind == K_BOOL && (x == Py_True || x == Py_False)) {
             rc = put(o, x == Py_True ? "\xb1" : "\xb0", 1);
+            done = 1;
+        } else if (f->kind == K_ENUM && (PyObject *)Py_TYPE(x) == f->type && enum_name(o, f, x, &rc)) {
             done = 1;
         } else if (f->kind == K_ENUM && (PyObject *)Py_TYPE(x) == f->type) {
             PyObject *name = PyObject_GetAttr(x, str_name);
@@ -669,6 +698,38 @@ static PyObject *plan_decode_fields(Plan *self, PyObject *const *args, Py_ssize_
     return result;
 }
 
+/* Reads the length-prefixed block at in->pos as a `cls` into *out (in->pos then follows the block).
+ * 1 ok; 0 give up (type prefix, null, defaults needed, unusual bytes); -1 a Python error. */
+static int read_block(In *in, Plan *self, PyObject **out) {
+    if (!self->decodable) return 0;
+    skip_padding(in);
+    Py_ssize_t len = -1, n = self->n;
+    if (need(in, 5) && in->p[in->pos] == 0x82) {
+        len = (Py_ssize_t)le(in->p + in->pos + 1, 4);
+        in->pos += 5;
+    } else if (need(in, 3) && in->p[in->pos] == 0x81) {
+        len = (Py_ssize_t)le(in->p + in->pos + 1, 2);
+        in->pos += 3;
+    } else if (need(in, 2) && in->p[in->pos] == 0x80) {
+        len = in->p[in->pos + 1];
+        in->pos += 2;
+    }
+    if (len < 0 || !need(in, len)) return 0;
+    In sub = {in->p, in->pos, in->pos + len};
+    PyObject *vals[MAX_FIELDS] = {NULL};
+    int rc = scan_fields(&sub, self, vals);
+    for (Py_ssize_t i = 0; rc == 1 && i < n; i++)
+        if (!vals[i]) rc = 0; /* defaults are the Python path's business */
+    if (rc == 1) {
+        *out = self->positional ? PyObject_Vectorcall(self->cls, vals, (size_t)n, NULL)
+                                : PyObject_Vectorcall(self->cls, vals, 0, self->kwnames);
+        if (!*out) rc = -1;
+        in->pos = sub.end;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(vals[i]);
+    return rc;
+}
+
 /* decode_object(buf, start, end) -> (object, new_pos) | None: reads the length-prefixed block at
  * start and, if every field is present and simple, returns cls(**fields). Anything else (type
  * prefix, null, defaults needed, unusual bytes) returns None. */
@@ -681,39 +742,14 @@ static PyObject *plan_decode_object(Plan *self, PyObject *const *args, Py_ssize_
     Py_buffer view;
     Py_ssize_t pos, end;
     if (get_range(args, &view, &pos, &end) < 0) return NULL;
-    Py_ssize_t n = self->n;
-    PyObject *vals[MAX_FIELDS] = {NULL};
-    PyObject *result = NULL;
+    PyObject *obj = NULL;
     int rc = 0;
-    if (pos >= 0 && pos <= end && end <= view.len) {
-        In in = {(const unsigned char *)view.buf, pos, end};
-        skip_padding(&in);
-        Py_ssize_t len = -1;
-        if (need(&in, 5) && in.p[in.pos] == 0x82) {
-            len = (Py_ssize_t)le(in.p + in.pos + 1, 4);
-            in.pos += 5;
-        } else if (need(&in, 3) && in.p[in.pos] == 0x81) {
-            len = (Py_ssize_t)le(in.p + in.pos + 1, 2);
-            in.pos += 3;
-        } else if (need(&in, 2) && in.p[in.pos] == 0x80) {
-            len = in.p[in.pos + 1];
-            in.pos += 2;
-        }
-        if (len >= 0 && need(&in, len)) {
-            in.end = in.pos + len;
-            rc = scan_fields(&in, self, vals);
-            for (Py_ssize_t i = 0; rc == 1 && i < n; i++)
-                if (!vals[i]) rc = 0; /* defaults are the Python path's business */
-            if (rc == 1) {
-                PyObject *obj = PyObject_Vectorcall(self->cls, vals, 0, self->kwnames);
-                result = obj ? Py_BuildValue("(Nn)", obj, in.end) : NULL;
-            }
-        }
-    }
-    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(vals[i]);
+    In in = {(const unsigned char *)view.buf, pos, end};
+    if (pos >= 0 && pos <= end && end <= view.len) rc = read_block(&in, self, &obj);
     PyBuffer_Release(&view);
+    if (rc < 0) return NULL;
     if (rc == 0) Py_RETURN_NONE;
-    return result;
+    return Py_BuildValue("(Nn)", obj, in.pos);
 }
 
 /* decode(data) -> object: the whole of `data` is one block of this class; anything the fast path
@@ -724,19 +760,14 @@ static PyObject *plan_decode(Plan *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     if (PyBytes_CheckExact(args[0])) {
-        PyObject *range[3] = {args[0], NULL, NULL};
-        range[1] = PyLong_FromSsize_t(0);
-        range[2] = PyLong_FromSsize_t(PyBytes_GET_SIZE(args[0]));
-        PyObject *found = range[1] && range[2] ? plan_decode_object(self, range, 3) : NULL;
-        Py_XDECREF(range[1]);
-        Py_XDECREF(range[2]);
-        if (!found) return NULL;
-        if (found != Py_None && PyLong_AsSsize_t(PyTuple_GET_ITEM(found, 1)) == PyBytes_GET_SIZE(args[0])) {
-            PyObject *obj = Py_NewRef(PyTuple_GET_ITEM(found, 0));
-            Py_DECREF(found);
-            return obj;
+        In in = {(const unsigned char *)PyBytes_AS_STRING(args[0]), 0, PyBytes_GET_SIZE(args[0])};
+        PyObject *obj = NULL;
+        int rc = read_block(&in, self, &obj);
+        if (rc < 0) return NULL;
+        if (rc == 1) {
+            if (in.pos == in.end) return obj;
+            Py_DECREF(obj); /* trailing bytes: the fallback reports them */
         }
-        Py_DECREF(found);
     }
     if (!self->fallback) {
         PyErr_SetString(PyExc_RuntimeError, "Plan.fallback is not set");
@@ -782,6 +813,7 @@ static PyObject *plan_read(Plan *self, PyObject *const *args, Py_ssize_t nargs) 
 static PyMemberDef plan_members[] = {
     {"fallback", T_OBJECT, offsetof(Plan, fallback), 0, "callable(data) used by decode() off the fast path"},
     {"read_fallback", T_OBJECT, offsetof(Plan, read_fallback), 0, "callable(reader) used by read() off the fast path"},
+    {"decodable", T_INT, offsetof(Plan, decodable), READONLY, "1 if the C fast paths can read this class's blocks"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -1006,7 +1038,57 @@ static PyObject *generic(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return result;
 }
 
+/* ------------------------------------------------------------------ method events */
+/* event_value(document, table) -> (entry, value, end) | None
+ * The method reader's hot path in one step: a document body that starts with a short EVENT_NAME
+ * (no history) found in `table` (bytes name -> (entry, Plan)), followed by one plain block of the
+ * plan's class, gives the table's entry, the decoded argument and the position after it. Anything
+ * else (history, method ids, unknown events, defaults, unusual or bad bytes, an object without a
+ * buffer) returns None and the caller's general path decides and reports errors. */
+static PyObject *event_value(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "expected (document, dict)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* not a buffer (or a closed one): the general path reports it */
+        Py_RETURN_NONE;
+    }
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t size = view.len;
+    PyObject *result = NULL;
+    int rc = 0;
+    if (size >= 2 && p[0] == 0xB9 && p[1] < 0x80 && 2 + (Py_ssize_t)p[1] <= size &&
+        !(p[1] == 7 && memcmp(p + 2, "history", 7) == 0)) {
+        PyObject *name = PyBytes_FromStringAndSize((const char *)p + 2, p[1]);
+        PyObject *hit = name ? PyDict_GetItemWithError(args[1], name) : NULL; /* borrowed */
+        Py_XDECREF(name);
+        if (!hit) {
+            rc = PyErr_Occurred() ? -1 : 0;
+        } else if (PyTuple_Check(hit) && PyTuple_GET_SIZE(hit) == 2 &&
+                   Py_IS_TYPE(PyTuple_GET_ITEM(hit, 1), &PlanType)) {
+            In in = {p, 2 + (Py_ssize_t)p[1], size};
+            PyObject *obj = NULL;
+            rc = read_block(&in, (Plan *)PyTuple_GET_ITEM(hit, 1), &obj);
+            if (rc == 1) {
+                result = Py_BuildValue("(ONn)", PyTuple_GET_ITEM(hit, 0), obj, in.pos);
+                if (!result) rc = -1;
+            }
+        } else {
+            PyErr_SetString(PyExc_TypeError, "event table values must be (entry, Plan) pairs");
+            rc = -1;
+        }
+    }
+    PyBuffer_Release(&view);
+    if (rc < 0) return NULL;
+    if (rc == 0) Py_RETURN_NONE;
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"event_value", (PyCFunction)(void (*)(void))event_value, METH_FASTCALL,
+     "event_value(document, table) -> (entry, value, end) | None"},
     {"generic", (PyCFunction)(void (*)(void))generic, METH_FASTCALL,
      "generic(buf, start, end, document, depth, EventName, FieldNumber, Int64Hex) -> (value, end) | None"},
     {NULL, NULL, 0, NULL},

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import enum
+import inspect
 import linecache
 import os
 import sys
@@ -304,11 +305,36 @@ def _native_plan(cls: type[Any]) -> Any:
             )
             for f in fields
         )
-        plan = _plans[cls] = speedups.Plan(entries, cls, tuple(f.init_name for f in fields))
+        names = tuple(f.init_name for f in fields)
+        plan = _plans[cls] = speedups.Plan(entries, cls, names, _positional(cls, names))
     return plan
 
 
+def _positional(cls: type[Any], names: tuple[str, ...]) -> bool:
+    """Whether `cls(*values)` in field order means `cls(**fields)` (no keyword-only or reordered
+    parameters): the C decoder then builds objects without keyword names, about twice as fast."""
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return len(params) == len(names) and all(
+        p.kind is p.POSITIONAL_OR_KEYWORD and p.name == name for p, name in zip(params, names, strict=True)
+    )
+
+
 _plans: dict[Any, Any] = {}
+
+
+def native_plan(tp: Any) -> Any:
+    """The C plan of a structured class whose blocks the C fast paths can read (its `decode_object`,
+    `_speedups.event_value`), or None: no accelerator, not structured, or fields only Python reads."""
+    if speedups is None or not isinstance(tp, type):
+        return None
+    with _lock:
+        if not _is_structured(tp):
+            return None
+        plan = _native_plan(tp)
+    return plan if plan.decodable else None
 
 
 def _fields_encoder(cls: type[Any], native: bool = True) -> Encoder:

@@ -49,14 +49,21 @@ def fast_plan(params: Any) -> Any:
     return _marshal.native_plan(params[0][1])
 
 
-def event_value(document: Any, table: dict[bytes, tuple[Any, Any]]) -> tuple[Any, Any, int] | None:
+def event_value(document: Any, table: dict[bytes, tuple[Any, ...]]) -> tuple[Any, Any, int] | None:
     """(entry, argument, end) for a document that starts with a short event name in `table` followed
     by one plain block of its plan's class; None for anything else (the general path decides)."""
     return None
 
 
+def event_call(document: Any, table: dict[bytes, tuple[Any, ...]]) -> Any:
+    """`event_value`, then each handler in the table value's third item called with the argument;
+    returns the entry, or None (nothing called) when the general path must decide."""
+    return None
+
+
 if _marshal.speedups is not None:
     event_value = _marshal.speedups.event_value
+    event_call = _marshal.speedups.event_call
 
 
 def value_decoder(tp: Any) -> Decoder:

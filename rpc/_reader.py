@@ -158,8 +158,7 @@ class MethodReader:
         self.source_id = source_id
         self.clock = clock or time.monotonic_ns
         self._entries: dict[str | int, _Entry] = {}
-        # events the C fast path decodes and looks up in one step: one structured argument, no chain
-        self._fast: dict[bytes, tuple[_Entry, Any]] = {}
+        fast: dict[bytes, tuple[_Entry, Any]] = {}
         for h in handlers:
             for name, m in _handler_specs(h, interfaces).items():
                 entry = self._entries.get(m.event)
@@ -169,8 +168,10 @@ class MethodReader:
                     if wire is WireType.BINARY and m.chain is None and isinstance(m.event, str):
                         plan = _codec.fast_plan(m.params)
                         if plan is not None:
-                            self._fast[m.event.encode("latin-1")] = (entry, plan)
+                            fast[m.event.encode("latin-1")] = (entry, plan)
                 entry.targets.append(getattr(h, name))
+        # events the C fast path looks up, decodes and delivers in one step: one structured argument
+        self._fast = {name: (e, plan, tuple(e.targets)) for name, (e, plan) in fast.items()}
         self._by_name = {e.encode("latin-1"): v for e, v in self._entries.items() if isinstance(e, str)}
         self._chains: dict[type, dict[str | int, _Entry]] = {}
         self.wire = wire
@@ -184,29 +185,41 @@ class MethodReader:
             if self.metadata_handler is not None:
                 self.metadata_handler(ex.payload, ex.index)
             return True
-        # a queue's excerpt is itself a buffer: the C fast path reads it without a payload view
-        hit = _codec.event_value(ex, self._fast) if self._fast else None
-        if hit is not None and not self.source_id and current.history is None:
-            entry, arg, _ = hit
-            try:
-                for t in entry.targets:
-                    t(arg)
+        fast = self._fast
+        if fast and not self.source_id and current.history is None:
+            try:  # a queue's excerpt is itself a buffer: no payload view is made
+                if _codec.event_call(ex, fast) is not None:
+                    return True
             except _codec.WireError as e:
-                e.add_note(f"while decoding event {entry.name!r} of the document at index {ex.index:#x}")
+                self._note(e, ex.payload, ex.index)
                 raise
-        elif hit is not None:
-            self._deliver(hit[0], (hit[1],), None, ex.index)
-        else:
             self._dispatch(ex.payload, ex.index)
+        else:
+            self.dispatch(ex.payload, ex.index)
         return True
 
     def dispatch(self, payload: Any, index: int = 0) -> None:
         """Decode one document body and call the handlers; usable without a queue (replay tests)."""
-        hit = _codec.event_value(payload, self._fast) if self._fast else None
-        if hit is None:
-            self._dispatch(payload, index)
-        else:
-            self._deliver(hit[0], (hit[1],), None, index)
+        fast = self._fast
+        if fast:
+            if not self.source_id and current.history is None:  # no history to make current
+                try:
+                    if _codec.event_call(payload, fast) is not None:
+                        return
+                except _codec.WireError as e:
+                    self._note(e, payload, index)
+                    raise
+            else:
+                hit = _codec.event_value(payload, fast)
+                if hit is not None:
+                    self._deliver(hit[0], (hit[1],), None, index)
+                    return
+        self._dispatch(payload, index)
+
+    def _note(self, e: Exception, payload: Any, index: int) -> None:
+        """Name the event of a document the C fast path delivered (a handler raised `e`)."""
+        entry = self._fast[bytes(payload[2 : 2 + payload[1]])][0]
+        e.add_note(f"while decoding event {entry.name!r} of the document at index {index:#x}")
 
     def _dispatch(self, payload: Any, index: int) -> None:
         """Every document the C fast path does not take: history, method ids, several or unusual

@@ -1039,56 +1039,116 @@ static PyObject *generic(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 /* ------------------------------------------------------------------ method events */
-/* event_value(document, table) -> (entry, value, end) | None
- * The method reader's hot path in one step: a document body that starts with a short EVENT_NAME
- * (no history) found in `table` (bytes name -> (entry, Plan)), followed by one plain block of the
- * plan's class, gives the table's entry, the decoded argument and the position after it. Anything
- * else (history, method ids, unknown events, defaults, unusual or bad bytes, an object without a
- * buffer) returns None and the caller's general path decides and reports errors. */
-static PyObject *event_value(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "expected (document, dict)");
+/* The method reader's hot path in one step. `table` maps an event name (bytes) to a tuple whose first
+ * items are (entry, Plan[, handlers]). A document body that starts with a short EVENT_NAME (no history)
+ * found in the table, followed by one plain block of the plan's class, is decoded here; anything else
+ * (history, method ids, unknown events, defaults, unusual or bad bytes, an object without a buffer)
+ * gives up before any handler runs, and the caller's general path decides and reports errors. */
+
+/* The table value for the document's event (borrowed) and the position after the event name;
+ * NULL with no error set to give up. Small tables are scanned without building a key. */
+static PyObject *event_lookup(const unsigned char *p, Py_ssize_t size, PyObject *table, Py_ssize_t *pos) {
+    if (size < 2 || p[0] != 0xB9 || p[1] >= 0x80 || 2 + (Py_ssize_t)p[1] > size) return NULL;
+    Py_ssize_t n = p[1];
+    if (n == 7 && memcmp(p + 2, "history", 7) == 0) return NULL;
+    *pos = 2 + n;
+    PyObject *key, *value;
+    if (PyDict_GET_SIZE(table) <= 8) {
+        Py_ssize_t i = 0;
+        while (PyDict_Next(table, &i, &key, &value))
+            if (PyBytes_Check(key) && PyBytes_GET_SIZE(key) == n && memcmp(PyBytes_AS_STRING(key), p + 2, (size_t)n) == 0)
+                return value;
         return NULL;
     }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear(); /* not a buffer (or a closed one): the general path reports it */
-        Py_RETURN_NONE;
+    PyObject *name = PyBytes_FromStringAndSize((const char *)p + 2, n);
+    value = name ? PyDict_GetItemWithError(table, name) : NULL;
+    Py_XDECREF(name);
+    return value;
+}
+
+/* 1 decoded (*hit and *obj new references, *end), 0 give up, -1 error; `handlers` asks for a third
+ * item. The table value is held while the class is called, which may run any Python code. */
+static int event_decode(PyObject *document, PyObject *table, int handlers, PyObject **hit, PyObject **obj,
+                        Py_ssize_t *end) {
+    if (!PyDict_Check(table)) {
+        PyErr_SetString(PyExc_TypeError, "the event table must be a dict");
+        return -1;
     }
-    const unsigned char *p = (const unsigned char *)view.buf;
-    Py_ssize_t size = view.len;
-    PyObject *result = NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(document, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* not a buffer (or a closed one): the general path reports it */
+        return 0;
+    }
+    Py_ssize_t pos = 0;
     int rc = 0;
-    if (size >= 2 && p[0] == 0xB9 && p[1] < 0x80 && 2 + (Py_ssize_t)p[1] <= size &&
-        !(p[1] == 7 && memcmp(p + 2, "history", 7) == 0)) {
-        PyObject *name = PyBytes_FromStringAndSize((const char *)p + 2, p[1]);
-        PyObject *hit = name ? PyDict_GetItemWithError(args[1], name) : NULL; /* borrowed */
-        Py_XDECREF(name);
-        if (!hit) {
-            rc = PyErr_Occurred() ? -1 : 0;
-        } else if (PyTuple_Check(hit) && PyTuple_GET_SIZE(hit) == 2 &&
-                   Py_IS_TYPE(PyTuple_GET_ITEM(hit, 1), &PlanType)) {
-            In in = {p, 2 + (Py_ssize_t)p[1], size};
-            PyObject *obj = NULL;
-            rc = read_block(&in, (Plan *)PyTuple_GET_ITEM(hit, 1), &obj);
-            if (rc == 1) {
-                result = Py_BuildValue("(ONn)", PyTuple_GET_ITEM(hit, 0), obj, in.pos);
-                if (!result) rc = -1;
-            }
-        } else {
-            PyErr_SetString(PyExc_TypeError, "event table values must be (entry, Plan) pairs");
-            rc = -1;
-        }
+    *hit = event_lookup((const unsigned char *)view.buf, view.len, table, &pos);
+    if (!*hit) {
+        rc = PyErr_Occurred() ? -1 : 0;
+    } else if (!PyTuple_Check(*hit) || PyTuple_GET_SIZE(*hit) < 2 + handlers ||
+               !Py_IS_TYPE(PyTuple_GET_ITEM(*hit, 1), &PlanType) ||
+               (handlers && !PyTuple_Check(PyTuple_GET_ITEM(*hit, 2)))) {
+        PyErr_SetString(PyExc_TypeError, "event table values must be (entry, Plan, handler tuple)");
+        rc = -1;
+    } else {
+        In in = {(const unsigned char *)view.buf, pos, view.len};
+        Py_INCREF(*hit);
+        rc = read_block(&in, (Plan *)PyTuple_GET_ITEM(*hit, 1), obj);
+        *end = in.pos;
+        if (rc != 1) Py_DECREF(*hit);
     }
     PyBuffer_Release(&view);
+    return rc;
+}
+
+/* event_value(document, table) -> (entry, value, end) | None */
+static PyObject *event_value(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "expected (document, table)");
+        return NULL;
+    }
+    PyObject *hit, *obj;
+    Py_ssize_t end;
+    int rc = event_decode(args[0], args[1], 0, &hit, &obj, &end);
     if (rc < 0) return NULL;
     if (rc == 0) Py_RETURN_NONE;
+    PyObject *result = Py_BuildValue("(ONn)", PyTuple_GET_ITEM(hit, 0), obj, end);
+    Py_DECREF(hit);
     return result;
+}
+
+/* event_call(document, table) -> entry | None: decodes as event_value, then calls every handler in
+ * the table value's third item with the argument; None (nothing called) when it gives up. */
+static PyObject *event_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "expected (document, table)");
+        return NULL;
+    }
+    PyObject *hit, *obj;
+    Py_ssize_t end;
+    int rc = event_decode(args[0], args[1], 1, &hit, &obj, &end);
+    if (rc < 0) return NULL;
+    if (rc == 0) Py_RETURN_NONE;
+    PyObject *handlers = PyTuple_GET_ITEM(hit, 2);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(handlers); i++) {
+        PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(handlers, i), obj);
+        if (!r) {
+            Py_DECREF(obj);
+            Py_DECREF(hit);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(obj);
+    PyObject *entry = Py_NewRef(PyTuple_GET_ITEM(hit, 0));
+    Py_DECREF(hit);
+    return entry;
 }
 
 static PyMethodDef module_methods[] = {
     {"event_value", (PyCFunction)(void (*)(void))event_value, METH_FASTCALL,
      "event_value(document, table) -> (entry, value, end) | None"},
+    {"event_call", (PyCFunction)(void (*)(void))event_call, METH_FASTCALL,
+     "event_call(document, table) -> entry | None: event_value, then each handler(value)"},
     {"generic", (PyCFunction)(void (*)(void))generic, METH_FASTCALL,
      "generic(buf, start, end, document, depth, EventName, FieldNumber, Int64Hex) -> (value, end) | None"},
     {NULL, NULL, 0, NULL},

@@ -198,18 +198,24 @@ def _plot(hops: list[HopStats], throughput: list[tuple[str, int, int]], path: Pa
 
     fig, (lat, thr) = plt.subplots(1, 2, figsize=(12, 4.5))
     xs = [_label(p) for p in PERCENTILES]
-    for h in hops:
-        ys = [h.percentiles["hop_us"][p] for p in PERCENTILES]
-        if any(y is not None for y in ys):
-            lat.plot(xs, [float("nan") if y is None else y for y in ys], marker="o", label=h.hop)
+    for i, h in enumerate(hops):
+        for metric, style, what in (("hop_us", "-", "hop"), ("service_us", "--", "service")):
+            ys = [h.percentiles[metric][p] for p in PERCENTILES]
+            if any(y is not None for y in ys):
+                lat.plot(xs, [float("nan") if y is None else y for y in ys], style, marker="o", color=f"C{i}",
+                         label=f"{h.hop} ({what})")
     lat.set_yscale("log")
     lat.set_ylabel("latency (µs)")
     lat.set_title("per-hop latency percentiles")
     lat.grid(True, which="both", alpha=0.3)
     lat.legend(fontsize="small")
-    for hop in dict.fromkeys(t[0] for t in throughput):
+    hop_names = list(dict.fromkeys(t[0] for t in throughput))
+    width = 0.8 / max(1, len(hop_names))
+    for i, hop in enumerate(hop_names):
         pts = [(m, n) for h, m, n in throughput if h == hop]
-        thr.plot([m for m, _ in pts], [n for _, n in pts], marker=".", label=hop)
+        thr.bar([m + i * width for m, _ in pts], [n for _, n in pts], width=width, label=hop)
+    minutes = sorted({m for _, m, _ in throughput})
+    thr.set_xticks([m + width * (len(hop_names) - 1) / 2 for m in minutes], [str(m) for m in minutes])
     thr.set_xlabel("minute since the first message")
     thr.set_ylabel("messages per minute")
     thr.set_title("throughput")

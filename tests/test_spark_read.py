@@ -10,8 +10,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
+import chronq
+from chronq.spark import _plan
+from chronq.spark.source import _arrow_field, read_range
 from tests.conftest import require_vectors
 from tests.spark_support import spark_session
 
@@ -46,18 +50,46 @@ def vector_queues() -> list[Path]:
     return sorted(p.parent for p in base.rglob("excerpts.txt"))
 
 
-def test_every_vector_reads_like_the_java_tailer(spark: Any) -> None:
+def chronq_tailer(queue: Path) -> list[tuple[int, bytes]]:
+    with chronq.open(queue, readonly=True) as q:
+        t = q.tailer()
+        out = []
+        while (ex := t.read()) is not None:
+            out.append((ex.index, bytes(ex.payload)))
+        return out
+
+
+def check_rows(queue: Path, got: list[dict[str, Any]]) -> None:
+    want = excerpts(queue)
+    assert len(got) == len(want), queue.name
+    for g, w in zip(got, want, strict=True):
+        where = f"{queue.name} @ {w['position']}"
+        assert (g["index"], g["cycle"], g["seq"], g["position"], g["metadata"]) == (
+            w["index"], w["cycle"], w["seq"], w["position"], w["metadata"]), where
+        assert len(g["payload"]) == w["length"], where
+        assert bytes(g["payload"]).hex().startswith(w["hex"]), where
+    data = [(g["index"], bytes(g["payload"])) for g in got if not g["metadata"]]
+    assert data == chronq_tailer(queue), queue.name
+
+
+def test_every_vector_reads_like_the_java_and_chronq_tailers(spark: Any) -> None:
     for queue in vector_queues():
-        want = excerpts(queue)
         got = (spark.read.format("chronq").option("includeMetadata", "true").load(str(queue))
                .orderBy("cycle", "position").collect())
-        assert len(got) == len(want), queue.name
-        for g, w in zip(got, want, strict=True):
-            where = f"{queue.name} @ {w['position']}"
-            assert (g["index"], g.cycle, g.seq, g.position, g.metadata) == (
-                w["index"], w["cycle"], w["seq"], w["position"], w["metadata"]), where
-            assert len(g.payload) == w["length"], where
-            assert bytes(g.payload).hex().startswith(w["hex"]), where
+        check_rows(queue, [r.asDict() for r in got])
+
+
+def test_tiny_partitions_and_batches_split_nothing_twice() -> None:
+    """Executor-side reads without Spark: ranges of 3 messages and batches of 5 rows, metadata included."""
+    names = ("index", "cycle", "seq", "position", "metadata", "payload")
+    schema = pa.schema([_arrow_field(n) for n in names])
+    for queue in vector_queues():
+        rows: list[dict[str, Any]] = []
+        for state in _plan.snapshot(str(queue)):
+            for rng in _plan.ranges(state, 0, state.count, 3):
+                for batch in read_range(rng, names, schema, True, 5):
+                    rows.extend(batch.to_pylist())
+        check_rows(queue, rows)
 
 
 def test_default_rows_are_data_documents_only(spark: Any) -> None:

@@ -15,8 +15,10 @@ from typing import Final
 
 import numpy as np
 
-from chronq import _native, rollcycles
+from chronq import _native, store, table
 from chronq.errors import ChronqError, CorruptQueueError
+from chronq.store import StoreLayout
+from chronq.table import RollMetadata
 
 HEADER_LEN_MASK: Final = 0x3FFF_FFFF
 META_BIT: Final = 0x4000_0000
@@ -34,43 +36,44 @@ _U32 = struct.Struct("<I")
 
 
 @dataclass(frozen=True)
-class RollInfo:
-    """Roll cycle as persisted in ``metadata.cq4t`` (format, length, epoch) — what names the files."""
-
-    format: str
-    length_ms: int
-    epoch: int
-
-
-@dataclass(frozen=True)
 class Layout:
-    """The parts of a cycle file's ``SCQStore`` header a reader needs (spec section 3.1)."""
+    """A cycle file's store layout (``chronq.store``) with its live ``writePosition`` and sequence hint."""
 
-    data_format: int
-    index_count: int
-    index_spacing: int
-    index2index: int
+    store: StoreLayout
     write_position: int
     seq_hint: int
-    data_start: int
 
     @property
     def shift(self) -> int:
-        """Bits of the sequence number in a 64-bit index, derived from the file's own index parameters."""
-        return max(32, 2 * (self.index_count.bit_length() - 1) + (self.index_spacing.bit_length() - 1))
+        return self.store.cycle_shift
 
     @property
     def aligned(self) -> bool:
-        return self.data_format >= 1
+        return self.store.aligned
+
+    @property
+    def data_start(self) -> int:
+        return self.store.header_end
+
+    @property
+    def index_count(self) -> int:
+        return self.store.index_count
+
+    @property
+    def index_spacing(self) -> int:
+        return self.store.index_spacing
+
+    @property
+    def index2index(self) -> int:
+        return self.store.index2index
 
     def hinted_seq(self) -> int | None:
         """Sequence of the message at ``write_position`` when the hint is valid (spec 3.4), else None."""
-        if self.write_position <= 0:
+        if self.write_position <= 0 or not self.store.has_sequence_hint:
             return None
         shift = self.shift
         hint = self.seq_hint & 0xFFFF_FFFF_FFFF_FFFF
-        mask = (1 << (64 - shift)) - 1
-        if (hint >> shift) != (self.write_position & mask):
+        if (hint >> shift) != (self.write_position & ((1 << (64 - shift)) - 1)):
             return None
         return hint & ((1 << shift) - 1)
 
@@ -81,40 +84,26 @@ class CycleFile:
     path: str
 
 
-# --------------------------------------------------------------------------------------------- table store
+# --------------------------------------------------------------------------------------------- listing
 
 
-def read_roll(queue_dir: str) -> RollInfo:
-    """Roll format/length/epoch from the table store, so file names can be turned back into cycles."""
-    table = os.path.join(queue_dir, "metadata.cq4t")
-    try:
-        with open(table, "rb") as f:
-            head = f.read(4096)
-    except FileNotFoundError:
+def read_roll(queue_dir: str) -> RollMetadata:
+    """The roll cycle persisted in the queue's table store: what names its cycle files."""
+    found = table.find_table_store(queue_dir)
+    if found is None:
         hint = "" if os.path.isabs(queue_dir) else "; Spark workers resolve relative paths: use absolute ones"
-        raise ChronqError(f"{queue_dir}: not a queue directory (no metadata.cq4t){hint}") from None
-    if len(head) < 8:
-        raise CorruptQueueError(table, 0, "table store is shorter than one header")
-    (hdr,) = _U32.unpack_from(head, 0)
-    end = 4 + (hdr & HEADER_LEN_MASK)
-    if hdr & 0xC000_0000 != META_BIT or end > len(head):
-        raise CorruptQueueError(table, 0, f"first header 0x{hdr:08x} is not a ready metadata document")
-    body = head[4:end]
-    length = _field_int(body, b"\xc6length", table)
-    fmt = _field_text(body, b"\xc6format", table)
-    epoch = _field_int(body, b"\xc5epoch", table, default=0)
-    if length is None or fmt is None:
-        raise CorruptQueueError(table, 4, "roll cycle (length/format) missing from the table store header")
-    return RollInfo(fmt, length, epoch or 0)
+        raise ChronqError(f"{queue_dir}: not a queue directory (no metadata.cq4t){hint}")
+    with table.TableStore.open(found, readonly=True) as ts:
+        roll = ts.roll
+    if roll is None:
+        raise CorruptQueueError(str(found), 0, "table store holds no roll cycle (format/length)")
+    return roll
 
 
-# --------------------------------------------------------------------------------------------- file names
-
-
-def cycle_of_name(name: str, roll: RollInfo) -> int | None:
+def cycle_of_name(name: str, roll: RollMetadata) -> int | None:
     """Cycle number of a cycle file name, or None if the name is not one of this roll cycle's files."""
     try:
-        return rollcycles.by_format(roll.format, roll.length_ms).parse_file_name(name, roll.epoch)
+        return roll.roll_cycle().parse_file_name(name, roll.epoch)
     except ValueError:
         return None
 
@@ -145,97 +134,20 @@ def open_map(path: str) -> mmap.mmap | None:
         return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
 
 
-def read_layout(buf: mmap.mmap | bytes, path: str) -> Layout | None:
+def read_layout(buf: mmap.mmap, path: str) -> Layout | None:
     """Layout of a cycle file, or None while its first header is still being written."""
     if len(buf) < 8:
         return None
-    (hdr,) = _U32.unpack_from(buf, 0)
-    if hdr == 0 or hdr & NOT_COMPLETE:
+    (first,) = _U32.unpack_from(buf, 0)
+    if first == 0 or first & NOT_COMPLETE:
         return None
-    length = hdr & HEADER_LEN_MASK
-    if hdr & META_BIT == 0 or length > 65536 or 4 + length > len(buf):
-        raise CorruptQueueError(path, 0, f"first header 0x{hdr:08x} is not a store header")
-    body = bytes(buf[4 : 4 + length])
-    data_format = _field_int(body, b"\xcadataFormat", path, default=0) or 0
-    count = _field_int(body, b"\xcaindexCount", path)
-    spacing = _field_int(body, b"\xccindexSpacing", path)
-    if not count or not spacing or count & (count - 1) or spacing & (spacing - 1):
-        raise CorruptQueueError(path, 4, f"bad indexing parameters count={count} spacing={spacing}")
-    i2i = _binding_int64(body, b"\xcbindex2Index", path)
-    wp, hint = _write_position(body, path)
-    end = 4 + length
-    if data_format >= 1:
-        end += -end & 3
-    return Layout(data_format, count, spacing, i2i, wp, hint, end)
-
-
-def _find(body: bytes, key: bytes) -> int:
-    at = body.find(key)
-    return -1 if at < 0 else at + len(key)
-
-
-def _skip_padding(body: bytes, at: int, path: str) -> int:
-    while at < len(body):
-        code = body[at]
-        if code == 0x8F:
-            at += 1
-        elif code == 0x8E:
-            if at + 5 > len(body):
-                break
-            at += 5 + _U32.unpack_from(body, at + 1)[0]
-        else:
-            return at
-    raise CorruptQueueError(path, 4 + at, "store header ends inside padding")
-
-
-def _field_int(body: bytes, key: bytes, path: str, default: int | None = None) -> int | None:
-    at = _find(body, key)
-    if at < 0:
-        return default
-    at = _skip_padding(body, at, path)
-    code = body[at]
-    if code < 0x80:
-        return code
-    fmt = {0xA1: "<B", 0xA2: "<H", 0xA3: "<I", 0xA4: "<b", 0xA5: "<h", 0xA6: "<i", 0xA7: "<q"}.get(code)
-    if fmt is None or at + 1 + struct.calcsize(fmt) > len(body):
-        detail = f"expected an integer after {key[1:].decode()}, got 0x{code:02x}"
-        raise CorruptQueueError(path, 4 + at, detail)
-    return int(struct.unpack_from(fmt, body, at + 1)[0])
-
-
-def _field_text(body: bytes, key: bytes, path: str) -> str | None:
-    at = _find(body, key)
-    if at < 0:
-        return None
-    code = body[at]
-    if 0xE0 <= code <= 0xFF:
-        return body[at + 1 : at + 1 + code - 0xE0].decode()
-    if code == 0xB8:
-        n, at = body[at + 1], at + 2  # roll formats are short: one stop-bit byte
-        return body[at : at + n].decode()
-    raise CorruptQueueError(path, 4 + at, f"expected text after {key[1:].decode()}, got 0x{code:02x}")
-
-
-def _binding_int64(body: bytes, key: bytes, path: str) -> int:
-    at = _find(body, key)
-    if at < 0:
-        return 0
-    at = _skip_padding(body, at, path)
-    if body[at] != 0xA7 or at + 9 > len(body):
-        raise CorruptQueueError(path, 4 + at, f"expected int64 after {key[1:].decode()}")
-    return int(_I64.unpack_from(body, at + 1)[0])
-
-
-def _write_position(body: bytes, path: str) -> tuple[int, int]:
-    at = _find(body, b"\xcdwritePosition")
-    if at < 0:
-        return 0, 0
-    at = _skip_padding(body, at, path)
-    if body[at] == 0xA7 and at + 9 <= len(body):  # v4 before 4.6.49: plain int64
-        return int(_I64.unpack_from(body, at + 1)[0]), 0
-    if body[at] == 0x8D and at + 33 <= len(body):
-        return int(_I64.unpack_from(body, at + 17)[0]), int(_I64.unpack_from(body, at + 25)[0])
-    raise CorruptQueueError(path, 4 + at, "writePosition is neither an int64 nor a 2-long array")
+    layout = store.read_layout(buf, path)
+    wp, hint = 0, 0
+    if layout.write_position_offset >= 0:
+        (wp,) = _I64.unpack_from(buf, layout.write_position_offset)
+        if layout.has_sequence_hint:
+            (hint,) = _I64.unpack_from(buf, layout.write_position_offset + 8)
+    return Layout(layout, wp, hint)
 
 
 # --------------------------------------------------------------------------------------------- index lookup

@@ -280,6 +280,11 @@ static void skip_padding(In *in) {
     }
 }
 
+/* skip_padding where padding is rare: one compare when there is none */
+static inline void skip_pad(In *in) {
+    if (in->pos < in->end && (in->p[in->pos] & 0xFE) == 0x8E) skip_padding(in);
+}
+
 /* A numeric value as int (is_int) or double; 1 ok, 0 give up. */
 static int read_number(In *in, int *is_int, int64_t *iv, double *dv) {
     if (!need(in, 1)) return 0;
@@ -336,6 +341,7 @@ typedef struct {
     PyObject *type;     /* the enum class for K_ENUM */
     PyObject *fallback; /* callable(buf, value) writing any value of the declared type */
     PyObject *members;  /* K_ENUM: tuple of (name: bytes, member) */
+    Py_ssize_t offset;  /* > 0: the attribute is this slot of a `cls` instance (see slots_valid) */
 } Field;
 
 typedef struct {
@@ -343,6 +349,7 @@ typedef struct {
     Py_ssize_t n;
     int decodable; /* every field has a short name and a scalar kind */
     int positional; /* cls(*values) means cls(**fields): calls without keywords are about 2x cheaper */
+    unsigned int version; /* cls's type version when the slot offsets were taken; 0: none */
     PyObject *cls;
     PyObject *kwnames;
     PyObject *fallback;      /* callable(data) for Plan.decode when the fast path gives up */
@@ -396,6 +403,35 @@ static void plan_dealloc(Plan *self) {
 
 #define MAX_FIELDS 64
 
+/* Fields stored in slots (msgspec Structs, slotted attrs classes and dataclasses) are read straight
+ * from the instance when encoding an object of exactly `cls`: the generic attribute lookup is a
+ * quarter of the encode time. The offsets hold only while cls and its bases are unchanged, which
+ * the type's version tag tells (any change to a class dict in the MRO gives it a new one). */
+static int find_slots(Plan *self) {
+    PyTypeObject *cls = (PyTypeObject *)self->cls;
+    for (Py_ssize_t i = 0; i < self->n; i++) {
+        PyObject *d = PyObject_GetAttr(self->cls, self->fields[i].attr); /* also assigns a version */
+        if (!d) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+            PyErr_Clear();
+            continue;
+        }
+        if (Py_IS_TYPE(d, &PyMemberDescr_Type) && PyType_IsSubtype(cls, PyDescr_TYPE(d))) {
+            PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+            if (m->type == T_OBJECT_EX && m->offset > 0) self->fields[i].offset = m->offset;
+        }
+        Py_DECREF(d);
+    }
+    if (PyType_HasFeature(cls, Py_TPFLAGS_VALID_VERSION_TAG)) self->version = cls->tp_version_tag;
+    return 0;
+}
+
+static int slots_valid(Plan *plan, PyObject *obj) {
+    PyTypeObject *tp = Py_TYPE(obj);
+    return plan->version && (PyObject *)tp == plan->cls && PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) &&
+           tp->tp_version_tag == plan->version && tp->tp_getattro == PyObject_GenericGetAttr;
+}
+
 /* Plan(entries, cls, kwnames, positional=False): entries are (key, attr, kind, type, fallback,
  * members) tuples; `positional` when cls takes the field values in plan order without keywords. */
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -420,6 +456,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->kwnames = Py_NewRef(kwnames);
     self->decodable = n <= MAX_FIELDS;
     self->positional = positional;
+    int slotted = PyType_Check(cls) && ((PyTypeObject *)cls)->tp_getattro == PyObject_GenericGetAttr;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PyTuple_GET_ITEM(entries, i);
         Field *f = &self->fields[i];
@@ -455,6 +492,10 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             if (!ok) self->decodable = 0;
         }
     }
+    if (slotted && find_slots(self) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
@@ -482,10 +523,13 @@ static int enum_name(Out *o, Field *f, PyObject *x, int *rc) {
 }
 
 static int write_fields(Out *o, Plan *plan, PyObject *buf, PyObject *obj) {
+    int slots = slots_valid(plan, obj);
     for (Py_ssize_t i = 0; i < plan->n; i++) {
         Field *f = &plan->fields[i];
         if (put(o, PyBytes_AS_STRING(f->key), PyBytes_GET_SIZE(f->key)) < 0) return -1;
-        PyObject *x = PyObject_GetAttr(obj, f->attr);
+        PyObject *x = slots && f->offset > 0 ? *(PyObject **)((char *)obj + f->offset) : NULL;
+        if (x) Py_INCREF(x);
+        else x = PyObject_GetAttr(obj, f->attr); /* also an unset slot's AttributeError */
         if (!x) return -1;
         int done = 0, rc = 0;
         if (f->kind == K_INT && PyLong_CheckExact(x)) {
@@ -574,7 +618,7 @@ static PyObject *plan_encode_block(Plan *self, PyObject *const *args, Py_ssize_t
 /* ----- decoding */
 /* The next value as a new reference of the field's kind, or NULL with no error set to give up. */
 static PyObject *read_kind(In *in, Field *f) {
-    skip_padding(in);
+    skip_pad(in);
     if (!need(in, 1)) return NULL;
     unsigned c = in->p[in->pos];
     int kind = f->kind;
@@ -633,7 +677,7 @@ static PyObject *read_kind(In *in, Field *f) {
 static int scan_fields(In *in, Plan *plan, PyObject **vals) {
     Py_ssize_t n = plan->n, expect = 0;
     for (;;) {
-        skip_padding(in);
+        skip_pad(in);
         if (in->pos >= in->end) return 1;
         unsigned c = in->p[in->pos];
         if (c < 0xC0 || c >= 0xE0) return 0; /* long names, numbers, events: Python */
@@ -702,7 +746,7 @@ static PyObject *plan_decode_fields(Plan *self, PyObject *const *args, Py_ssize_
  * 1 ok; 0 give up (type prefix, null, defaults needed, unusual bytes); -1 a Python error. */
 static int read_block(In *in, Plan *self, PyObject **out) {
     if (!self->decodable) return 0;
-    skip_padding(in);
+    skip_pad(in);
     Py_ssize_t len = -1, n = self->n;
     if (need(in, 5) && in->p[in->pos] == 0x82) {
         len = (Py_ssize_t)le(in->p + in->pos + 1, 4);

@@ -672,6 +672,13 @@ static PyObject *read_kind(In *in, Field *f) {
     return NULL;
 }
 
+/* memcmp(...) == 0 for the short keys of a plan, without a library call */
+static inline int same(const char *a, const unsigned char *b, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((unsigned char)a[i] != b[i]) return 0;
+    return 1;
+}
+
 /* Reads the fields in in->pos..in->end into vals[] (new references, NULL where absent).
  * Returns 1 on success, 0 to give up (the Python path re-reads and reports), -1 on a Python error. */
 static int scan_fields(In *in, Plan *plan, PyObject **vals) {
@@ -689,7 +696,7 @@ static int scan_fields(In *in, Plan *plan, PyObject **vals) {
         for (Py_ssize_t k = 0; k < n; k++) { /* fields usually come in declaration order */
             Py_ssize_t j = expect + k < n ? expect + k : expect + k - n;
             PyObject *pk = plan->fields[j].key;
-            if (PyBytes_GET_SIZE(pk) == 1 + len && memcmp(PyBytes_AS_STRING(pk), key, (size_t)(1 + len)) == 0) {
+            if (PyBytes_GET_SIZE(pk) == 1 + len && same(PyBytes_AS_STRING(pk), key, 1 + len)) {
                 found = j;
                 break;
             }
@@ -760,7 +767,8 @@ static int read_block(In *in, Plan *self, PyObject **out) {
     }
     if (len < 0 || !need(in, len)) return 0;
     In sub = {in->p, in->pos, in->pos + len};
-    PyObject *vals[MAX_FIELDS] = {NULL};
+    PyObject *vals[MAX_FIELDS];
+    memset(vals, 0, (size_t)n * sizeof(PyObject *));
     int rc = scan_fields(&sub, self, vals);
     for (Py_ssize_t i = 0; rc == 1 && i < n; i++)
         if (!vals[i]) rc = 0; /* defaults are the Python path's business */
@@ -1082,6 +1090,113 @@ static PyObject *generic(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return result;
 }
 
+/* ------------------------------------------------------------------ Decode */
+/* Decode(function, table): wire.binary.decode without its Python frame when `type` is given. The
+ * table (wire.marshal.whole_decoders) maps a type to a callable(data); any other call, and a type
+ * not in the table yet, goes to `function`, the Python reference, which fills the table. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *function;
+    PyObject *table;
+    vectorcallfunc vectorcall;
+} Decode;
+
+static PyObject *str_type;
+
+static PyObject *decode_vectorcall(Decode *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *type = NULL;
+    if (!self->function || !self->table) {
+        PyErr_SetString(PyExc_RuntimeError, "Decode was cleared");
+        return NULL;
+    }
+    if (nargs == 2 && !kwnames) {
+        type = args[1];
+    } else if (nargs == 1 && kwnames && PyTuple_GET_SIZE(kwnames) == 1) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
+        if (name == str_type || PyUnicode_Compare(name, str_type) == 0) type = args[1];
+        else if (PyErr_Occurred()) return NULL;
+    }
+    if (type && type != Py_None) {
+        PyObject *decode = PyDict_GetItemWithError(self->table, type); /* borrowed */
+        if (decode) {
+            Py_INCREF(decode);
+            PyObject *result = PyObject_CallOneArg(decode, args[0]);
+            Py_DECREF(decode);
+            return result;
+        }
+        if (PyErr_Occurred()) return NULL;
+    }
+    return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+}
+
+static PyObject *decode_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *function, *table;
+    if (!PyArg_ParseTuple(args, "OO!", &function, &PyDict_Type, &table)) return NULL;
+    Decode *self = (Decode *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->function = Py_NewRef(function);
+    self->table = Py_NewRef(table);
+    self->vectorcall = (vectorcallfunc)decode_vectorcall;
+    return (PyObject *)self;
+}
+
+static int decode_traverse(Decode *self, visitproc visit, void *arg) {
+    Py_VISIT(self->function);
+    Py_VISIT(self->table);
+    return 0;
+}
+
+static int decode_clear(Decode *self) {
+    Py_CLEAR(self->function);
+    Py_CLEAR(self->table);
+    return 0;
+}
+
+static void decode_dealloc(Decode *self) {
+    PyObject_GC_UnTrack(self);
+    decode_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *decode_call(Decode *self, PyObject *args, PyObject *kwds) {
+    if (!self->function) {
+        PyErr_SetString(PyExc_RuntimeError, "Decode was cleared");
+        return NULL;
+    }
+    return PyObject_Call(self->function, args, kwds);
+}
+
+static PyObject *decode_get_doc(Decode *self, void *c) {
+    return self->function ? PyObject_GetAttrString(self->function, "__doc__") : Py_NewRef(Py_None);
+}
+
+static PyMemberDef decode_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(Decode, function), READONLY, "the Python function (signature, docs)"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Decode, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef decode_getset[] = {
+    {"__doc__", (getter)decode_get_doc, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject DecodeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "wire._speedups.Decode",
+    .tp_basicsize = sizeof(Decode),
+    .tp_dealloc = (destructor)decode_dealloc,
+    .tp_vectorcall_offset = offsetof(Decode, vectorcall),
+    .tp_call = (ternaryfunc)decode_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_traverse = (traverseproc)decode_traverse,
+    .tp_clear = (inquiry)decode_clear,
+    .tp_members = decode_members,
+    .tp_getset = decode_getset,
+    .tp_new = decode_new,
+};
+
 /* ------------------------------------------------------------------ method events */
 /* The method reader's hot path in one step. `table` maps an event name (bytes) to a tuple whose first
  * items are (entry, Plan[, handlers]). A document body that starts with a short EVENT_NAME (no history)
@@ -1207,10 +1322,14 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_buf = PyUnicode_InternFromString("buf");
     str_pos = PyUnicode_InternFromString("pos");
     str_end = PyUnicode_InternFromString("end");
-    if (!str_name || !str_buf || !str_pos || !str_end || PyType_Ready(&PlanType) < 0) return NULL;
+    str_type = PyUnicode_InternFromString("type");
+    if (!str_name || !str_buf || !str_pos || !str_end || !str_type || PyType_Ready(&PlanType) < 0 ||
+        PyType_Ready(&DecodeType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    if (PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0) {
+    if (PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0 ||
+        PyModule_AddObjectRef(m, "Decode", (PyObject *)&DecodeType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

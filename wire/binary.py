@@ -1188,3 +1188,6 @@ def decoder_for(tp: Any) -> Decoder:
 
 # marshal builds on this module (it imports binary), so it can only be bound once binary is complete.
 from wire import marshal  # noqa: E402
+
+if marshal.speedups is not None:  # `decode(data, type=T)` straight to T's decoder, without a Python frame
+    decode = marshal.speedups.Decode(decode, marshal.whole_decoders)

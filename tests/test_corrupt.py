@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import selectors
 import shutil
 import struct
 import subprocess
@@ -18,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -64,14 +65,17 @@ class Reader:
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen[str] | None = None
+        self.stderr: IO[bytes] | None = None
 
     def ask(self, req: dict[str, Any]) -> dict[str, Any]:
-        import selectors
-
         if self.proc is None or self.proc.poll() is not None:
+            # stderr goes to a file: warnings piling up in an unread pipe would block the reader
+            if self.stderr is not None:
+                self.stderr.close()
+            self.stderr = tempfile.TemporaryFile()  # noqa: SIM115  (lives as long as the process)
             self.proc = subprocess.Popen(
                 script("corrupt_reader"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, env=child_env(),
+                stderr=self.stderr, text=True, env=child_env(),
             )
         proc = self.proc
         assert proc.stdin is not None and proc.stdout is not None
@@ -87,8 +91,10 @@ class Reader:
         line = proc.stdout.readline()
         if not line:
             code = proc.wait()
-            assert proc.stderr is not None
-            return {"status": "crash", "code": code, "stderr": proc.stderr.read()[-2000:]}
+            assert self.stderr is not None
+            self.stderr.seek(0)
+            tail = self.stderr.read()[-2000:].decode(errors="replace")
+            return {"status": "crash", "code": code, "stderr": tail}
         result: dict[str, Any] = json.loads(line)
         return result
 
@@ -101,6 +107,8 @@ class Reader:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.stderr is not None:
+            self.stderr.close()
 
 
 @pytest.fixture(scope="module")

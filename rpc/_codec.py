@@ -42,6 +42,11 @@ def value_encoder(tp: Any) -> Encoder:
     return _b.encoder_for(tp)
 
 
+def document_encoder(tp: Any) -> Callable[[bytes, Any], bytearray] | None:
+    """`f(event_bytes, value)` -> the whole document of a one-argument call in one C step, or None."""
+    return _marshal.document_encoder(tp)
+
+
 def fast_plan(params: Any) -> Any:
     """The C plan that reads a method's one structured argument (see `event_value`), else None."""
     if len(params) != 1 or _marshal.speedups is None:

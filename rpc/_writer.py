@@ -115,11 +115,16 @@ def _generate(proto: type, mode: str, wire: WireType) -> type:
 
 def _method_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any]) -> list[str]:
     args = [name for name, _ in m.params]
-    clash = [a for a in args if a in _RESERVED or a.startswith(("_E_", "_V_", "_C_"))]
+    clash = [a for a in args if a in _RESERVED or a.startswith(("_E_", "_V_", "_C_", "_D_"))]
     if clash:
         raise TypeError(f"{m.name}: parameter name {clash[0]!r} is reserved by the generated writer")
     ns[f"_E_{m.name}"] = _codec.event_bytes(m.event)
     body = [f"    def {m.name}(self{''.join(', ' + a for a in args)}):"]
+    whole = _codec.document_encoder(m.params[0][1]) if len(args) == 1 and wire is WireType.BINARY else None
+    if mode == "plain" and m.chain is None and whole is not None:  # the usual call: one C step
+        ns[f"_D_{m.name}"] = whole
+        body.append(f"        self._write(_D_{m.name}(_E_{m.name}, {args[0]}))")
+        return body
     if mode == "plain":
         body.append(f"        b_ = bytearray(_E_{m.name})")
     elif mode == "history":

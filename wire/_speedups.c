@@ -522,7 +522,15 @@ static int enum_name(Out *o, Field *f, PyObject *x, int *rc) {
     return 0;
 }
 
-static int write_fields(Out *o, Plan *plan, PyObject *buf, PyObject *obj) {
+/* flush, making the bytearray from the scratch bytes when there is none yet */
+static int flush_to(Out *o, PyObject **buf) {
+    if (*buf) return flush(o, *buf);
+    *buf = PyByteArray_FromStringAndSize(o->data, o->len);
+    o->len = 0;
+    return *buf ? 0 : -1;
+}
+
+static int write_fields(Out *o, Plan *plan, PyObject **buf, PyObject *obj) {
     int slots = slots_valid(plan, obj);
     for (Py_ssize_t i = 0; i < plan->n; i++) {
         Field *f = &plan->fields[i];
@@ -569,7 +577,7 @@ static int write_fields(Out *o, Plan *plan, PyObject *buf, PyObject *obj) {
         }
         if (!done) {
             PyObject *r = NULL;
-            if (flush(o, buf) == 0) r = PyObject_CallFunctionObjArgs(f->fallback, buf, x, NULL);
+            if (flush_to(o, buf) == 0) r = PyObject_CallFunctionObjArgs(f->fallback, *buf, x, NULL);
             if (!r) {
                 Py_DECREF(x);
                 return -1;
@@ -581,30 +589,57 @@ static int write_fields(Out *o, Plan *plan, PyObject *buf, PyObject *obj) {
     return 0;
 }
 
+/* Appends `prefix`, then (block) `82 <u32 length>`, then obj's fields to *buf, which is made (in one
+ * allocation when no Python writer runs) if NULL. 0 ok, -1 error. */
+static int encode_into(Plan *plan, PyObject **buf, PyObject *prefix, PyObject *obj, int block) {
+    Out o;
+    out_init(&o);
+    Py_ssize_t base = *buf ? PyByteArray_GET_SIZE(*buf) : 0;
+    int rc = 0;
+    if (prefix) {
+        base += PyBytes_GET_SIZE(prefix);
+        rc = put(&o, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix));
+    }
+    if (rc == 0 && block) rc = put(&o, "\x82\0\0\0\0", 5);
+    if (rc == 0) rc = write_fields(&o, plan, buf, obj);
+    if (rc == 0) rc = flush_to(&o, buf);
+    out_free(&o);
+    if (rc < 0) return -1;
+    if (block) {
+        Py_ssize_t len = PyByteArray_GET_SIZE(*buf) - base - 5;
+        if (len < 0 || len > 0xFFFFFFFFLL) {
+            PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
+            return -1;
+        }
+        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(*buf) + base + 1;
+        for (int i = 0; i < 4; i++) p[i] = (unsigned char)((uint64_t)len >> (8 * i));
+    }
+    return 0;
+}
+
 static PyObject *encode_common(Plan *plan, PyObject *const *args, Py_ssize_t nargs, int block) {
     if (nargs != 2 || !PyByteArray_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "expected (bytearray, value)");
         return NULL;
     }
-    PyObject *buf = args[0], *obj = args[1];
-    Out o;
-    out_init(&o);
-    Py_ssize_t base = PyByteArray_GET_SIZE(buf);
-    int rc = block ? put(&o, "\x82\0\0\0\0", 5) : 0;
-    if (rc == 0) rc = write_fields(&o, plan, buf, obj);
-    if (rc == 0) rc = flush(&o, buf);
-    out_free(&o);
-    if (rc < 0) return NULL;
-    if (block) {
-        Py_ssize_t len = PyByteArray_GET_SIZE(buf) - base - 5;
-        if (len < 0 || len > 0xFFFFFFFFLL) {
-            PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
-            return NULL;
-        }
-        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf) + base + 1;
-        for (int i = 0; i < 4; i++) p[i] = (unsigned char)((uint64_t)len >> (8 * i));
-    }
+    PyObject *buf = args[0];
+    if (encode_into(plan, &buf, NULL, args[1], block) < 0) return NULL;
     Py_RETURN_NONE;
+}
+
+/* encode_document(prefix, obj) -> bytearray: what a method writer sends for a one-argument call,
+ * `prefix` (the event) then obj's block, built in one buffer. */
+static PyObject *plan_encode_document(Plan *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "expected (bytes, value)");
+        return NULL;
+    }
+    PyObject *buf = NULL;
+    if (encode_into(self, &buf, args[0], args[1], 1) < 0) {
+        Py_XDECREF(buf);
+        return NULL;
+    }
+    return buf;
 }
 
 static PyObject *plan_encode(Plan *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -876,6 +911,8 @@ static PyMethodDef plan_methods[] = {
      "decode(data) -> object, through `fallback` when the fast path gives up."},
     {"encode", (PyCFunction)(void (*)(void))plan_encode, METH_FASTCALL,
      "encode(buf, obj): append obj's fields to the bytearray."},
+    {"encode_document", (PyCFunction)(void (*)(void))plan_encode_document, METH_FASTCALL,
+     "encode_document(prefix, obj) -> bytearray: prefix + `82 <u32 length>` + obj's fields."},
     {"encode_block", (PyCFunction)(void (*)(void))plan_encode_block, METH_FASTCALL,
      "encode_block(buf, obj): append `82 <u32 length>` and obj's fields."},
     {"decode_fields", (PyCFunction)(void (*)(void))plan_decode_fields, METH_FASTCALL,

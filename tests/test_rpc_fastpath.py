@@ -1,0 +1,189 @@
+"""The C fast paths of method readers and writers against the general Python path they shortcut.
+
+A reader whose fast table is emptied takes the general path for every document; both must call the
+same handlers with equal arguments, or raise the same error, for any document.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import chronq
+import rpc
+from rpc import _codec
+from rpc.testing import Recorder
+from tests.rpc_support import Events, Message1, Message2, Recording
+from wire import WireError, marshal
+
+needs_speedups = pytest.mark.skipif(marshal.speedups is None, reason="wire._speedups is not built")
+
+
+def _readers(*handlers: Any, source_id: int = 0) -> tuple[rpc.MethodReader, rpc.MethodReader]:
+    fast = rpc.reader(None, *handlers, interfaces=[Events], source_id=source_id)
+    general = rpc.reader(None, *handlers, interfaces=[Events], source_id=source_id)
+    general._fast = {}
+    return fast, general
+
+
+def _outcome(reader: rpc.MethodReader, handler: Recording, doc: bytes) -> Any:
+    handler.calls.clear()
+    try:
+        reader.dispatch(doc, 5)
+    except WireError as e:
+        return ("error", str(e), e.offset, getattr(e, "__notes__", None))
+    return repr(handler.calls)  # repr: NaN prices compare equal
+
+
+def _documents(calls: list[tuple[str, Any]]) -> list[bytes]:
+    rec = Recorder()
+    w = rpc.writer(rec, Events)
+    for name, arg in calls:
+        getattr(w, name)(arg)
+    return [bytes(d) for d in rec.documents]
+
+
+@needs_speedups
+def test_one_structured_argument_events_are_in_the_fast_table() -> None:
+    fast, _ = _readers(Recording())
+    assert set(fast._fast) == {b"method1", b"method2"}  # say(str), trade(3 args), ping(id) are not
+
+
+@needs_speedups
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(-(1 << 63), (1 << 63) - 1),
+    st.floats(),
+    st.booleans(),
+    st.text(max_size=40),
+    st.data(),
+)
+def test_fast_and_general_dispatch_agree_on_any_bytes(
+    n: int, price: float, flag: bool, text: str, data: st.DataObject
+) -> None:
+    h = Recording()
+    fast, general = _readers(h)
+    for doc in _documents([("method2", Message2(n, price, flag)), ("method1", Message1(text))]):
+        assert _outcome(fast, h, doc) == _outcome(general, h, doc)
+        mutated = bytearray(doc)
+        for _ in range(data.draw(st.integers(1, 3))):
+            mutated[data.draw(st.integers(0, len(mutated) - 1))] = data.draw(st.integers(0, 255))
+        cut = data.draw(st.integers(0, len(mutated)))
+        for variant in (bytes(mutated), bytes(mutated[:cut])):
+            assert _outcome(fast, h, variant) == _outcome(general, h, variant)
+
+
+class WithDefault(msgspec.Struct):
+    number: int
+    flag: bool = True
+
+
+class Defaults:
+    def __init__(self) -> None:
+        self.got: list[Any] = []
+
+    def m(self, v: WithDefault) -> None:
+        self.got.append(v)
+
+
+class Listy(msgspec.Struct):
+    items: list[int]
+    name: str
+
+
+class ListApi(Protocol):
+    def put(self, v: Listy) -> None: ...
+
+
+class Lists:
+    def __init__(self) -> None:
+        self.got: list[Any] = []
+
+    def put(self, v: Listy) -> None:
+        self.got.append(v)
+
+
+@needs_speedups
+def test_fields_out_of_order_missing_or_unknown_still_decode() -> None:
+    h = Defaults()
+    r = rpc.reader(None, h, source_id=0)
+    assert b"m" in r._fast
+    body = b"\xb9\x01m\x82\x15\x00\x00\x00\xc4flag\xb0\xc6number\xa1\x07\xc3odd\xa1\x01"
+    r.dispatch(body)  # out of order, plus an unknown field
+    r.dispatch(b"\xb9\x01m\x82\x09\x00\x00\x00\xc6number\xa1\x09")  # a default is needed
+    assert h.got == [WithDefault(7, False), WithDefault(9, True)]
+
+
+@needs_speedups
+def test_history_is_current_in_handlers_reached_by_the_fast_path(tmp_path) -> None:
+    with chronq.open(tmp_path / "q") as q:
+        rpc.writer(q, Events, source_id=0).method1(Message1("hi"))
+        h = Recording()
+        r = rpc.reader(q.tailer(), h, interfaces=[Events], source_id=9)
+        assert r.read_one()
+        (history,) = h.histories
+        assert history is not None and list(history.sources) == [(9, q.first_index)]
+        plain = Recording()
+        r0 = rpc.reader(q.tailer(), plain, interfaces=[Events], source_id=0)
+        assert r0.read_one() and plain.histories == [None]
+        assert plain.calls == h.calls == [("method1", (Message1("hi"),))]
+
+
+@needs_speedups
+def test_handler_errors_from_the_fast_path_name_the_event_and_index() -> None:
+    class Failing:
+        def method1(self, m: Message1) -> None:
+            raise WireError("bad nested data", 3)
+
+    r = rpc.reader(None, Failing(), source_id=0)
+    (doc,) = _documents([("method1", Message1("x"))])
+    with pytest.raises(WireError) as err:
+        r.dispatch(doc, 0x42)
+    assert err.value.__notes__ == ["while decoding event 'method1' of the document at index 0x42"]
+
+
+@needs_speedups
+def test_excerpts_are_read_as_buffers_without_payload_views(tmp_path) -> None:
+    with chronq.open(tmp_path / "q") as q:
+        w = rpc.writer(q, Events)
+        sent = [Message2(i, i / 4, i % 2 == 0) for i in range(50)]
+        for m in sent:
+            w.method2(m)
+        w.say("not fast")
+        h = Recording()
+        r = rpc.reader(q.tailer(), h, interfaces=[Events], source_id=0)
+        while r.read_one():
+            pass
+        assert h.calls == [("method2", (m,)) for m in sent] + [("say", ("not fast",))]
+
+
+@needs_speedups
+def test_event_functions_reject_misuse_and_give_up_on_odd_input() -> None:
+    fast, _ = _readers(Recording())
+    table = fast._fast
+    (doc,) = _documents([("method1", Message1("x"))])
+    with pytest.raises(TypeError):
+        _codec.event_call(doc, [])
+    with pytest.raises(TypeError):
+        _codec.event_value(doc, {b"method1": ("entry", "not a plan")})
+    for odd in (object(), "text", b"", b"\xb9", b"\xb9\x7fmethod1", doc[:-1], b"\xb9\x07history" + doc[9:]):
+        assert _codec.event_value(odd, table) is None
+        assert _codec.event_call(odd, table) is None
+    entry, value, end = _codec.event_value(doc, table)
+    assert value == Message1("x") and end == len(doc) and entry is table[b"method1"][0]
+
+
+def test_writer_documents_match_the_general_encoding() -> None:
+    rec = Recorder()
+    value = Listy([1, 2, 300], "n")
+    rpc.writer(rec, ListApi).put(value)
+    expected = bytearray(_codec.event_bytes("put"))
+    _codec.value_encoder(Listy)(expected, value)
+    assert bytes(rec.documents[0]) == bytes(expected)
+    h = Lists()
+    rpc.reader(None, h, source_id=0).dispatch(bytes(expected))
+    assert h.got == [value]

@@ -21,6 +21,11 @@ UnknownHook = Callable[[str | int, int], None]
 MetadataHandler = Callable[[memoryview, int], None]
 
 
+# One item per dispatch (any thread) that has made a history current. Empty: no thread has one, so
+# the fast path may skip reading the thread-local (about 0.1 us). append/pop are atomic under the GIL.
+_histories_set: list[None] = []
+
+
 def _log_unknown(event: str | int, index: int) -> None:
     log.debug("no handler for event %r at index %#x; skipped", event, index)
 
@@ -186,7 +191,7 @@ class MethodReader:
                 self.metadata_handler(ex.payload, ex.index)
             return True
         fast = self._fast
-        if fast and not self.source_id and current.history is None:
+        if fast and not self.source_id and (not _histories_set or current.history is None):
             try:  # a queue's excerpt is itself a buffer: no payload view is made
                 if _codec.event_call(ex, fast) is not None:
                     return True
@@ -202,7 +207,7 @@ class MethodReader:
         """Decode one document body and call the handlers; usable without a queue (replay tests)."""
         fast = self._fast
         if fast:
-            if not self.source_id and current.history is None:  # no history to make current
+            if not self.source_id and (not _histories_set or current.history is None):  # no history to set
                 try:
                     if _codec.event_call(payload, fast) is not None:
                         return
@@ -263,6 +268,8 @@ class MethodReader:
         saved = current.history
         if history is not saved:
             current.history = history
+            if history is not None:
+                _histories_set.append(None)
         try:
             if args is None:
                 args, pos = entry.decode(payload, pos)
@@ -277,6 +284,8 @@ class MethodReader:
         finally:
             if history is not saved:
                 current.history = saved
+                if history is not None:
+                    _histories_set.pop()
 
     def _chain(self, payload: Any, pos: int, entry: _Entry, results: list[Any], index: int) -> None:
         """Continue a chained call (`a.b().c()` in one document) on what each handler returned."""

@@ -187,3 +187,40 @@ def test_writer_documents_match_the_general_encoding() -> None:
     h = Lists()
     rpc.reader(None, h, source_id=0).dispatch(bytes(expected))
     assert h.got == [value]
+
+
+@needs_speedups
+def test_a_history_current_on_one_thread_is_not_seen_by_fast_dispatch_on_another() -> None:
+    import threading
+
+    (doc,) = _documents([("method1", Message1("x"))])
+    inside, release = threading.Event(), threading.Event()
+    seen: list[object] = []
+
+    class Blocking:
+        def method1(self, m: Message1) -> None:
+            seen.append(rpc.current_history())
+            inside.set()
+            release.wait(10)
+
+    class Nested(Recording):
+        def method1(self, m: Message1) -> None:
+            super().method1(m)
+            plain.dispatch(doc)  # a reader without a source id, inside a handler with a history
+
+    inner = Recording()
+    plain = rpc.reader(None, inner, interfaces=[Events], source_id=0)
+    t = threading.Thread(target=rpc.reader(None, Blocking(), source_id=3).dispatch, args=(doc, 1))
+    t.start()
+    try:
+        assert inside.wait(10)
+        plain.dispatch(doc)  # the other thread's history is current there, not here
+        outer = Nested()
+        rpc.reader(None, outer, interfaces=[Events], source_id=4).dispatch(doc, 2)
+    finally:
+        release.set()
+        t.join(10)
+    assert seen[0] is not None and list(seen[0].sources) == [(3, 1)]  # type: ignore[attr-defined]
+    assert inner.histories == [None, None]
+    assert list(outer.histories[0].sources) == [(4, 2)]  # type: ignore[attr-defined]
+    assert rpc.current_history() is None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rpc import _codec
+from rpc._codec import event_call as _event_call
 from rpc._history import Pending, current
 from rpc._interface import MethodSpec, describe, is_protocol
 from wire import WireType
@@ -193,7 +194,7 @@ class MethodReader:
         fast = self._fast
         if fast and not self.source_id and (not _histories_set or current.history is None):
             try:  # a queue's excerpt is itself a buffer: no payload view is made
-                if _codec.event_call(ex, fast) is not None:
+                if _event_call(ex, fast) is not None:
                     return True
             except _codec.WireError as e:
                 self._note(e, ex.payload, ex.index)
@@ -209,7 +210,7 @@ class MethodReader:
         if fast:
             if not self.source_id and (not _histories_set or current.history is None):  # no history to set
                 try:
-                    if _codec.event_call(payload, fast) is not None:
+                    if _event_call(payload, fast) is not None:
                         return
                 except _codec.WireError as e:
                     self._note(e, payload, index)

@@ -192,3 +192,12 @@ def test_fast_decode_keeps_the_python_signature_errors_and_trailing_byte_check()
     with pytest.raises(TypeError):
         binary.decode(block, type=[StructDto])  # unhashable, as the dict lookup of the reference
     assert binary.decode(memoryview(block), type=StructDto) == StructDto(1, "a", Side.BUY)
+
+
+@needs_speedups
+def test_repeated_short_texts_are_shared_and_changed_texts_are_not() -> None:
+    texts = ["EURUSD", "EURUSE", "EURUSD", "", "EURUSD" * 6, "EURUSD" * 6, "é", "é", "EURUS", "EURUSD"]
+    got = [binary.decode(binary.encode(StructDto(1, t, Side.BUY)), type=StructDto).s for t in texts]
+    assert got == texts
+    again = binary.decode(binary.encode(StructDto(2, "EURUSD", Side.SELL)), type=StructDto)
+    assert again.s is got[-1]  # the same short ASCII text: the same str object, no allocation

@@ -342,6 +342,8 @@ typedef struct {
     PyObject *fallback; /* callable(buf, value) writing any value of the declared type */
     PyObject *members;  /* K_ENUM: tuple of (name: bytes, member) */
     Py_ssize_t offset;  /* > 0: the attribute is this slot of a `cls` instance (see slots_valid) */
+    PyObject *last;     /* K_STR: the last short ASCII text read, reused when the same bytes come again
+                         * (symbols, names and codes repeat; a str costs an allocation) */
 } Field;
 
 typedef struct {
@@ -368,6 +370,7 @@ static int plan_traverse(Plan *self, visitproc visit, void *arg) {
         Py_VISIT(f->type);
         Py_VISIT(f->fallback);
         Py_VISIT(f->members);
+        Py_VISIT(f->last);
     }
     Py_VISIT(self->cls);
     Py_VISIT(self->kwnames);
@@ -384,6 +387,7 @@ static int plan_clear(Plan *self) {
         Py_CLEAR(f->type);
         Py_CLEAR(f->fallback);
         Py_CLEAR(f->members);
+        Py_CLEAR(f->last);
     }
     self->n = 0; /* a cleared plan encodes and decodes nothing */
     self->decodable = 0;
@@ -700,8 +704,12 @@ static PyObject *read_kind(In *in, Field *f) {
             }
             return NULL; /* unknown constant: Python reports it */
         }
+        PyObject *last = f->last;
+        if (last && PyUnicode_GET_LENGTH(last) == n && memcmp(PyUnicode_DATA(last), s, (size_t)n) == 0)
+            return Py_NewRef(last);
         PyObject *text = PyUnicode_DecodeUTF8(s, n, NULL);
         if (!text) PyErr_Clear(); /* CESU-8 surrogates or bad bytes: Python decides */
+        else if (n < 32 && PyUnicode_IS_ASCII(text)) Py_XSETREF(f->last, Py_NewRef(text));
         return text;
     }
     return NULL;

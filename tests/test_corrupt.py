@@ -236,6 +236,13 @@ def fixed_damages() -> list[Any]:
     forward read finds); the damaged-first-message `*-append` cases that an appender does not append
     where no reader can reach (after a hole, or inside a document) without saying so.
 
+    `cycle-cut-after-store-header` (file cut right after the 197-byte store header, so the
+    index2index it names is past the end) fails as of writing with a bare ValueError "store header
+    offsets are outside the mapping or misaligned" from the native `_attach` (chronq/_native.c),
+    naming neither file nor offset. Fix: check the layout's offsets against the file size when the
+    cycle file is opened (chronq/queue.py CycleFile / store.read_layout) and raise CorruptQueueError
+    (file, offset, which field), or map the native ValueError to one there.
+
     `meta-roll-format-nul` (a NUL inside the stored roll format ``yyyyMMdd'F'``) fails as of writing:
     the read sees an empty queue (no cycle file name parses with that format, so every file is
     ignored) and an append dies with ValueError "embedded null byte" from the file name. Diagnosis:
@@ -250,6 +257,7 @@ def fixed_damages() -> list[Any]:
         "cycle-empty": [Damage(cq4, "truncate", 0)],
         "cycle-3-bytes": [Damage(cq4, "truncate", 3)],
         "cycle-cut-in-store-header": [Damage(cq4, "truncate", 100)],
+        "cycle-cut-after-store-header": [Damage(cq4, "truncate", 197)],
         "cycle-cut-in-index2index": [Damage(cq4, "truncate", 20_000)],
         "cycle-cut-in-message": [Damage(cq4, "truncate", 65_815)],
         "cycle-cut-after-message": [Damage(cq4, "truncate", 65_830)],

@@ -66,9 +66,19 @@ def event_call(document: Any, table: dict[bytes, tuple[Any, ...]]) -> Any:
     return None
 
 
+def event_read(read: Callable[[], Any], table: dict[bytes, tuple[Any, ...]]) -> Any:
+    """`read()`, then `event_call` on what it gave: False (nothing to read), True (delivered), the
+    excerpt (for the general path), or (excerpt, exception) when a handler raised."""
+    ex = read()
+    if ex is None:
+        return False
+    return ex
+
+
 if _marshal.speedups is not None:
     event_value = _marshal.speedups.event_value
     event_call = _marshal.speedups.event_call
+    event_read = _marshal.speedups.event_read
 
 
 def value_decoder(tp: Any) -> Decoder:

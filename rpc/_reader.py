@@ -12,6 +12,7 @@ from typing import Any
 
 from rpc import _codec
 from rpc._codec import event_call as _event_call
+from rpc._codec import event_read as _event_read
 from rpc._history import Pending, current
 from rpc._interface import MethodSpec, describe, is_protocol
 from wire import WireType
@@ -184,24 +185,31 @@ class MethodReader:
 
     def read_one(self) -> bool:
         """Consume one document if there is one (True), dispatching it; False when none is ready."""
-        ex = self.tailer.read(True) if self.metadata_handler is not None else self.tailer.read()
-        if ex is None:
-            return False
+        fast = self._fast
+        if (
+            fast
+            and self.metadata_handler is None
+            and not self.source_id
+            and (not _histories_set or current.history is None)
+        ):
+            got = _event_read(self.tailer.read, fast)  # read, decode and deliver in one C step
+            if got is True or got is False:
+                return got
+            if type(got) is tuple:  # a handler raised
+                ex, err = got
+                if isinstance(err, _codec.WireError):
+                    self._note(err, ex.payload, ex.index)
+                raise err
+            ex = got
+        else:
+            ex = self.tailer.read(True) if self.metadata_handler is not None else self.tailer.read()
+            if ex is None:
+                return False
         if ex.metadata:
             if self.metadata_handler is not None:
                 self.metadata_handler(ex.payload, ex.index)
             return True
-        fast = self._fast
-        if fast and not self.source_id and (not _histories_set or current.history is None):
-            try:  # a queue's excerpt is itself a buffer: no payload view is made
-                if _event_call(ex, fast) is not None:
-                    return True
-            except _codec.WireError as e:
-                self._note(e, ex.payload, ex.index)
-                raise
-            self._dispatch(ex.payload, ex.index)
-        else:
-            self.dispatch(ex.payload, ex.index)
+        self.dispatch(ex.payload, ex.index)
         return True
 
     def dispatch(self, payload: Any, index: int = 0) -> None:

@@ -224,3 +224,28 @@ def test_a_history_current_on_one_thread_is_not_seen_by_fast_dispatch_on_another
     assert inner.histories == [None, None]
     assert list(outer.histories[0].sources) == [(4, 2)]  # type: ignore[attr-defined]
     assert rpc.current_history() is None
+
+
+@needs_speedups
+def test_handler_errors_from_read_one_name_the_index_and_keep_the_traceback(tmp_path) -> None:
+    class Failing:
+        def method1(self, m: Message1) -> None:
+            if m.text == "bad":
+                raise WireError("bad nested data", 3)
+            if m.text == "boom":
+                raise KeyError(m.text)
+
+    with chronq.open(tmp_path / "q") as q:
+        w = rpc.writer(q, Events)
+        for text in ("ok", "bad", "boom", "ok"):
+            w.method1(Message1(text))
+        r = rpc.reader(q.tailer(), Failing(), source_id=0)
+        assert r.read_one()
+        with pytest.raises(WireError) as err:
+            r.read_one()
+        index = q.first_index + 1
+        assert err.value.__notes__ == [f"while decoding event 'method1' of the document at index {index:#x}"]
+        assert "method1" in {f.name for f in err.traceback}  # the handler's frame is kept
+        with pytest.raises(KeyError):
+            r.read_one()
+        assert r.read_one() and not r.read_one()

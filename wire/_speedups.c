@@ -359,7 +359,7 @@ typedef struct {
     Field *fields;
 } Plan;
 
-static PyObject *str_name, *str_buf, *str_pos, *str_end;
+static PyObject *str_name, *str_buf, *str_pos, *str_end, *str_metadata;
 
 /* Plans reference classes and Python writers that may reference the plan again: GC-tracked. */
 static int plan_traverse(Plan *self, visitproc visit, void *arg) {
@@ -1243,6 +1243,17 @@ static PyTypeObject DecodeType = {
 };
 
 /* ------------------------------------------------------------------ method events */
+/* The raised exception as one object (normalized), clearing it; PyErr_GetRaisedException from 3.12. */
+static PyObject *take_raised(void) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value && tb) PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+}
+
 /* The method reader's hot path in one step. `table` maps an event name (bytes) to a tuple whose first
  * items are (entry, Plan[, handlers]). A document body that starts with a short EVENT_NAME (no history)
  * found in the table, followed by one plain block of the plan's class, is decoded here; anything else
@@ -1348,7 +1359,58 @@ static PyObject *event_call(PyObject *module, PyObject *const *args, Py_ssize_t 
     return entry;
 }
 
+/* event_read(read, table) -> False | True | excerpt | (excerpt, exception)
+ * A method reader's read_one in one step: `read()` gives None (False: nothing to read) or an excerpt;
+ * a data excerpt the fast path takes is delivered as by event_call (True). Anything else returns the
+ * excerpt for the general path; a handler's exception comes back with its excerpt, so the caller can
+ * name the document's index before raising it. */
+static PyObject *event_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "expected (read, table)");
+        return NULL;
+    }
+    PyObject *ex = PyObject_CallNoArgs(args[0]);
+    if (!ex) return NULL;
+    if (ex == Py_None) {
+        Py_DECREF(ex);
+        Py_RETURN_FALSE;
+    }
+    PyObject *flag = PyObject_GetAttr(ex, str_metadata);
+    int metadata = flag ? PyObject_IsTrue(flag) : -1;
+    Py_XDECREF(flag);
+    if (metadata != 0) {
+        if (metadata < 0) PyErr_Clear(); /* no such attribute: the general path reports it */
+        return ex;
+    }
+    PyObject *hit, *obj;
+    Py_ssize_t end;
+    int rc = event_decode(ex, args[1], 1, &hit, &obj, &end);
+    if (rc < 0) {
+        Py_DECREF(ex);
+        return NULL;
+    }
+    if (rc == 0) return ex;
+    PyObject *handlers = PyTuple_GET_ITEM(hit, 2), *result = Py_NewRef(Py_True);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(handlers); i++) {
+        PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(handlers, i), obj);
+        if (!r) {
+            PyObject *exc = take_raised();
+            Py_DECREF(result);
+            result = PyTuple_Pack(2, ex, exc ? exc : Py_None);
+            Py_XDECREF(exc);
+            break;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(obj);
+    Py_DECREF(hit);
+    Py_DECREF(ex);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"event_read", (PyCFunction)(void (*)(void))event_read, METH_FASTCALL,
+     "event_read(read, table) -> False | True | excerpt | (excerpt, exception)"},
     {"event_value", (PyCFunction)(void (*)(void))event_value, METH_FASTCALL,
      "event_value(document, table) -> (entry, value, end) | None"},
     {"event_call", (PyCFunction)(void (*)(void))event_call, METH_FASTCALL,
@@ -1368,6 +1430,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_pos = PyUnicode_InternFromString("pos");
     str_end = PyUnicode_InternFromString("end");
     str_type = PyUnicode_InternFromString("type");
+    str_metadata = PyUnicode_InternFromString("metadata");
+    if (!str_metadata) return NULL;
     if (!str_name || !str_buf || !str_pos || !str_end || !str_type || PyType_Ready(&PlanType) < 0 ||
         PyType_Ready(&DecodeType) < 0)
         return NULL;

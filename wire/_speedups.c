@@ -717,7 +717,14 @@ static PyObject *read_kind(In *in, Field *f) {
 
 /* memcmp(...) == 0 for the short keys of a plan, without a library call */
 static inline int same(const char *a, const unsigned char *b, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++)
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y) return 0;
+    }
+    for (; i < n; i++)
         if ((unsigned char)a[i] != b[i]) return 0;
     return 1;
 }

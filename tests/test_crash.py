@@ -201,3 +201,32 @@ def test_named_tailer_killed_at_random_points_resumes_without_skipping(tmp_path:
     covered = set(seen) | ({i for i in everything if last is not None and i <= last})
     assert covered == set(everything), "some excerpts were never delivered"
     assert last is not None and everything.index(last) > 700, "the kills should have come past a roll"
+
+
+def test_other_writers_take_over_when_a_writer_dies_holding_the_lock(tmp_path: Path) -> None:
+    """Two writers keep appending while a third dies inside a document: they stall for the lock timeout,
+    take the dead pid's lock over and lose nothing."""
+    queue = tmp_path / "queue"
+    env = child_env()
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    with chronq.open(queue, clock=FixedClock(BASE_MS)):
+        pass
+    count = 3000  # at about 1 ms each, still writing when the third one dies
+    writers = [subprocess.Popen([*script("append"), str(queue), str(tag), str(count), "1"], **pipes)
+               for tag in (1, 2)]
+    holder = subprocess.Popen([*script("hold_open"), str(queue), "5", "100"], **pipes)
+    try:
+        lines = wait_line(holder, "open", 60)
+    finally:
+        holder.kill()
+        holder.communicate()
+    printed = {tag: [int(x) for x in finish(w, 120).split()] for tag, w in zip((1, 2), writers, strict=True)}
+    got: dict[int, list[tuple[int, int]]] = {}
+    for index, payload in read_all(queue):
+        tag, n = parse_checked(payload)
+        got.setdefault(tag, []).append((n, index))
+    assert [n for n, _ in got[0]] == list(range(5)) and [i for _, i in got[0]] == [int(x) for x in lines[:-1]]
+    for tag in (1, 2):
+        assert [n for n, _ in got[tag]] == list(range(count)), f"writer {tag} lost or repeated messages"
+        assert [i for _, i in got[tag]] == printed[tag]
+        assert printed[tag][-1] > got[0][-1][1], f"writer {tag} was done before the crash: nothing tested"

@@ -46,13 +46,20 @@ static int load_errors(void) {
 
 static void raise_corrupt(PyObject *name, Py_ssize_t pos, const char *fmt, ...) {
     if (load_errors() < 0) return;
+    if (!name || name == Py_None) name = PyUnicode_FromString("<buffer>");
+    else Py_INCREF(name);
+    if (!name) return;
     va_list ap;
     va_start(ap, fmt);
     PyObject *detail = PyUnicode_FromFormatV(fmt, ap);
     va_end(ap);
-    if (!detail) return;
-    PyObject *exc = PyObject_CallFunction(CorruptQueueError, "OnO", name ? name : Py_None, pos, detail);
+    if (!detail) {
+        Py_DECREF(name);
+        return;
+    }
+    PyObject *exc = PyObject_CallFunction(CorruptQueueError, "OnO", name, pos, detail);
     Py_DECREF(detail);
+    Py_DECREF(name);
     if (exc) {
         PyErr_SetObject(CorruptQueueError, exc);
         Py_DECREF(exc);
@@ -443,6 +450,8 @@ typedef struct {
     Py_ssize_t li_off;  /* lastIndex (nextEntryToBeIndexed) value offset, 0 = none */
     Py_ssize_t data_start; /* where the first document after the store header starts */
     int hint_ok;           /* the store has a 2-long writePosition */
+    int64_t cached_sec;    /* last secondary index document looked up, and its array */
+    Py_ssize_t cached_arr;
 } Geometry;
 
 static int parse_geometry(Geometry *g, PyObject *const *args, Py_ssize_t nargs, const char *fname) {
@@ -506,6 +515,26 @@ static int parse_geometry(Geometry *g, PyObject *const *args, Py_ssize_t nargs, 
     g->i2i_arr = i2i_arr;
     g->li_off = (Py_ssize_t)li_off;
     g->data_start = (Py_ssize_t)data_start;
+    g->cached_sec = 0;
+    g->cached_arr = 0;
+    return 0;
+}
+
+/* The index entry for seq (0 if none yet); -1 with an exception on a damaged index. */
+static int index_entry(Geometry *g, int64_t seq, int64_t *out) {
+    int64_t count = (int64_t)1 << g->count_bits;
+    int64_t index2 = seq >> (g->count_bits + g->spacing_bits);
+    *out = 0;
+    if (!g->i2i_arr || index2 >= count) return 0;
+    int64_t sec = ld64(g->base + g->i2i_arr + 16 + 8 * index2);
+    if (!sec) return 0;
+    if (sec != g->cached_sec) {
+        Py_ssize_t arr = index_array_at(g->base, g->size, (Py_ssize_t)sec, count, g->map->name);
+        if (arr < 0) return -1;
+        g->cached_sec = sec;
+        g->cached_arr = arr;
+    }
+    *out = ld64(g->base + g->cached_arr + 16 + 8 * ((seq >> g->spacing_bits) & (count - 1)));
     return 0;
 }
 
@@ -1511,9 +1540,20 @@ static PyObject *Tl_read_impl(TailerObject *self, int want_meta, int commit, Py_
         if (r < 0) return NULL;
         Py_RETURN_NONE;
     }
+    Geometry *g = &self->g;
+    if (!(h & HDR_META) && (self->seq & (((int64_t)1 << g->spacing_bits) - 1)) == 0 && g->i2i_arr) {
+        /* every indexed document cross-checks the chain we walked against the index */
+        int64_t entry;
+        if (index_entry(g, self->seq, &entry) < 0) return NULL;
+        if (entry != 0 && entry != (int64_t)self->pos) {
+            raise_corrupt(g->map->name, self->pos,
+                          "document chain and index disagree for sequence %lld (index says %lld)",
+                          (long long)self->seq, (long long)entry);
+            return NULL;
+        }
+    }
     ExcerptObject *ex = Tl_excerpt(self, max_refs);
     if (!ex) return NULL;
-    Geometry *g = &self->g;
     ex->position = self->pos;
     ex->length = (Py_ssize_t)(h & HDR_LENGTH_MASK);
     ex->metadata = (h & HDR_META) != 0;
@@ -1892,7 +1932,7 @@ static PyObject *py_scan(PyObject *m, PyObject *args, PyObject *kwds) {
         PyMem_Free(positions);
         PyMem_Free(lengths);
         PyMem_Free(flags);
-        raise_corrupt(Py_None, pos, "%s", name_err);
+        raise_corrupt(Py_IS_TYPE(obj, &MapType) ? ((MapObject *)obj)->name : Py_None, pos, "%s", name_err);
         return NULL;
     }
     PyObject *r = Py_BuildValue("y#y#y#nLi", (const char *)positions, n * 8, (const char *)lengths, n * 4,
@@ -1964,7 +2004,7 @@ static PyObject *py_index_array(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "On|L", &obj, &pos, &cap)) return NULL;
     BufRef b;
     if (get_buf(obj, &b, 0) < 0) return NULL;
-    Py_ssize_t r = index_array_at(b.base, b.len, pos, cap, Py_None);
+    Py_ssize_t r = index_array_at(b.base, b.len, pos, cap, Py_IS_TYPE(obj, &MapType) ? ((MapObject *)obj)->name : Py_None);
     put_buf(&b);
     if (r < 0) return NULL;
     return PyLong_FromSsize_t(r);

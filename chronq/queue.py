@@ -134,7 +134,7 @@ class Queue:
         stored = self.table.roll if self.table is not None else None
         self.epoch = epoch
         if stored is not None:
-            rc = stored.roll_cycle()
+            rc = _stored_roll_cycle(stored, table)
             differs = (rc.format, rc.length_ms) != (requested.format, requested.length_ms)
             if differs and roll_cycle != "FAST_DAILY":  # the default means "whatever the queue has"
                 warnings.warn(
@@ -442,6 +442,18 @@ class Queue:
 def _prefix_len(index_count: int, index_spacing: int) -> int:
     """Bytes of header + index2index + first index document a cycle file starts with."""
     return len(cycle_file_prefix(index_count, index_spacing))
+
+
+def _stored_roll_cycle(stored: RollMetadata, table: Path) -> RollCycle:
+    """The roll cycle a table store names; damaged metadata becomes a CorruptQueueError."""
+    try:
+        if "\0" in stored.format or stored.length_ms <= 0:
+            raise ValueError(f"format {stored.format!r}, length {stored.length_ms}")
+        rc = stored.roll_cycle()
+        rc.file_name(0, stored.epoch)
+        return rc
+    except (ValueError, OverflowError) as e:
+        raise CorruptQueueError(str(table), 0, f"unusable roll cycle in the table store: {e}") from None
 
 
 def _first_hole(fd: int, size: int) -> int:

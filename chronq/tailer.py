@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from chronq import _native
-from chronq.errors import ChronqError
+from chronq.errors import ChronqError, CorruptQueueError
 from chronq.pausers import Pauser, SleepingPauser
 from chronq.table import tailer_index_key
 
@@ -226,7 +226,13 @@ class Tailer(_native.TailerCore):
         rc = self._queue.roll_cycle
         cycle, seq = rc.split(index)
         if seq > 0:
-            self._seek(seq - 1)
+            if self._seek(seq - 1) != 1:
+                cf = self._file
+                raise CorruptQueueError(
+                    str(cf.path if cf else self._queue.path),
+                    self._pos,
+                    f"excerpt {index - 1:#x} before {index:#x} cannot be found (broken document chain)",
+                )
             return
         prev = self._queue.previous_cycle_before(cycle)
         while prev is not None:

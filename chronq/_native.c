@@ -388,9 +388,10 @@ static PyObject *py_add64(PyObject *m, PyObject *const *args, Py_ssize_t nargs) 
 /* Locate the int64 array of an index/index2index metadata document at doc_pos.
    Returns the offset of its capacity field (values start 16 bytes later) or -1 with an exception. */
 static Py_ssize_t index_array_at(const char *base, Py_ssize_t size, Py_ssize_t doc_pos, int64_t want_cap,
-                                 PyObject *name) {
+                                 PyObject *name, Py_ssize_t where) {
+    /* where: the file offset of the value that pointed here (reported when doc_pos is impossible) */
     if (doc_pos <= 0 || doc_pos > size - 4 || (doc_pos & 3)) {
-        raise_corrupt(name, doc_pos, "index document position %zd is outside the file", doc_pos);
+        raise_corrupt(name, where, "index document position %zd is outside the file or misaligned", doc_pos);
         return -1;
     }
     uint32_t h = ld32(base + doc_pos);
@@ -487,7 +488,7 @@ static int parse_geometry(Geometry *g, PyObject *const *args, Py_ssize_t nargs, 
                           data_start, i2i_pos);
             return -1;
         }
-        i2i_arr = index_array_at(map->base, map->size, (Py_ssize_t)i2i_pos, count, map->name);
+        i2i_arr = index_array_at(map->base, map->size, (Py_ssize_t)i2i_pos, count, map->name, 0);
         if (i2i_arr < 0) return -1;
         int64_t first = ld64(map->base + i2i_arr + 16);
         uint32_t h = ld32(map->base + i2i_pos);
@@ -498,7 +499,9 @@ static int parse_geometry(Geometry *g, PyObject *const *args, Py_ssize_t nargs, 
                           (long long)after);
             return -1;
         }
-        if (first != 0 && index_array_at(map->base, map->size, (Py_ssize_t)first, count, map->name) < 0) return -1;
+        if (first != 0 &&
+            index_array_at(map->base, map->size, (Py_ssize_t)first, count, map->name, i2i_arr + 16) < 0)
+            return -1;
     }
     Py_INCREF(map);
     Py_XSETREF(g->map, map);
@@ -529,7 +532,8 @@ static int index_entry(Geometry *g, int64_t seq, int64_t *out) {
     int64_t sec = ld64(g->base + g->i2i_arr + 16 + 8 * index2);
     if (!sec) return 0;
     if (sec != g->cached_sec) {
-        Py_ssize_t arr = index_array_at(g->base, g->size, (Py_ssize_t)sec, count, g->map->name);
+        Py_ssize_t arr = index_array_at(g->base, g->size, (Py_ssize_t)sec, count, g->map->name,
+                                        g->i2i_arr + 16 + 8 * index2);
         if (arr < 0) return -1;
         g->cached_sec = sec;
         g->cached_arr = arr;
@@ -553,7 +557,8 @@ static int seek_seq(Geometry *g, int64_t seq, Py_ssize_t *pos_out) {
         for (int64_t k = index2; k >= 0; k--) {
             int64_t sec = ld64(g->base + g->i2i_arr + 16 + 8 * k);
             if (sec == 0) continue;
-            Py_ssize_t arr = index_array_at(g->base, g->size, (Py_ssize_t)sec, count, g->map->name);
+            Py_ssize_t arr =
+                index_array_at(g->base, g->size, (Py_ssize_t)sec, count, g->map->name, g->i2i_arr + 16 + 8 * k);
             if (arr < 0) return -2;
             for (int64_t slot = (k == index2 ? index1 : count - 1); slot >= 0; slot--) {
                 int64_t p = ld64(g->base + arr + 16 + 8 * slot);
@@ -1019,7 +1024,7 @@ static int64_t App_put(AppenderObject *self, const char *data, Py_ssize_t len, i
                 setmax64p(b + g->i2i_arr + 8, index2 + 1);
             }
             int64_t sec = ld64(slot2);
-            Py_ssize_t arr = index_array_at(b, g->size, (Py_ssize_t)sec, count, g->map->name);
+            Py_ssize_t arr = index_array_at(b, g->size, (Py_ssize_t)sec, count, g->map->name, slot2 - b);
             if (arr < 0) return -1;
             int64_t index1 = (seq >> g->spacing_bits) & (count - 1);
             char *slot1 = b + arr + 16 + 8 * index1;
@@ -2004,7 +2009,8 @@ static PyObject *py_index_array(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "On|L", &obj, &pos, &cap)) return NULL;
     BufRef b;
     if (get_buf(obj, &b, 0) < 0) return NULL;
-    Py_ssize_t r = index_array_at(b.base, b.len, pos, cap, Py_IS_TYPE(obj, &MapType) ? ((MapObject *)obj)->name : Py_None);
+    Py_ssize_t r =
+        index_array_at(b.base, b.len, pos, cap, Py_IS_TYPE(obj, &MapType) ? ((MapObject *)obj)->name : Py_None, 0);
     put_buf(&b);
     if (r < 0) return NULL;
     return PyLong_FromSsize_t(r);

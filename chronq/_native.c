@@ -471,12 +471,16 @@ static int parse_geometry(Geometry *g, PyObject *const *args, Py_ssize_t nargs, 
     }
     if (shift < 1 || shift > 62 || (align != 1 && align != 4) || count < 1 || (count & (count - 1)) || spacing < 1 ||
         (spacing & (spacing - 1))) {
-        PyErr_SetString(PyExc_ValueError, "invalid store geometry (shift/align/indexCount/indexSpacing)");
+        raise_corrupt(map->name, 0, "invalid store geometry (shift %lld, align %lld, indexCount %lld, "
+                      "indexSpacing %lld)", shift, align, count, spacing);
         return -1;
     }
     if (wp_off < 0 || wp_off > map->size - 16 || (wp_off & 7) || i2i_pos < 0 || i2i_pos > map->size - 4 ||
         li_off < 0 || li_off > map->size - 8 || (li_off & 7) || data_start < 0 || data_start > map->size) {
-        PyErr_SetString(PyExc_ValueError, "store header offsets are outside the mapping or misaligned");
+        raise_corrupt(map->name, 0,
+                      "store header fields point outside the file (%zd bytes) or are misaligned "
+                      "(writePosition at %lld, index2index %lld, lastIndex at %lld, data from %lld)",
+                      map->size, wp_off, i2i_pos, li_off, data_start);
         return -1;
     }
     Py_ssize_t i2i_arr = 0;

@@ -71,11 +71,15 @@ def test_million_messages_over_cycles_count_exactly(spark: Any, tmp_path: Path) 
     from pyspark.sql import functions as F
 
     df = spark.read.format("chronq").option("partitionRows", "100000").load(str(tmp_path))
+    payload_seq = F.conv(F.hex(F.reverse(F.substring("payload", 1, 8))), 16, 10).cast("long")
     got = df.groupBy("cycle").agg(F.count("*").alias("n"), F.min("seq").alias("lo"), F.max("seq").alias("hi"),
-                                  F.countDistinct("seq").alias("distinct")).orderBy("cycle").collect()
+                                  F.sum("seq").alias("total"),
+                                  F.sum((payload_seq != F.col("seq")).cast("int")).alias("wrong")
+                                  ).orderBy("cycle").collect()
     first = T0 // HOUR_MS
-    assert [(r.cycle, r.n, r.lo, r.hi, r.distinct) for r in got] == [
-        (first + 2 * k, n, 0, n - 1, n) for k, n in enumerate(per_cycle)]
+    # n rows with seq in [0, n) summing to n(n-1)/2, each carrying its own seq: every message exactly once
+    assert [(r.cycle, r.n, r.lo, r.hi, r.total, r.wrong) for r in got] == [
+        (first + 2 * k, n, 0, n - 1, n * (n - 1) // 2, 0) for k, n in enumerate(per_cycle)]
     assert df.rdd.getNumPartitions() >= 10
 
 
@@ -131,7 +135,7 @@ def test_stream_restarts_from_checkpoint_across_a_roll_exactly_once(spark: Any, 
     write_hourly(queue, clock, [b"a%d" % i for i in range(700)])
 
     def run() -> None:
-        stream = (spark.readStream.format("chronq").option("maxRowsPerTrigger", "300").load(str(queue))
+        stream = (spark.readStream.format("chronq").option("maxRowsPerTrigger", "400").load(str(queue))
                   .select("index", "cycle", "seq", "payload"))
         q = (stream.writeStream.format("parquet").option("path", str(out))
              .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
@@ -148,7 +152,7 @@ def test_stream_restarts_from_checkpoint_across_a_roll_exactly_once(spark: Any, 
     assert sorted((r["index"], bytes(r.payload)) for r in rows) == want
     assert len(want) == 1550
     batches = sorted(p.name for p in (ckpt / "offsets").iterdir() if p.name.isdigit())
-    assert len(batches) >= 6  # 300-row limit honoured: 700 -> 3 batches, 850 -> 3 batches
+    assert len(batches) == 5  # the 400-row limit: 700 -> 400 + 300, then 850 -> 400 + 400 + 50
 
 
 def test_method_call_rows_are_written_as_java_writes_them(spark: Any, tmp_path: Path, vectors: Path) -> None:

@@ -1,5 +1,10 @@
-"""Lets PySpark (4.0+) find the ``chronq`` data source by itself: it imports ``pyspark_*`` modules."""
+"""Lets PySpark (4.0+) find the ``chronq`` data source by itself: it imports ``pyspark_*`` modules.
 
-from chronq.spark import ChronqDataSource as DefaultSource
+Spark aborts its whole lookup when one such module fails to import, so without chronq's ``spark``
+extra this module defines nothing instead of failing, and other packages' sources still load.
+"""
 
-__all__ = ["DefaultSource"]
+import contextlib
+
+with contextlib.suppress(ImportError):
+    from chronq.spark import ChronqDataSource as DefaultSource  # noqa: F401  (what Spark looks up)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from chronq.spark.source import ChronqDataSource
+try:
+    from chronq.spark.source import ChronqDataSource
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(f"chronq.spark needs the spark extra (pip install 'chronq[spark]'): {e}") from e
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -196,3 +198,26 @@ def test_automatic_lookup_finds_the_format_without_register(tmp_path: Path) -> N
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     assert "rows 4" in out.stdout, out.stderr[-2000:]
+
+
+def test_damaged_files_raise_errors_naming_file_and_position(tmp_path: Path) -> None:
+    """Executor-side reads of a copied vector with a header claiming 1 GiB, then a cut store header."""
+    from chronq.errors import CorruptQueueError
+
+    queue = tmp_path / "q"
+    shutil.copytree(require_vectors() / "generated-cq5.26" / "fast_daily_basic", queue)
+    cycle_file = queue / "20240115F.cq4"
+    cycle_file.chmod(0o644)
+    with cycle_file.open("r+b") as f:
+        f.seek(65860)
+        f.write(struct.pack("<I", 0x3FFF_FFF0))
+    names = ("index", "payload")
+    schema = pa.schema([_arrow_field(n) for n in names])
+    with pytest.raises(CorruptQueueError, match=r"20240115F\.cq4: at position 65860"):
+        for state in _plan.snapshot(str(queue)):
+            for rng in _plan.ranges(state, 0, state.count, 100):
+                list(read_range(rng, names, schema, False, 100))
+    with cycle_file.open("r+b") as f:
+        f.write(struct.pack("<I", 0x4000_0005))
+    with pytest.raises(CorruptQueueError, match=r"20240115F\.cq4: at position \d+: bad SCQStore header"):
+        _plan.snapshot(str(queue))

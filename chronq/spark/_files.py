@@ -7,6 +7,7 @@ lock or write a byte, and every header is bounds-checked against the file size.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -134,6 +135,13 @@ def open_map(path: str) -> mmap.mmap | None:
         return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
 
 
+def close_map(buf: mmap.mmap) -> None:
+    """Unmap now if nothing still views the map; otherwise (an error's traceback holding a view) the
+    map is released when that goes, and the error being raised stays the one reported."""
+    with contextlib.suppress(BufferError):
+        buf.close()
+
+
 def read_layout(buf: mmap.mmap, path: str) -> Layout | None:
     """Layout of a cycle file, or None while its first header is still being written."""
     if len(buf) < 8:
@@ -231,6 +239,8 @@ def walk(
     try:
         raw_pos, raw_len, raw_meta, next_pos, next_seq, status = _native.scan(
             buf, pos, end_pos, seq, max_rows, include_metadata, 4 if aligned else 1)
+    except CorruptQueueError as e:  # the native scan does not know the file name
+        raise CorruptQueueError(path, e.position, e.detail) from None
     except (ValueError, IndexError) as e:
         raise CorruptQueueError(path, pos, str(e)) from None
     positions = np.frombuffer(raw_pos, dtype=np.int64)

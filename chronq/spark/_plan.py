@@ -59,7 +59,7 @@ def cycle_state(cf: CycleFile) -> CycleState | None:
         w = _files.walk(buf, cf.path, layout.aligned, pos, seq, end_pos=len(buf))
         return CycleState(cf.cycle, cf.path, layout, w.next_seq, w.next_pos, w.stop == _files.STOP_EOF)
     finally:
-        buf.close()
+        _files.close_map(buf)
 
 
 def snapshot(queue_dir: str, first_cycle: int | None = None, last_cycle: int | None = None,
@@ -105,4 +105,4 @@ def ranges(state: CycleState, lo: int, hi: int, rows_per_range: int) -> list[Ran
                 return out
             start = stop
     finally:
-        buf.close()
+        _files.close_map(buf)

@@ -178,7 +178,7 @@ def read_range(
                 return
             pos, seq = w.next_pos, w.next_seq
     finally:
-        buf.close()
+        _files.close_map(buf)
 
 
 class BatchReader(_Reading, DataSourceReader):

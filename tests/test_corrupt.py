@@ -236,21 +236,11 @@ def fixed_damages() -> list[Any]:
     forward read finds); the damaged-first-message `*-append` cases that an appender does not append
     where no reader can reach (after a hole, or inside a document) without saying so.
 
-    `cycle-cut-after-store-header` (file cut right after the 197-byte store header, so the
-    index2index it names is past the end) fails as of writing with a bare ValueError "store header
-    offsets are outside the mapping or misaligned" from the native `_attach` (chronq/_native.c),
-    naming neither file nor offset. Fix: check the layout's offsets against the file size when the
-    cycle file is opened (chronq/queue.py CycleFile / store.read_layout) and raise CorruptQueueError
-    (file, offset, which field), or map the native ValueError to one there.
-
-    `meta-roll-format-nul` (a NUL inside the stored roll format ``yyyyMMdd'F'``) fails as of writing:
-    the read sees an empty queue (no cycle file name parses with that format, so every file is
-    ignored) and an append dies with ValueError "embedded null byte" from the file name. Diagnosis:
-    the stored format is used unchecked (chronq/table.py header parsing → `RollMetadata.roll_cycle`
-    → `rollcycles.by_format`/`RollCycle.custom`). Fix: reject a format with characters that cannot
-    be in a file name or a DateTimeFormatter pattern (control characters, '/') as CorruptQueueError
-    naming metadata.cq4t and the format's position; a `.cq4` file in the directory that no cycle
-    name parses could at least warn.
+    `cycle-cut-after-store-header`, `index2index-*` and `tiny-third-index-array-past-file` guard that
+    offsets read from the store header or index arrays are checked before use (they used to surface
+    as a bare ValueError from the native attach, or an error naming the bogus target instead of
+    where the bad pointer is stored); `meta-roll-format-nul` that a damaged roll format in the table
+    store is reported instead of silently hiding every cycle file.
     """
     cq4, meta = "20240115F.cq4", "metadata.cq4t"
     cases = {
@@ -269,6 +259,9 @@ def fixed_damages() -> list[Any]:
         "message-length-to-file-end": [Damage(cq4, "header", 65_808, 196_608 - 65_808 - 4)],
         "index2index-length-huge": [Damage(cq4, "header", 200, 0x4000_0000 | 0x3FFF_FFFF)],
         "index-entry-points-past-file": [Damage(cq4, "header", 33_008 + 32, 0x7FFF_FFFF)],
+        "index2index-field-misaligned": [Damage(cq4, "flip", 152, 0)],
+        "index2index-field-huge": [Damage(cq4, "flip", 155, 0)],
+        "index2index-entry-past-file": [Damage(cq4, "header", 240, 0x7FFF_FFFF)],
         "index-entry-misaligned": [Damage(cq4, "flip", 33_040, 0)],
         "index-used-huge": [Damage(cq4, "flip", 33_039, 6)],
         "index-entry-points-at-next-message": [Damage(cq4, "header", 33_040, 65_828)],
@@ -283,12 +276,22 @@ def fixed_damages() -> list[Any]:
         "meta-roll-format-nul": [Damage(meta, "zero", 121, 1)],
         "both-empty": [Damage(cq4, "truncate", 0), Damage(meta, "truncate", 0)],
     }
+    tiny = "20240115T1.cq4"  # test_daily_tiny_index: three index arrays, index2index values at 240
+    tiny_cases = {
+        "tiny-third-index-array-past-file": [Damage(tiny, "flip", 258, 1)],
+    }
     modes = ("read", "append")
-    return [pytest.param(ds, mode, id=f"{name}-{mode}") for name, ds in cases.items() for mode in modes]
+    return [
+        pytest.param(vector, ds, mode, id=f"{name}-{mode}")
+        for vector, group in (("fast_daily_basic", cases), ("test_daily_tiny_index", tiny_cases))
+        for name, ds in group.items()
+        for mode in modes
+    ]
 
 
-@pytest.mark.parametrize(("ds", "mode"), fixed_damages())
-def test_fixed_damage(reader: Reader, ds: list[Damage], mode: str) -> None:
+@pytest.mark.parametrize(("vector", "ds", "mode"), fixed_damages())
+def test_fixed_damage(reader: Reader, vector: str, ds: list[Damage], mode: str) -> None:
     require_vectors()
     only_table_store = all(d.file == "metadata.cq4t" for d in ds)
-    check(reader, "fast_daily_basic", ds, mode, intact=4 if only_table_store else None)
+    intact = {"fast_daily_basic": 4, "test_daily_tiny_index": 20}[vector] if only_table_store else None
+    check(reader, vector, ds, mode, intact=intact)

@@ -1,4 +1,4 @@
-"""``df.write.format("chronq").mode("append").save(path)``: stage per task, append on the driver.
+"""``df.write``/``df.writeStream`` ``.format("chronq")``: stage per task, append on the driver.
 
 A queue has one writer order, so executors only stage their rows (Arrow IPC files next to the queue);
 the driver's ``commit()`` appends every staged partition in partition order with one appender, and
@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from chronq.errors import ChronqError
@@ -33,8 +32,8 @@ class Staged(WriterCommitMessage):
     rows: int
 
 
-class QueueWriter(DataSourceArrowWriter):
-    """Rows are either raw ``payload`` bytes or method calls (``method`` + ``args`` JSON columns)."""
+class _Staging:
+    """Executor side of both writers: stage one task's rows as an Arrow IPC file beside the queue."""
 
     def __init__(self, path: str, schema: StructType) -> None:
         names = schema.fieldNames()
@@ -44,7 +43,6 @@ class QueueWriter(DataSourceArrowWriter):
             self.column = "method"
         else:
             raise ChronqError(f"writing to a queue needs a 'payload' or a 'method' column, got {names}")
-        self.names = tuple(names)
         self.path = path
         self.staging = os.path.join(path, STAGING_DIR, uuid.uuid4().hex)
 
@@ -53,9 +51,9 @@ class QueueWriter(DataSourceArrowWriter):
 
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
-        attempt = ctx.attemptNumber() if ctx is not None else 0
+        task = f"{ctx.stageId()}-{partition}-{ctx.attemptNumber()}" if ctx is not None else "driver"
         os.makedirs(self.staging, exist_ok=True)
-        file = os.path.join(self.staging, f"part-{partition:06d}-{attempt}.arrow")
+        file = os.path.join(self.staging, f"part-{task}.arrow")
         rows = 0
         schema = pa.schema([pa.field("body", pa.binary())])
         with pa.OSFile(file, "wb") as sink, pa.ipc.new_stream(sink, schema) as out:
@@ -75,7 +73,8 @@ class QueueWriter(DataSourceArrowWriter):
         args = batch.column(args_at).to_pylist() if args_at >= 0 else [None] * len(methods)
         return pa.array([_decode.encode_call(m, a) for m, a in zip(methods, args, strict=True)], pa.binary())
 
-    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+    def _append(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        """Driver side: append every staged partition, in partition order, with one appender."""
         import chronq
 
         staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
@@ -87,12 +86,34 @@ class QueueWriter(DataSourceArrowWriter):
                         for batch in reader:
                             appender.write_many(batch.column(0).to_pylist())
         finally:
-            self._clean()
+            self._clean(messages)
+
+    def _clean(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        for m in messages:
+            if isinstance(m, Staged):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(m.file)
+        for d in (self.staging, os.path.dirname(self.staging)):
+            with contextlib.suppress(OSError):  # not empty: a failed task's file, or another job
+                os.rmdir(d)
+
+
+class QueueWriter(_Staging, DataSourceArrowWriter):
+    """``df.write``: rows are raw ``payload`` bytes or method calls (``method`` + ``args`` JSON)."""
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        self._append(messages)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
-        self._clean()
+        self._clean(messages)
 
-    def _clean(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
-        with contextlib.suppress(OSError):  # another job may be staging too
-            os.rmdir(os.path.dirname(self.staging))
+
+class QueueStreamWriter(_Staging, DataSourceStreamArrowWriter):
+    """``df.writeStream``: each micro-batch is appended when Spark commits it (at-least-once: a batch
+    Spark re-runs after a crash between this commit and its own commit log is appended again)."""
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        self._append(messages)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        self._clean(messages)

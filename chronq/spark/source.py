@@ -17,6 +17,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     Filter,
     InputPartition,
@@ -123,6 +124,13 @@ class ChronqDataSource(DataSource):
         if overwrite:
             raise ChronqError("a chronq queue is append-only: use mode('append')")
         return QueueWriter(self._opts.path, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from chronq.spark.sink import QueueStreamWriter
+
+        if overwrite:
+            raise ChronqError("a chronq queue is append-only: use outputMode('append')")
+        return QueueStreamWriter(self._opts.path, schema)
 
 
 # --------------------------------------------------------------------------------------------- reading

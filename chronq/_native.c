@@ -1818,7 +1818,7 @@ static PyObject *py_write_eof(PyObject *m, PyObject *const *args, Py_ssize_t nar
     for (int tries = 0; tries < 1000000; tries++) {
         if (pos > b.len - 8) {
             put_buf(&b);
-            raise_corrupt(name, pos, "no room for an EOF marker at the end of the mapping");
+            raise_corrupt(name, pos < b.len ? pos : b.len, "no room for an EOF marker at position %zd", pos);
             return NULL;
         }
         char *hp = b.base + pos;

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from chronq import _native
-from chronq.errors import ChronqError, QueueLockedError
+from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
 from chronq.table import NORMALISED_EOFS_TO, UNLOCKED, WRITE_LOCK
 
 if TYPE_CHECKING:
@@ -159,6 +159,10 @@ class Appender(_native.AppenderCore):
 
     def _write_eof(self, cf: CycleFile) -> None:
         wp = _native.load64(cf.map, cf.layout.write_position_offset)
+        if wp < 0 or wp > cf.map.size - 8:
+            raise CorruptQueueError(
+                str(cf.path), cf.layout.write_position_offset, f"writePosition {wp} is outside the file"
+            )
         start = wp if wp >= cf.layout.header_end else cf.layout.header_end
         try:
             _native.write_eof(cf.map, start, cf.align, str(cf.path))

@@ -8,6 +8,7 @@ would have written byte for byte. Document-level constants shared with the table
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import struct
@@ -367,11 +368,23 @@ def create_cycle_file(path: str | os.PathLike[str], roll_cycle: RollCycle, cycle
     spacing = index_spacing or roll_cycle.index_spacing
     chunk, overlap = cycle_file_size(block_size, count)
     prefix = cycle_file_prefix(count, spacing)
+    return publish_file(target, chunk + overlap, prefix)
+
+
+def publish_file(target: Path, size: int, content: bytes) -> bool:
+    """Create `target` as a sparse file of `size` bytes starting with `content`, all or nothing.
+
+    Built under a temporary name and hard-linked into place: readers never see it half-written, a
+    creator killed half-way leaves no damaged file behind, and of two racing creators exactly one
+    wins. Returns False if `target` already existed.
+    """
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        os.ftruncate(fd, chunk + overlap)
-        os.pwrite(fd, prefix, 0)
+        os.ftruncate(fd, size)
+        written = os.pwrite(fd, content, 0)
+        if written != len(content):
+            raise OSError(errno.ENOSPC, f"{target}: wrote {written} of {len(content)} bytes (disk full?)")
         os.close(fd)
         fd = -1
         try:

@@ -209,6 +209,10 @@ class TableStore:
         """
         p = Path(path)
         deadline = time.monotonic() + timeout
+        if not readonly and not p.exists():
+            # complete before it is visible: a creator killed half-way leaves nothing to recover
+            header = _encode_header(roll or RollMetadata.of(DEFAULT), source_id, 64)
+            _store.publish_file(p, TABLE_SIZE, header)
         if readonly:
             fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
         else:
@@ -217,6 +221,8 @@ class TableStore:
             while True:
                 with _FileLock(fd, readonly, os.fspath(p)):
                     size = os.fstat(fd).st_size
+                    if not readonly and size > 0 and not any(os.pread(fd, CHUNK, 0)):
+                        size = 0  # sized by a creator that died before writing anything: start again
                     if size == 0 and not readonly:
                         os.ftruncate(fd, TABLE_SIZE)
                         header = _encode_header(roll or RollMetadata.of(DEFAULT), source_id, 64)
@@ -225,7 +231,7 @@ class TableStore:
                         size = TABLE_SIZE
                     if size > 0:
                         # creators hold the exclusive lock until the header is published, so under
-                        # our lock a missing header is damage, not a creation in progress
+                        # our lock a missing header over written bytes is damage, not a creation
                         if size < 8 or load32(os.pread(fd, 4, 0), 0) == 0:
                             raise CorruptQueueError(os.fspath(p), 0, f"no table store header ({size} bytes)")
                         buf = mmap.mmap(fd, size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)

@@ -155,8 +155,20 @@ def test_readonly_missing_file(tmp_path: Path) -> None:
         TableStore.open(tmp_path / "metadata.cq4t", readonly=True)
 
 
+def test_all_zero_file_is_an_unfinished_creation(tmp_path: Path) -> None:
+    """As in Java's first-header protocol, header 0 over nothing written means "not created yet":
+    read-only opens refuse it without writing, a writable open finishes the creation."""
+    path = tmp_path / "metadata.cq4t"
+    path.write_bytes(bytes(131072))
+    with pytest.raises(CorruptQueueError) as info:
+        TableStore.open(path, readonly=True, timeout=0.05)
+    assert info.value.file == str(path)
+    assert path.read_bytes() == bytes(131072)
+    with TableStore.open(path) as ts:
+        assert ts.roll is not None and ts.roll.format == "yyyyMMdd'F'"
+
+
 @pytest.mark.parametrize(("what", "data"), [
-    ("zeroed", bytes(131072)),
     ("truncated", b"\xb0\x00"),
     ("truncated body", bytes.fromhex("b0000040b906686561646572")),
     ("data first", bytes.fromhex("10000000") + bytes(60)),

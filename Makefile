@@ -37,6 +37,8 @@ test-slow: build
 bench: build
 	$(PY) benchmarks/bench_wire.py
 	$(PY) benchmarks/bench_queue.py
+	$(PY) benchmarks/bench_rpc.py
+	$(PY) benchmarks/bench_spark.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info chronq/_native*.so

@@ -11,32 +11,17 @@ writer and reader with MSGSPEC arguments (Python-only) to show what the BINARY c
 from __future__ import annotations
 
 import argparse
-import enum
 import tempfile
 import time
 from collections.abc import Callable
 from typing import Protocol
 
-import msgspec
+from trade import TRADE, Trade
 
 import chronq
 import rpc
 from rpc.testing import Recorder
 from wire import WireType
-
-
-class Side(enum.Enum):
-    BUY = "BUY"
-    SELL = "SELL"
-
-
-class Trade(msgspec.Struct):
-    timestamp: int
-    symbol: str
-    price: float
-    quantity: int
-    side: Side
-    trader: str
 
 
 class Trades(Protocol):
@@ -68,7 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=int, default=200_000)
     n = ap.parse_args().n
-    trade = Trade(1_700_000_000_123_456_789, "EURUSD", 1.0875, 1_000_000, Side.BUY, "alice")
+    trade = TRADE
     rec = Recorder()
     rpc.writer(rec, Trades).trade(trade)
     doc = rec.documents[0]

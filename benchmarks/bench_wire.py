@@ -8,31 +8,14 @@ Targets (issue #2): BINARY encode and decode >= 2,000,000 messages/s.
 from __future__ import annotations
 
 import argparse
-import enum
 import time
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from trade import TRADE, Trade
 
 from wire import binary
-
-
-class Side(enum.Enum):
-    BUY = "B"
-    SELL = "S"
-
-
-class Trade(msgspec.Struct):
-    timestamp: int
-    symbol: str
-    price: float
-    quantity: int
-    side: Side
-    trader: str
-
-
-TRADE = Trade(1_705_312_800_123_456_789, "EURUSD", 1.0875, 1_000_000, Side.BUY, "alice")
 
 
 def _batch(fn: Callable[[], Any]) -> int:

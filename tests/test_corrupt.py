@@ -32,6 +32,7 @@ TIMEOUT = 20.0
 VECTORS = ["fast_daily_basic", "test_daily_tiny_index", "test4_daily_spacing4", "fast_hourly_roll_eof",
            "named_tailer"]
 NAMED = {"named_tailer": ["myTailer", "replicated:tailerOne", "unreadTailer"]}
+DATA_DOCUMENTS = {"fast_daily_basic": 4, "test_daily_tiny_index": 20, "named_tailer": 5}
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,13 @@ def fixed_damages() -> list[Any]:
     as a bare ValueError from the native attach, or an error naming the bogus target instead of
     where the bad pointer is stored); `meta-roll-format-nul` that a damaged roll format in the table
     store is reported instead of silently hiding every cycle file.
+
+    `named-position-cycle-out-of-range` fails as of writing: a named tailer whose stored index has an
+    impossible cycle (here 0x1000004d19) raises OverflowError "date value out of range" from
+    `RollCycle.file_name` (chronq/rollcycles.py `_format`), reached through `Tailer.__init__` →
+    `_move` → `_attach_cycle` → `Queue.open_cycle`. Fix: a cycle outside what the roll cycle can
+    name is "no such cycle" (False/None) for lookups, and a stored named position holding one is a
+    CorruptQueueError naming metadata.cq4t and the value's offset.
     """
     cq4, meta = "20240115F.cq4", "metadata.cq4t"
     cases = {
@@ -280,10 +288,13 @@ def fixed_damages() -> list[Any]:
     tiny_cases = {
         "tiny-third-index-array-past-file": [Damage(tiny, "flip", 258, 1)],
     }
+    # named_tailer: index.myTailer's int64 value is at 544; its top byte makes the cycle impossible
+    named_cases = {"named-position-cycle-out-of-range": [Damage("metadata.cq4t", "flip", 551, 0)]}
     modes = ("read", "append")
     return [
         pytest.param(vector, ds, mode, id=f"{name}-{mode}")
-        for vector, group in (("fast_daily_basic", cases), ("test_daily_tiny_index", tiny_cases))
+        for vector, group in (("fast_daily_basic", cases), ("test_daily_tiny_index", tiny_cases),
+                              ("named_tailer", named_cases))
         for name, ds in group.items()
         for mode in modes
     ]
@@ -293,5 +304,5 @@ def fixed_damages() -> list[Any]:
 def test_fixed_damage(reader: Reader, vector: str, ds: list[Damage], mode: str) -> None:
     require_vectors()
     only_table_store = all(d.file == "metadata.cq4t" for d in ds)
-    intact = {"fast_daily_basic": 4, "test_daily_tiny_index": 20}[vector] if only_table_store else None
+    intact = DATA_DOCUMENTS[vector] if only_table_store else None
     check(reader, vector, ds, mode, intact=intact)

@@ -238,7 +238,13 @@ class Queue:
                 self._files[(cycle, writable)] = cf  # most recently used last
                 cf.remap()
                 return cf
-            path = self.file_for(cycle)
+            try:
+                path = self.file_for(cycle)
+            except (OverflowError, ValueError):  # beyond the dates the roll cycle can name
+                if create:
+                    raise ChronqError(f"{self.path}: cycle {cycle} cannot be named by roll cycle "
+                                      f"{self.roll_cycle.name}") from None
+                return None
             if create and not path.exists():
                 if self.readonly:
                     raise ChronqError(f"{self.path}: cannot create cycle {cycle} in a read-only queue")

@@ -243,12 +243,8 @@ def fixed_damages() -> list[Any]:
     where the bad pointer is stored); `meta-roll-format-nul` that a damaged roll format in the table
     store is reported instead of silently hiding every cycle file.
 
-    `named-position-cycle-out-of-range` fails as of writing: a named tailer whose stored index has an
-    impossible cycle (here 0x1000004d19) raises OverflowError "date value out of range" from
-    `RollCycle.file_name` (chronq/rollcycles.py `_format`), reached through `Tailer.__init__` →
-    `_move` → `_attach_cycle` → `Queue.open_cycle`. Fix: a cycle outside what the roll cycle can
-    name is "no such cycle" (False/None) for lookups, and a stored named position holding one is a
-    CorruptQueueError naming metadata.cq4t and the value's offset.
+    `named-position-cycle-out-of-range`: a named tailer whose stored index has a cycle no file name
+    can express (it used to raise OverflowError from the file-name formatting).
     """
     cq4, meta = "20240115F.cq4", "metadata.cq4t"
     cases = {

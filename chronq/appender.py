@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
+from chronq.store import process_alive
 from chronq.table import NORMALISED_EOFS_TO, UNLOCKED, WRITE_LOCK
 
 if TYPE_CHECKING:
@@ -248,7 +249,7 @@ class Appender(_native.AppenderCore):
             if time.monotonic() > deadline:
                 holder = _native.load64(buf, off)
                 pid = holder & 0xFFFF_FFFF
-                if holder != UNLOCKED and not _alive(pid):
+                if holder != UNLOCKED and not process_alive(pid):
                     if _native.cas64(buf, off, holder, UNLOCKED):
                         warnings.warn(
                             f"{table.path}: took over the write lock held by dead process {pid}", stacklevel=2
@@ -260,17 +261,3 @@ class Appender(_native.AppenderCore):
                 )
             time.sleep(sleep)
             sleep = min(sleep * 2, 0.005)
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    if os.path.isdir("/proc/self"):
-        return os.path.exists(f"/proc/{pid}")
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

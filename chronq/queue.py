@@ -20,7 +20,14 @@ from typing import Any, TypeVar
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, RollCycleMismatchError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_name
-from chronq.store import StoreLayout, create_cycle_file, cycle_file_prefix, cycle_file_size, read_layout
+from chronq.store import (
+    StoreLayout,
+    create_cycle_file,
+    cycle_file_prefix,
+    cycle_file_size,
+    read_layout,
+    remove_abandoned_files,
+)
 from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore
 
 __all__ = ["CycleFile", "Queue", "open"]
@@ -131,6 +138,8 @@ class Queue:
             self.table = TableStore.open(
                 table, readonly=readonly, roll=RollMetadata.of(requested, epoch), source_id=source_id
             )
+        if not readonly:
+            remove_abandoned_files(self.path)
         stored = self.table.roll if self.table is not None else None
         self.epoch = epoch
         if stored is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import struct
 from collections.abc import Iterator
@@ -369,6 +370,36 @@ def create_cycle_file(path: str | os.PathLike[str], roll_cycle: RollCycle, cycle
     chunk, overlap = cycle_file_size(block_size, count)
     prefix = cycle_file_prefix(count, spacing)
     return publish_file(target, chunk + overlap, prefix)
+
+
+_TEMP_FILE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp$")
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` is a live process here (Java's dead-lock-holder test: `/proc/<pid>` exists)."""
+    if pid <= 0:
+        return False
+    if os.path.isdir("/proc/self"):
+        return os.path.exists(f"/proc/{pid}")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_abandoned_files(directory: Path) -> list[Path]:
+    """Delete the temporary files of creators killed before `publish_file` linked them into place."""
+    removed = []
+    for entry in os.scandir(directory):
+        m = _TEMP_FILE.match(entry.name)
+        if m and not process_alive(int(m["pid"])):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+    return removed
 
 
 def publish_file(target: Path, size: int, content: bytes) -> bool:

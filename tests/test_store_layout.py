@@ -244,3 +244,23 @@ def test_every_cycle_creates_a_readable_file(name: str, block_size: int) -> None
         i2i = layout.index2index
         assert layout.header_end == i2i and [d.position for d in docs] == [i2i, i2i + 4 + docs[0].length]
         assert stop_header(data, i2i, aligned=True, file=str(path))[1] == 0
+
+
+def test_writable_open_removes_temp_files_of_dead_creators(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import chronq
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    pid = int(dead.stdout)
+    tmp_path.mkdir(exist_ok=True)
+    abandoned = tmp_path / f".20240115F.cq4.{pid}.0123abcd.tmp"
+    ours = tmp_path / f".20240115F.cq4.{os.getpid()}.0123abcd.tmp"  # a live creator's: kept
+    abandoned.write_bytes(b"x")
+    ours.write_bytes(b"x")
+    with chronq.open(tmp_path, readonly=False):
+        pass
+    assert not abandoned.exists()
+    assert ours.exists()

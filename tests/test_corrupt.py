@@ -221,7 +221,7 @@ def test_random_damage_append(reader: Reader, vector: str) -> None:
 def test_random_damage_long(reader: Reader, vector: str) -> None:
     require_vectors()
 
-    @settings(SETTINGS, max_examples=600, derandomize=False)
+    @settings(SETTINGS, max_examples=150)
     @given(damages(vector), st.sampled_from(["read", "append"]))
     def run(ds: list[Damage], mode: str) -> None:
         check(reader, vector, ds, mode)

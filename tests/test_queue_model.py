@@ -250,7 +250,7 @@ class LongQueueMachine(QueueMachine):
 
 
 LongQueueMachine.TestCase.settings = settings(
-    max_examples=500, stateful_step_count=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=200, stateful_step_count=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_queue_against_list_model_long = pytest.mark.slow(LongQueueMachine.TestCase)
 

@@ -27,7 +27,7 @@ import typing
 import uuid
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar
 
 from wire import _javatime, binary, registry
 from wire.binary import Reader, Writer
@@ -57,6 +57,7 @@ _K_INT, _K_FLOAT, _K_STR, _K_BOOL, _K_ENUM, _K_OTHER, _K_FLOAT32 = range(7)
 
 _MISSING: Any = object()
 _lock = threading.RLock()
+_F = TypeVar("_F")
 _encoders: dict[Any, Encoder] = {}
 _field_encoders: dict[Any, Encoder] = {}
 _decoders: dict[Any, Decoder] = {}
@@ -396,15 +397,20 @@ def _fields_encoder(cls: type[Any], native: bool = True) -> Encoder:
     return typing.cast(Encoder, _compile("encode_fields", "\n".join(lines) + "\n", ns))
 
 
-def field_encoder_for(tp: Any) -> Encoder:
-    """A compiled function appending the fields of a `tp` instance (a document body, no length)."""
-    enc = _field_encoders.get(tp)
-    if enc is None:
+def _built_once(cache: dict[Any, _F], tp: Any, build: Callable[[Any], _F]) -> _F:
+    """Field-level code exists only for structured classes; it is compiled once per class."""
+    got = cache.get(tp)
+    if got is None:
         with _lock:
             if not _is_structured(tp):
                 raise TypeError(f"{tp!r} is not a msgspec Struct, attrs class or dataclass")
-            enc = _field_encoders[tp] = _fields_encoder(tp)
-    return enc
+            got = cache[tp] = build(tp)
+    return got
+
+
+def field_encoder_for(tp: Any) -> Encoder:
+    """A compiled function appending the fields of a `tp` instance (a document body, no length)."""
+    return _built_once(_field_encoders, tp, _fields_encoder)
 
 
 def encoder_for(tp: Any) -> Encoder:
@@ -644,13 +650,7 @@ def _fields_decoder(cls: type[Any], native: bool = True) -> Decoder:
 
 def fields_decoder_for(tp: Any) -> Decoder:
     """A compiled function reading the remaining fields of a Reader (a document body) as a `tp`."""
-    dec = _field_decoders.get(tp)
-    if dec is None:
-        with _lock:
-            if not _is_structured(tp):
-                raise TypeError(f"{tp!r} is not a msgspec Struct, attrs class or dataclass")
-            dec = _field_decoders[tp] = _fields_decoder(tp)
-    return dec
+    return _built_once(_field_decoders, tp, _fields_decoder)
 
 
 def _structured_decoder(cls: Any, fields_dec: Decoder, native: bool = True) -> Decoder:

@@ -18,6 +18,7 @@ import dataclasses
 import datetime as _dt
 import enum
 import inspect
+import keyword
 import linecache
 import os
 import sys
@@ -397,6 +398,11 @@ def _fields_encoder(cls: type[Any], native: bool = True) -> Encoder:
     return typing.cast(Encoder, _compile("encode_fields", "\n".join(lines) + "\n", ns))
 
 
+def _is_keyword_safe(name: str) -> bool:
+    """Whether generated code may pass `name` as `name=value` (not for fields such as `try`)."""
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
 def _built_once(cache: dict[Any, _F], tp: Any, build: Callable[[Any], _F]) -> _F:
     """Field-level code exists only for structured classes; it is compiled once per class."""
     got = cache.get(tp)
@@ -643,7 +649,9 @@ def _fields_decoder(cls: type[Any], native: bool = True) -> Decoder:
         else:
             message = f"{cls.__qualname__}: required field {f.wire_name!r} is missing"
             lines.append(f"        raise WireError({message!r}, r.pos)")
-    args = ", ".join(f"{f.init_name}=f{i}" for i, f in enumerate(fields))
+    plain = [f"{f.init_name}=f{i}" for i, f in enumerate(fields) if _is_keyword_safe(f.init_name)]
+    other = [f"{f.init_name!r}: f{i}" for i, f in enumerate(fields) if not _is_keyword_safe(f.init_name)]
+    args = ", ".join(plain + ([f"**{{{', '.join(other)}}}"] if other else []))
     lines.append(f"    return cls({args})")
     return typing.cast(Decoder, _compile("decode_fields", "\n".join(lines) + "\n", ns))
 

@@ -8,6 +8,7 @@ Numbers depend on the machine and its load; the ratios are what to compare.
 from __future__ import annotations
 
 import argparse
+import gc
 import mmap
 import os
 import random
@@ -157,7 +158,8 @@ def throughput(n: int, tmp: Path) -> list[tuple[str, float, float, float, str]]:
 
 
 LATENCY_READER = r"""
-import sys, time, struct, chronq
+import gc, sys, time, struct, chronq
+gc.disable()  # what a latency-sensitive service does: no collector pauses on the hot path
 q = chronq.open(sys.argv[1], readonly=True)
 n = int(sys.argv[2])
 t = q.tailer().to_end()
@@ -185,6 +187,16 @@ def latency(samples: int, tmp: Path, rate_hz: int = 100_000) -> tuple[int, int, 
     )
     assert reader.stdout is not None
     reader.stdout.readline()
+    gc.disable()  # as in the reader: no collector pauses while pacing the writes
+    try:
+        return _paced_writes(path, samples, rate_hz, reader)
+    finally:
+        gc.enable()
+
+
+def _paced_writes(
+    path: Path, samples: int, rate_hz: int, reader: subprocess.Popen[str]
+) -> tuple[int, int, int, int]:
     with chronq.open(path) as q:
         w = q.appender().write
         now = time.perf_counter_ns

@@ -1376,7 +1376,95 @@ typedef struct {
     int64_t pending_named; /* index to store when the open document finishes, or -1 */
     Py_ssize_t release_every; /* drop pages behind the reader every N bytes (0 = never) */
     Py_ssize_t released_to;
+    /* headerless (libchronicle) cycle: no writePosition and no index, documents from offset 0. Seeks walk
+       the documents and keep a sparse, bounded index of their own: marks[k] = position of the data
+       document with sequence k << mark_bits (the spacing doubles whenever the array is full). */
+    int headerless;
+    Py_ssize_t *marks;
+    Py_ssize_t marks_n;
+    int mark_bits;
 } TailerObject;
+
+#define TL_MARKS_MAX 4096
+#define TL_MARK_BITS0 6
+
+static void Tl_reset_marks(TailerObject *self) {
+    self->marks_n = 0;
+    self->mark_bits = TL_MARK_BITS0;
+}
+
+/* Record pos as the mark of sequence cur if it is the next one due (marks are dense from sequence 0). */
+static void Tl_note_mark(TailerObject *self, int64_t cur, Py_ssize_t pos) {
+    if (cur != ((int64_t)self->marks_n << self->mark_bits)) return;
+    if (!self->marks) {
+        self->marks = PyMem_Malloc(TL_MARKS_MAX * sizeof(Py_ssize_t));
+        if (!self->marks) return; /* only a cache: seeks just walk further */
+    }
+    if (self->marks_n == TL_MARKS_MAX) {
+        for (Py_ssize_t i = 0; i < TL_MARKS_MAX / 2; i++) self->marks[i] = self->marks[2 * i];
+        self->marks_n = TL_MARKS_MAX / 2;
+        self->mark_bits++;
+        if (cur != ((int64_t)self->marks_n << self->mark_bits)) return;
+    }
+    self->marks[self->marks_n++] = pos;
+}
+
+/* Walk a headerless cycle towards sequence target (INT64_MAX: to the end), starting at the nearest mark.
+   Returns 1 = data document target at *pos_out; 0 = stopped at a free, unfinished or unmapped header;
+   3 = stopped at an EOF marker. *cur_out is the sequence of the next data document at *pos_out. */
+static int Tl_walk_headerless(TailerObject *self, int64_t target, Py_ssize_t *pos_out, int64_t *cur_out) {
+    Geometry *g = &self->g;
+    Py_ssize_t pos = g->data_start;
+    int64_t cur = 0;
+    if (self->marks_n > 0) {
+        int64_t k = target >> self->mark_bits;
+        if (k >= self->marks_n) k = self->marks_n - 1;
+        Py_ssize_t p = self->marks[k];
+        uint32_t h = p >= 0 && p <= g->size - 4 ? ld32(g->base + p) : 0;
+        if (h != 0 && !(h & (HDR_NOT_COMPLETE | HDR_META))) {
+            pos = p;
+            cur = k << self->mark_bits;
+        } else {
+            Tl_reset_marks(self); /* the file was replaced under us: start over */
+        }
+    }
+    for (;;) {
+        if (pos > g->size - 4) break;
+        uint32_t h = ld32(g->base + pos);
+        if (h == HDR_EOF) {
+            *pos_out = pos;
+            *cur_out = cur;
+            return 3;
+        }
+        if (h == 0 || (h & HDR_NOT_COMPLETE)) break;
+        Py_ssize_t len = (Py_ssize_t)(h & HDR_LENGTH_MASK);
+        if (pos + 4 + len > g->size) break; /* the forward read reports it, naming the position */
+        if (!(h & HDR_META)) {
+            Tl_note_mark(self, cur, pos);
+            if (cur == target) {
+                *pos_out = pos;
+                *cur_out = cur;
+                return 1;
+            }
+            cur++;
+        }
+        pos = align_up(pos + 4 + len, g->align);
+    }
+    *pos_out = pos;
+    *cur_out = cur;
+    return 0;
+}
+
+/* seek_seq for either kind of cycle file (same return codes). */
+static int Tl_seek_seq(TailerObject *self, int64_t seq, Py_ssize_t *pos_out) {
+    if (!self->headerless) return seek_seq(&self->g, seq, pos_out);
+    if (seq < 0) return -1;
+    int64_t cur;
+    int r = Tl_walk_headerless(self, seq, pos_out, &cur);
+    if (r == 1) return 1;
+    if (cur == seq) return 0;
+    return r == 3 ? -3 : -1;
+}
 
 static void Tl_clear_named(TailerObject *self) {
     if (self->has_named) {
@@ -1404,6 +1492,7 @@ static void Tl_dealloc(TailerObject *self) {
     PyObject_GC_UnTrack(self);
     Tl_clear_named(self);
     Tl_clear(self);
+    PyMem_Free(self->marks);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1412,12 +1501,55 @@ static PyObject *Tl_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     if (!self) return NULL;
     self->direction = 1;
     self->pending_named = -1;
+    Tl_reset_marks(self);
     return (PyObject *)self;
 }
 
 static PyObject *Tl_attach(TailerObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    /* same geometry as the appender; positions the tailer at the start of the cycle */
-    if (parse_geometry(&self->g, args, nargs, "_attach") < 0) return NULL;
+    /* same geometry as the appender, plus an optional 12th argument: headerless (no writePosition, no
+       index; writePosition offset, index2index and lastIndex must be passed as -1, 0, 0).
+       Positions the tailer at the start of the cycle. */
+    int headerless = 0;
+    if (nargs == 12) {
+        headerless = PyObject_IsTrue(args[11]);
+        if (headerless < 0) return NULL;
+        nargs = 11;
+    }
+    if (check_nargs("_attach", nargs, 11) < 0) return NULL;
+    PyObject *geometry[11];
+    memcpy(geometry, args, sizeof(geometry));
+    PyObject *zero = NULL;
+    if (headerless) {
+        long long wp = PyLong_AsLongLong(args[6]);
+        if (wp == -1 && PyErr_Occurred()) return NULL;
+        if (wp != -1) {
+            PyErr_SetString(PyExc_ValueError, "a headerless cycle has no writePosition (pass -1)");
+            return NULL;
+        }
+        zero = PyLong_FromLong(0);
+        if (!zero) return NULL;
+        geometry[6] = zero; /* never read: Tl_seek_end walks a headerless cycle instead */
+    }
+    PyObject *old_name = self->g.map && self->headerless ? Py_NewRef(self->g.map->name) : NULL;
+    int64_t old_cycle = self->g.cycle;
+    int r = parse_geometry(&self->g, geometry, 11, "_attach");
+    Py_XDECREF(zero);
+    if (r < 0) {
+        Py_XDECREF(old_name);
+        return NULL;
+    }
+    if (headerless && self->g.i2i_pos != 0) {
+        Py_XDECREF(old_name);
+        PyErr_SetString(PyExc_ValueError, "a headerless cycle has no index2index (pass 0)");
+        return NULL;
+    }
+    /* the marks of a headerless file stay valid while the same file is re-attached (e.g. after a seek) */
+    int same = headerless && old_name && old_cycle == self->g.cycle &&
+               PyObject_RichCompareBool(old_name, self->g.map->name, Py_EQ) == 1;
+    PyErr_Clear();
+    Py_XDECREF(old_name);
+    if (!same) Tl_reset_marks(self);
+    self->headerless = headerless;
     self->pos = 0;
     self->seq = 0;
     self->released_to = 0;
@@ -1650,7 +1782,7 @@ static PyObject *Tl_seek(TailerObject *self, PyObject *arg) {
     if (seq == -1 && PyErr_Occurred()) return NULL;
     if (!self->g.map) return PyLong_FromLong(-1);
     Py_ssize_t pos;
-    int r = seek_seq(&self->g, seq, &pos);
+    int r = Tl_seek_seq(self, seq, &pos);
     if (r == -2) return NULL;
     if (r >= 0) {
         self->pos = pos;
@@ -1666,7 +1798,7 @@ static PyObject *Tl_move_to_index(TailerObject *self, PyObject *arg) {
     if (self->g.map && self->direction == 1 && index >= 0 && (index >> self->g.shift) == self->g.cycle) {
         Py_ssize_t pos;
         int64_t seq = index & (((int64_t)1 << self->g.shift) - 1);
-        int r = seek_seq(&self->g, seq, &pos);
+        int r = Tl_seek_seq(self, seq, &pos);
         if (r == -2) return NULL;
         if (r >= 0) {
             self->pos = pos;
@@ -1686,6 +1818,14 @@ static PyObject *Tl_seek_end(TailerObject *self, PyObject *Py_UNUSED(ignored)) {
     /* move past the last complete document of the attached cycle: returns (seq, at_eof) */
     Geometry *g = &self->g;
     if (!g->map) Py_RETURN_NONE;
+    if (self->headerless) {
+        Py_ssize_t end;
+        int64_t n;
+        int r = Tl_walk_headerless(self, INT64_MAX, &end, &n);
+        self->pos = end;
+        self->seq = n;
+        return Py_BuildValue("LO", (long long)n, r == 3 ? Py_True : Py_False);
+    }
     int64_t wp = ld64(g->base + g->wp_off);
     Py_ssize_t pos = g->data_start;
     int64_t seq = 0;

@@ -168,6 +168,7 @@ class TailerCore:
         index2index_position: int,
         last_index_offset: int,
         data_start: int,
+        headerless: bool = False,
         /,
     ) -> None: ...
     def _detach(self) -> None: ...

@@ -6,6 +6,7 @@ cycles, keeps the table store in sync and answers questions about the whole queu
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import os
@@ -21,10 +22,14 @@ from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, RollCycleMismatchError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_name
 from chronq.store import (
+    END_OF_DATA,
+    NOT_COMPLETE,
     StoreLayout,
     create_cycle_file,
     cycle_file_prefix,
     cycle_file_size,
+    is_headerless,
+    load32,
     read_layout,
     remove_abandoned_files,
 )
@@ -53,8 +58,11 @@ class CycleFile:
         return 4 if self.layout.data_format == 1 else 1
 
     def geometry(self) -> tuple[Any, ...]:
-        """Arguments of the native cores' `_attach`."""
+        """Arguments of the native cores' `_attach` (a headerless file adds a 12th: True)."""
         lay = self.layout
+        if lay.headerless:
+            return (self.map, self.cycle, lay.cycle_shift, self.align, lay.index_count, lay.index_spacing,
+                    -1, 0, 0, 0, 0, True)
         i2i = _native.load64(self.map, lay.index2index_offset) if lay.index2index_offset >= 0 else 0
         return (
             self.map,
@@ -130,9 +138,12 @@ class Queue:
                 raise ChronqError(f"{self.path}: no queue directory to open read-only")
         else:
             self.path.mkdir(parents=True, exist_ok=True)
+            _refuse_headerless(self.path)
         table = self.path / TABLE_STORE_FILE
         if readonly and not table.exists() and (self.path / V4_TABLE_STORE_FILE).exists():
             table = self.path / V4_TABLE_STORE_FILE
+        # libchronicle pads the documents of its headerless files to 4 bytes in a v5 queue only
+        self._headerless_aligned = table.name != V4_TABLE_STORE_FILE
         self.table: TableStore | None = None
         if table.exists() or not readonly:
             self.table = TableStore.open(
@@ -239,7 +250,11 @@ class Queue:
         return self.cycles()
 
     def open_cycle(self, cycle: int, *, writable: bool = False, create: bool = False) -> CycleFile | None:
-        """Map a cycle file (shared per queue); None if it does not exist and `create` is False."""
+        """Map a cycle file (shared per queue); None if it does not exist and `create` is False.
+
+        A reader (not `writable`) also gets None for a file whose first document is not finished yet
+        (libchronicle creates its files empty), as if the file were not there yet.
+        """
         self._check_open()
         with self._lock:
             cf = self._files.pop((cycle, writable), None)
@@ -278,16 +293,22 @@ class Queue:
                 if writable:
                     self._reserve_prefix(fd, path, size)
                 hole = _first_hole(fd, size)
+                if not writable and _not_started(fd, hole):
+                    os.close(fd)  # a reader waits for the first document, as for a file not there yet
+                    return None
                 if hole < min(size, 512):
                     raise CorruptQueueError(str(path), hole, "the store header is not on disk (a hole)")
-                m = _native.Map(fd, size, writable, str(path))
-                layout = read_layout(memoryview(m), path, roll_cycle=self.roll_cycle)
+                # a headerless file's only document may be shorter than the 16 bytes the native
+                # geometry checks need; the rest of the mapped page reads as zeros (no document yet)
+                m = _native.Map(fd, size if writable else max(size, 16), writable, str(path))
+                layout = read_layout(memoryview(m), path, roll_cycle=self.roll_cycle,
+                                     aligned_headerless=self._headerless_aligned)
             except BaseException:
                 os.close(fd)
                 raise
-            if layout.headerless or layout.write_position_offset < 0:
+            if layout.headerless and writable:
                 os.close(fd)
-                raise ChronqError(f"{path}: headerless cycle files are not supported by the queue core")
+                raise _headerless_error(path)
             cf = CycleFile(cycle, path, m, layout, fd)
             self._files[(cycle, writable)] = cf
             self._evict()
@@ -469,6 +490,38 @@ def _stored_roll_cycle(stored: RollMetadata, table: Path) -> RollCycle:
         return rc
     except (ValueError, OverflowError) as e:
         raise CorruptQueueError(str(table), 0, f"unusable roll cycle in the table store: {e}") from None
+
+
+def _not_started(fd: int, hole: int) -> bool:
+    """Whether a cycle file has no finished first document yet: all zeros (libchronicle creates its
+    files empty and sparse), or a first header a writer still holds (Java claims it while creating)."""
+    if hole == 0:
+        return True
+    start = os.pread(fd, 4096, 0)
+    if len(start) < 4:
+        return False
+    header = load32(start, 0)
+    if header & NOT_COMPLETE and header != END_OF_DATA:
+        return True
+    return not any(start)
+
+
+def _headerless_error(path: Path) -> ChronqError:
+    return ChronqError(f"{path}: cycle file without a store header (as libchronicle writes them): chronq "
+                       "reads such queues but does not append to them; open the queue with readonly=True")
+
+
+def _refuse_headerless(directory: Path) -> None:
+    """A writable open fails up front on a queue with headerless cycle files (never appended to)."""
+    for entry in os.scandir(directory):
+        if entry.name.endswith(".cq4") and not entry.name.startswith(".") and entry.is_file():
+            try:
+                with builtins.open(entry.path, "rb") as f:
+                    start = f.read(12)
+            except OSError:
+                continue
+            if is_headerless(start):
+                raise _headerless_error(Path(entry.path))
 
 
 def _first_hole(fd: int, size: int) -> int:

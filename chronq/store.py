@@ -38,6 +38,8 @@ __all__ = [
     "cycle_file_prefix",
     "cycle_file_size",
     "documents",
+    "headerless_layout",
+    "is_headerless",
     "load32",
     "load64",
     "read_layout",
@@ -179,16 +181,20 @@ def _skip_type_prefix(r: Reader) -> str | None:
 
 
 def read_layout(buf: Buffer, file_name: str | os.PathLike[str], *,
-                roll_cycle: RollCycle | None = None) -> StoreLayout:
+                roll_cycle: RollCycle | None = None, aligned_headerless: bool = False) -> StoreLayout:
     """Parse a cycle file's first document. Raises CorruptQueueError naming the file and offset.
 
-    A file whose first document is data (libchronicle writes no header) is `headerless`: it has no
-    index and no alignment, and takes its index parameters from `roll_cycle` (FAST_DAILY's if None).
+    A file whose first document is data or an EOF marker (libchronicle writes no header) is
+    `headerless`: it has no index, takes its index parameters from `roll_cycle` (FAST_DAILY's if None)
+    and pads documents to 4 bytes only if `aligned_headerless` (libchronicle does in a v5 queue, one
+    with `metadata.cq4t`, and does not in a v4 one).
     """
     file = os.fspath(file_name)
     if len(buf) < 8:
         raise CorruptQueueError(file, 0, f"file of {len(buf)} bytes is too short for a cycle file")
     header = load32(buf, 0)
+    if header == END_OF_DATA:
+        return headerless_layout(file, roll_cycle, aligned=aligned_headerless)
     if header == 0 or header == NOT_COMPLETE:
         raise CorruptQueueError(file, 0, f"first header is 0x{header:08x}: the file is empty or still "
                                          "being created")
@@ -198,7 +204,7 @@ def read_layout(buf: Buffer, file_name: str | os.PathLike[str], *,
     if not header & META_DATA:
         if bytes(buf[4:12]) == b"\xb9\x06header":
             raise CorruptQueueError(file, 0, f"first header 0x{header:08x} marks the SCQStore header as data")
-        return _headerless(buf, file, roll_cycle)
+        return headerless_layout(file, roll_cycle, aligned=aligned_headerless)
     if length > MAX_FIRST_HEADER or 4 + length > len(buf):
         raise CorruptQueueError(file, 0, f"first header claims {length} bytes (limit {MAX_FIRST_HEADER}, "
                                          f"file {len(buf)})")
@@ -209,11 +215,25 @@ def read_layout(buf: Buffer, file_name: str | os.PathLike[str], *,
         raise CorruptQueueError(file, at, f"bad SCQStore header: {e}") from None
 
 
-def _headerless(buf: Buffer, file: str, roll_cycle: RollCycle | None) -> StoreLayout:
+def headerless_layout(file: str, roll_cycle: RollCycle | None = None, *,
+                      aligned: bool = False) -> StoreLayout:
+    """The layout of a cycle file without a store header: documents from offset 0, nothing indexed."""
     from chronq.rollcycles import DEFAULT
 
     rc = roll_cycle or DEFAULT
-    return StoreLayout(file, True, 4, 0, rc.index_count, rc.index_spacing, -1, False, -1, 0, -1, 0, 0)
+    return StoreLayout(file, True, 5 if aligned else 4, int(aligned), rc.index_count, rc.index_spacing,
+                       -1, False, -1, 0, -1, 0, 0)
+
+
+def is_headerless(start: bytes) -> bool:
+    """Whether a cycle file starting with these (at least 12) bytes is a libchronicle one without a
+    store header: its first document is a finished data document or an EOF marker."""
+    if len(start) < 12:
+        return False
+    header = load32(start, 0)
+    if header == END_OF_DATA:
+        return True
+    return header != 0 and not header & (NOT_COMPLETE | META_DATA) and start[4:12] != b"\xb9\x06header"
 
 
 _STORE_CLASS = "net.openhft.chronicle.queue.impl.single.SingleChronicleQueueStore"

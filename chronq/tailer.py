@@ -129,7 +129,11 @@ class Tailer(_native.TailerCore):
             if last is not None:
                 self.move_to_index(last)
             return self
-        self._attach_cycle(cycles[-1])
+        # the newest file may have no first document yet (a reader cannot open it): end of the one before
+        if not any(self._attach_cycle(c) for c in reversed(cycles)):
+            self._file = None
+            self._detach()
+            return self
         r = self._seek_end()
         self._eof = bool(r and r[1])
         return self

@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
@@ -70,7 +71,10 @@ class _Staging:
             return col.cast(pa.binary())
         methods = batch.column(batch.schema.get_field_index("method")).to_pylist()
         args_at = batch.schema.get_field_index("args")
-        args = batch.column(args_at).to_pylist() if args_at >= 0 else [None] * len(methods)
+        if args_at < 0:
+            args: list[Any] = [None] * len(methods)
+        else:  # a typed struct's maps as dicts, so they are written as maps
+            args = batch.column(args_at).to_pylist(maps_as_pydicts="lossy")
         return pa.array([_decode.encode_call(m, a) for m, a in zip(methods, args, strict=True)], pa.binary())
 
     def _append(self, messages: Sequence[WriterCommitMessage | None]) -> None:
@@ -99,7 +103,8 @@ class _Staging:
 
 
 class QueueWriter(_Staging, DataSourceArrowWriter):
-    """``df.write``: rows are raw ``payload`` bytes or method calls (``method`` + ``args`` JSON)."""
+    """``df.write``: rows are raw ``payload`` bytes or method calls (``method`` + ``args``, JSON or the
+    typed struct an ``interface`` read gives)."""
 
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         self._append(messages)

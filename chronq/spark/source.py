@@ -22,11 +22,12 @@ from pyspark.sql.datasource import (
     Filter,
     InputPartition,
 )
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from chronq.errors import ChronqError
-from chronq.spark import _arrow, _decode, _files, _plan
+from chronq.spark import _arrow, _decode, _files, _plan, _typed
 from chronq.spark._plan import CycleState, Range
 
 SCHEMA_DDL = "index long, cycle int, seq long, position long, metadata boolean, payload binary"
@@ -50,6 +51,8 @@ class Options:
     push_filters: bool
     max_rows_per_trigger: int | None
     starting: str
+    interface: str | None = None
+    dto_type: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -77,6 +80,8 @@ class Options:
             push_filters=_bool_opt(options, "pushFilters"),
             max_rows_per_trigger=_int_opt(options, "maxRowsPerTrigger"),
             starting=starting,
+            interface=options.get("interface") or None,
+            dto_type=options.get("type") or None,
         )
 
 
@@ -109,7 +114,13 @@ class ChronqDataSource(DataSource):
         self._opts = Options.parse(options)
 
     def schema(self) -> str:
-        return ", ".join([SCHEMA_DDL, *(_decode.GROUPS[g] for g in self._opts.decode)])
+        opts = self._opts
+        groups = [_decode.GROUPS[g] for g in opts.decode if not (g == "method" and opts.interface)]
+        if opts.interface:  # typed arguments instead of JSON; implies the method columns
+            groups.append(f"method string, args {_typed.interface_columns(opts.interface).ddl}")
+        if opts.dto_type:
+            groups.append(f"value {_typed.document_column(opts.dto_type).ddl}")
+        return ", ".join([SCHEMA_DDL, *groups])
 
     def reader(self, schema: StructType) -> DataSourceReader:
         cls = FilteringBatchReader if self._opts.push_filters else BatchReader
@@ -142,17 +153,24 @@ class _Reading:
     def __init__(self, opts: Options, schema: StructType) -> None:
         self.opts = opts
         self.names = tuple(schema.fieldNames())
-        for name in self.names:
-            if name not in _arrow.BASE_NAMES and name not in _decode.COLUMNS:
+        fields = []
+        for field in schema.fields:
+            name = field.name
+            if name == "value" or (name == "args" and isinstance(field.dataType, StructType)):
+                fields.append(to_arrow_schema(StructType([field]), timezone="UTC").field(0))
+            elif name in _arrow.BASE_NAMES or name in _decode.COLUMNS:
+                fields.append(_arrow_field(name))
+            else:
                 raise ChronqError(f"column {name!r} is not produced by the chronq source")
-        self.arrow_schema = pa.schema([_arrow_field(name) for name in self.names])
+        self.arrow_schema = pa.schema(fields)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         rng = getattr(partition, "value", None)
         if not isinstance(rng, Range):  # Spark's placeholder when there is nothing to read
             return
         opts = self.opts
-        yield from read_range(rng, self.names, self.arrow_schema, opts.include_metadata, opts.batch_rows)
+        yield from read_range(rng, self.names, self.arrow_schema, opts.include_metadata, opts.batch_rows,
+                              interface=opts.interface, dto_type=opts.dto_type)
 
 
 def _arrow_field(name: str) -> pa.Field:
@@ -163,12 +181,14 @@ def _arrow_field(name: str) -> pa.Field:
 
 
 def read_range(
-    rng: Range, names: Sequence[str], schema: pa.Schema, include_metadata: bool, batch_rows: int
+    rng: Range, names: Sequence[str], schema: pa.Schema, include_metadata: bool, batch_rows: int,
+    *, interface: str | None = None, dto_type: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one planned range; maps the file for the duration of the read only."""
     buf = _files.open_map(rng.path)
     if buf is None:
         return
+    types = {f.name: f.type for f in schema}
     try:
         pos, seq = rng.start_pos, rng.start_seq
         while True:
@@ -179,7 +199,8 @@ def read_range(
                     _arrow.base_column(n, buf, w, rng) if n in _arrow.BASE_NAMES else None for n in names
                 ]
                 if any(c is None for c in cols):
-                    decoded = _decode.columns(buf, w, [n for n in names if n not in _arrow.BASE_NAMES], rng)
+                    decoded = _decode.columns(buf, w, [n for n in names if n not in _arrow.BASE_NAMES],
+                                              types, interface, dto_type)
                     cols = [c if c is not None else decoded[n] for c, n in zip(cols, names, strict=True)]
                 yield pa.RecordBatch.from_arrays(cols, schema=schema)
             if len(w.positions) < batch_rows or w.next_pos == pos:

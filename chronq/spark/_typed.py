@@ -1,0 +1,268 @@
+"""Typed decoded columns: a Protocol's (or a DTO class's) annotations as Spark types, and the values
+wire decodes into those annotations as plain Python values Arrow can build columns from.
+
+The user names the class as ``module:QualName``; only that module is imported, and nothing is ever
+instantiated from the data except through wire's decoder for exactly the named types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import enum
+import functools
+import importlib
+import json
+import types
+import typing
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from chronq.errors import ChronqError
+
+Convert = Callable[[Any], Any]
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_SCALARS: dict[Any, str] = {
+    bool: "boolean",
+    int: "bigint",
+    float: "double",
+    str: "string",
+    bytes: "binary",
+    bytearray: "binary",
+    _dt.datetime: "timestamp",
+    _dt.date: "date",
+    Decimal: "string",
+    uuid.UUID: "string",
+    _dt.time: "string",
+}
+
+
+def load(spec: str, option: str) -> Any:
+    """The object named by ``module:QualName`` (importing that module only)."""
+    module, sep, qualname = spec.partition(":")
+    if not sep or not module or not qualname:
+        raise ChronqError(f"option {option}: expected 'module:QualName', got {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module)
+    except ImportError as e:
+        raise ChronqError(f"option {option}: cannot import module {module!r}: {e}") from e
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ChronqError(f"option {option}: {module!r} has no {qualname!r}") from None
+    return obj
+
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def struct_ddl(fields: list[tuple[str, str]]) -> str:
+    return "struct<" + ", ".join(f"{quote(n)}: {t}" for n, t in fields) + ">"
+
+
+def fields_of(cls: Any) -> list[tuple[str, Any]] | None:
+    """(attribute, annotation) of a msgspec Struct, attrs class or dataclass; None for anything else."""
+    if not isinstance(cls, type):
+        return None
+    import msgspec
+
+    if issubclass(cls, msgspec.Struct):
+        return [(f.name, f.type) for f in msgspec.structs.fields(cls)]
+    attrs_fields = getattr(cls, "__attrs_attrs__", None)
+    if attrs_fields is not None or dataclasses.is_dataclass(cls):
+        klass: Any = cls
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # unresolvable annotations: those fields become JSON text
+            hints = {}
+        if attrs_fields is not None:
+            return [(a.name, hints.get(a.name, a.type or Any)) for a in attrs_fields if a.init]
+        return [(f.name, hints.get(f.name, Any)) for f in dataclasses.fields(klass) if f.init]
+    return None
+
+
+def _unwrap(tp: Any) -> Any:
+    while True:
+        if typing.get_origin(tp) is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif isinstance(tp, typing.NewType):  # wire's Float32 too: Spark has only double here
+            tp = tp.__supertype__
+        else:
+            return tp
+
+
+def _optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2:
+            return rest[0]
+    return None
+
+
+def _maybe(convert: Convert) -> Convert:
+    return lambda v: None if v is None else convert(v)
+
+
+def _int(v: Any) -> int:
+    n = int(v)
+    if not _INT64_MIN <= n <= _INT64_MAX:
+        raise ValueError(f"{n} does not fit a Spark long")
+    return n
+
+
+def _json(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False, default=str)
+
+
+def spark_type(tp: Any, _open: frozenset[Any] = frozenset()) -> tuple[str, Convert]:
+    """Spark DDL type of an annotation and the function turning a decoded value into Arrow input.
+
+    Anything without a faithful Spark type (unions, ``Any``, recursive classes) becomes JSON text.
+    """
+    tp = _unwrap(tp)
+    inner = _optional(tp)
+    if inner is not None:
+        return spark_type(inner, _open)
+    if tp in _SCALARS:
+        ddl = _SCALARS[tp]
+        if tp is int:
+            return ddl, _maybe(_int)
+        if tp is float:
+            return ddl, _maybe(float)
+        if tp in (bytes, bytearray):
+            return ddl, _maybe(bytes)
+        if ddl == "string" and tp is not str:  # Decimal, UUID, time: exact text
+            return ddl, _maybe(lambda v: v.isoformat() if isinstance(v, _dt.time) else str(v))
+        return ddl, _maybe(lambda v: v)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "string", _maybe(lambda v: v.name if isinstance(v, enum.Enum) else str(v))
+    fields = fields_of(tp) if tp not in _open else None
+    if fields is not None:
+        typed = [(name, *spark_type(ftp, _open | {tp})) for name, ftp in fields]
+        names = [(name, conv) for name, _, conv in typed]
+
+        def struct(v: Any) -> dict[str, Any]:
+            return {name: conv(getattr(v, name, None)) for name, conv in names}
+
+        return struct_ddl([(name, ddl) for name, ddl, _ in typed]), _maybe(struct)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (list, set, frozenset) or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
+        item_ddl, item = spark_type(args[0], _open)
+        return f"array<{item_ddl}>", _maybe(lambda v: [item(x) for x in v])
+    if origin is tuple and args and Ellipsis not in args:
+        parts = [spark_type(a, _open) for a in args]
+        convs = [c for _, c in parts]
+
+        def fixed(v: Any) -> dict[str, Any]:
+            return {f"_{i + 1}": c(x) for i, (c, x) in enumerate(zip(convs, v, strict=True))}
+
+        return struct_ddl([(f"_{i + 1}", d) for i, (d, _) in enumerate(parts)]), _maybe(fixed)
+    if origin is dict and len(args) == 2:
+        (key_ddl, key), (value_ddl, value) = spark_type(args[0], _open), spark_type(args[1], _open)
+        return f"map<{key_ddl}, {value_ddl}>", _maybe(lambda v: [(key(k), value(x)) for k, x in v.items()])
+    return "string", _maybe(_json)
+
+
+# --------------------------------------------------------------------------------------------- decoders
+
+
+@dataclasses.dataclass(frozen=True)
+class InterfaceColumns:
+    """``args`` typed from a Protocol: one struct field per method, holding that method's parameters.
+
+    Decoding is rpc's method reader (the same code a service runs), fed one body at a time.
+    """
+
+    ddl: str
+    converts: dict[str, Callable[[tuple[Any, ...]], dict[str, Any]]]
+    reader: Any  # rpc.MethodReader calling a _Capture
+    got: list[tuple[str, tuple[Any, ...]]]
+
+    def decode(self, body: Any) -> tuple[str | None, Any]:
+        """(method, args value) of one message; (None, None) when it is not a call of this interface.
+
+        Raises when the message names a method of the interface but its arguments do not decode.
+        """
+        self.got.clear()
+        self.reader.dispatch(body)
+        if not self.got:
+            return None, None
+        name, args = self.got[0]
+        return name, {name: self.converts[name](args)}
+
+
+@functools.cache
+def interface_columns(spec: str) -> InterfaceColumns:
+    """The typed ``args`` column of the Protocol ``spec`` names (cached per process: workers are reused)."""
+    import rpc
+    from rpc._interface import describe, is_protocol
+
+    proto = load(spec, "interface")
+    if not is_protocol(proto):
+        raise ChronqError(f"option interface: {spec!r} is not a typing.Protocol")
+    try:
+        methods = describe(proto).methods
+    except TypeError as e:
+        raise ChronqError(f"option interface: {spec!r}: {e}") from e
+    ddls: list[tuple[str, str]] = []
+    converts: dict[str, Callable[[tuple[Any, ...]], dict[str, Any]]] = {}
+    for m in methods:
+        typed = [(p, *spark_type(tp)) for p, tp in m.params]
+        ddls.append((m.name, struct_ddl([(p, ddl) for p, ddl, _ in typed])))
+        converts[m.name] = _params(tuple((p, conv) for p, _, conv in typed))
+    got: list[tuple[str, tuple[Any, ...]]] = []
+    capture = _Capture([m.name for m in methods], got)
+    reader = rpc.reader(None, capture, interfaces=[proto], on_unknown=_ignore)
+    return InterfaceColumns(struct_ddl(ddls), converts, reader, got)
+
+
+def _ignore(event: str | int, index: int) -> None:
+    """Unknown methods are rows with null ``args``, not log lines."""
+
+
+def _params(params: tuple[tuple[str, Convert], ...]) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
+    def convert(args: tuple[Any, ...]) -> dict[str, Any]:
+        return {p: conv(a) for (p, conv), a in zip(params, args, strict=True)}
+
+    return convert
+
+
+class _Capture:
+    """A handler for every method of a Protocol that records the decoded call instead of acting on it."""
+
+    def __init__(self, names: list[str], got: list[tuple[str, tuple[Any, ...]]]) -> None:
+        for name in names:
+            setattr(self, name, functools.partial(self._call, got, name))
+
+    @staticmethod
+    def _call(got: list[tuple[str, tuple[Any, ...]]], name: str, *args: Any) -> None:
+        got.append((name, args))
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentColumn:
+    """``value`` typed from a DTO class: queues whose documents are that class's fields."""
+
+    cls: Any
+    ddl: str
+    convert: Convert
+
+    def decode(self, body: Any) -> Any:
+        from wire import binary
+
+        return self.convert(binary.decode_document(body, type=self.cls))
+
+
+@functools.cache
+def document_column(spec: str) -> DocumentColumn:
+    cls = load(spec, "type")
+    if fields_of(cls) is None:
+        raise ChronqError(f"option type: {spec!r} is not a msgspec Struct, attrs class or dataclass")
+    ddl, convert = spark_type(cls)
+    return DocumentColumn(cls, ddl, convert)

@@ -15,42 +15,45 @@ from typing import Any
 import msgspec
 from trade import TRADE, Trade
 
-from wire import binary
+from wire import WireType, binary
+
+Loop = Callable[[int], Any]
 
 
-def _batch(fn: Callable[[], Any]) -> int:
-    """A batch size for `fn` that takes about 10 ms."""
+def loop(statement: str, **names: Any) -> Loop:
+    """`statement` run n times inline, as `timeit` does: the measurement is the operation itself, not
+    the cost of calling a Python wrapper around it (which would be charged to every row alike)."""
+    namespace = dict(names)
+    exec(f"def run(n):\n    for _ in range(n):\n        {statement}\n", namespace)
+    return namespace["run"]  # type: ignore[no-any-return]
+
+
+def _batch(run: Loop) -> int:
+    """A batch size for `run` that takes about 10 ms."""
     n = 1000
     while True:
         t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
+        run(n)
         if time.perf_counter() - t0 > 0.01:
             return n
         n *= 2
 
 
-def rates(fns: dict[str, Callable[[], Any]], seconds: float, rounds: int = 5) -> dict[str, float]:
-    """Calls per second of each function, best of `rounds`. The functions take turns within every round,
+def rates(loops: dict[str, Loop], seconds: float, rounds: int = 5) -> dict[str, float]:
+    """Operations per second of each loop, best of `rounds`. The loops take turns within every round,
     so a baseline and the code compared with it see the same machine load (the ratios stay meaningful
     on a busy machine, where absolute numbers do not)."""
-    batches = {name: _batch(fn) for name, fn in fns.items()}
-    best = dict.fromkeys(fns, 0.0)
+    batches = {name: _batch(run) for name, run in loops.items()}
+    best = dict.fromkeys(loops, 0.0)
     slot = seconds / rounds
     for _ in range(rounds):
-        for name, fn in fns.items():
+        for name, run in loops.items():
             n, done, t0 = batches[name], 0, time.perf_counter()
             while time.perf_counter() - t0 < slot:
-                for _ in range(n):
-                    fn()
+                run(n)
                 done += n
             best[name] = max(best[name], done / (time.perf_counter() - t0))
     return best
-
-
-def rate(fn: Callable[[], Any], seconds: float) -> float:
-    """Calls per second of one function (best of 3)."""
-    return rates({"fn": fn}, seconds, rounds=3)["fn"]
 
 
 def rows(seconds: float) -> list[tuple[str, float, float]]:
@@ -60,47 +63,41 @@ def rows(seconds: float) -> list[tuple[str, float, float]]:
     encode_trade(buf, TRADE)
     data = bytes(buf)
     assert decode_trade(binary.Reader(data)) == TRADE
-
-    def binary_encode() -> bytes:
-        b = bytearray()
-        encode_trade(b, TRADE)
-        return bytes(b)
-
-    reused = bytearray()
-
-    def binary_encode_reused() -> None:  # what a method writer does: append to a reusable buffer
-        reused.clear()
-        encode_trade(reused, TRADE)
-
-    def binary_decode() -> Trade:
-        return binary.decode(data, type=Trade)  # type: ignore[no-any-return]
-
-    def binary_decode_reader() -> Trade:  # what a method reader does: read from a Reader
-        return decode_trade(binary.Reader(data))  # type: ignore[no-any-return]
-
+    assert binary.encode(TRADE) == data and binary.decode(data, type=Trade) == TRADE
     mp_encoder = msgspec.msgpack.Encoder()
     mp_decoder = msgspec.msgpack.Decoder(Trade)
     mp_data = mp_encoder.encode(TRADE)
-    r = rates(
-        {
-            "enc": lambda: mp_encoder.encode(TRADE),
-            "dec": lambda: mp_decoder.decode(mp_data),
-            "bytes": binary_encode,
-            "reused": binary_encode_reused,
-            "decode": binary_decode,
-            "reader": binary_decode_reader,
-        },
-        seconds * 2,
+    wt_encode, wt_decode = WireType.MSGSPEC.encoder(), WireType.MSGSPEC.decoder(Trade)
+    wt_data = wt_encode(TRADE)
+    assert wt_decode(wt_data) == TRADE
+    reused = bytearray()
+    names = dict(
+        TRADE=TRADE, Trade=Trade, data=data, binary=binary, encode_trade=encode_trade, reused=reused,
+        decode_trade=decode_trade, Reader=binary.Reader, mp_encode=mp_encoder.encode,
+        mp_decode=mp_decoder.decode, mp_data=mp_data, encode=binary.encode, decode=binary.decode,
+        wt_encode=wt_encode, wt_decode=wt_decode, wt_data=wt_data,
     )
+    cases = {
+        "enc": "mp_encode(TRADE)",
+        "dec": "mp_decode(mp_data)",
+        "bytes": "encode(TRADE)",
+        "reused": "reused.clear(); encode_trade(reused, TRADE)",  # what a method writer does
+        "decode": "decode(data, type=Trade)",
+        "reader": "decode_trade(Reader(data))",  # what the general method-reader path does
+        "wt_enc": "wt_encode(TRADE)",
+        "wt_dec": "wt_decode(wt_data)",
+    }
+    r = rates({k: loop(stmt, **names) for k, stmt in cases.items()}, seconds * 2)
     base_enc, base_dec = r["enc"], r["dec"]
     return [
         ("msgspec.msgpack encode (baseline)", base_enc, 1.0),
         ("msgspec.msgpack decode (baseline)", base_dec, 1.0),
-        ("BINARY encode -> bytes", r["bytes"], r["bytes"] / base_enc),
+        ("BINARY encode(TRADE) -> bytes", r["bytes"], r["bytes"] / base_enc),
         ("BINARY encode into reused buffer", r["reused"], r["reused"] / base_enc),
         ("BINARY decode(bytes, type=Trade)", r["decode"], r["decode"] / base_dec),
         ("BINARY decoder_for(Trade)(Reader)", r["reader"], r["reader"] / base_dec),
-        *wiretype_rows(seconds, base_enc, base_dec),
+        ("WireType.MSGSPEC encode", r["wt_enc"], r["wt_enc"] / base_enc),
+        ("WireType.MSGSPEC decode", r["wt_dec"], r["wt_dec"] / base_dec),
     ]
 
 
@@ -112,20 +109,6 @@ def main() -> None:
     print(f"{'operation':<36} {'msgs/s':>12} {'vs msgspec':>11}")
     for name, per_second, ratio in rows(args.seconds):
         print(f"{name:<36} {per_second:>12,.0f} {ratio:>10.2f}x")
-
-
-def wiretype_rows(seconds: float, base_enc: float, base_dec: float) -> list[tuple[str, float, float]]:
-    """`WireType.MSGSPEC` through the common codec interface (target >= 3,000,000/s each way):
-    the ratio shows what the interface costs over calling msgspec directly."""
-    from wire import WireType
-
-    encode, decode = WireType.MSGSPEC.encoder(), WireType.MSGSPEC.decoder(Trade)
-    data = encode(TRADE)
-    assert decode(data) == TRADE
-    return [
-        ("WireType.MSGSPEC encode", (r := rate(lambda: encode(TRADE), seconds)), r / base_enc),
-        ("WireType.MSGSPEC decode", (r := rate(lambda: decode(data), seconds)), r / base_dec),
-    ]
 
 
 if __name__ == "__main__":

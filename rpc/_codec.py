@@ -66,19 +66,27 @@ def event_call(document: Any, table: dict[bytes, tuple[Any, ...]]) -> Any:
     return None
 
 
-def event_read(read: Callable[[], Any], table: dict[bytes, tuple[Any, ...]]) -> Any:
-    """`read()`, then `event_call` on what it gave: False (nothing to read), True (delivered), the
-    excerpt (for the general path), or (excerpt, exception) when a handler raised."""
-    ex = read()
-    if ex is None:
-        return False
-    return ex
+def read_one(
+    read: Callable[[], Any], table: dict[bytes, tuple[Any, ...]], busy: list[Any], slow: Callable[[Any], bool]
+) -> Callable[[], bool]:
+    """A method reader's `read_one()`: `read()`, then `event_call` on the excerpt; `slow(got)` decides the
+    rest: got is None when `busy` is not empty (the general path must look at the thread's history),
+    the excerpt when the fast path does not take it, or (excerpt, exception) when a handler raised.
+    Native: one C call per message, no Python frame."""
+
+    def read_one() -> bool:
+        if busy:
+            return slow(None)
+        ex = read()
+        return False if ex is None else slow(ex)
+
+    return read_one
 
 
 if _marshal.speedups is not None:
     event_value = _marshal.speedups.event_value
     event_call = _marshal.speedups.event_call
-    event_read = _marshal.speedups.event_read
+    read_one = _marshal.speedups.ReadOne
 
 
 def value_decoder(tp: Any) -> Decoder:

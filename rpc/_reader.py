@@ -12,7 +12,6 @@ from typing import Any
 
 from rpc import _codec
 from rpc._codec import event_call as _event_call
-from rpc._codec import event_read as _event_read
 from rpc._history import Pending, current
 from rpc._interface import MethodSpec, describe, is_protocol
 from wire import WireType
@@ -144,6 +143,10 @@ class MethodReader:
     message's history gains (source_id, index) and the read time, as Chronicle's readers do.
     """
 
+    read_one: Callable[[], bool]
+    """Consume one document if there is one (True), dispatching it; False when none is ready. While no
+    history, metadata handler or source id needs Python per message, this is one native call."""
+
     def __init__(
         self,
         tailer: Any,
@@ -159,10 +162,8 @@ class MethodReader:
             raise TypeError("rpc.reader needs at least one handler")
         self.tailer = tailer
         self.on_unknown = on_unknown or _log_unknown
-        self.metadata_handler = metadata_handler
         if source_id is None:
             source_id = int(getattr(getattr(tailer, "queue", None), "source_id", 0) or 0)
-        self.source_id = source_id
         self.clock = clock or time.monotonic_ns
         self._entries: dict[str | int, _Entry] = {}
         fast: dict[bytes, tuple[_Entry, Any]] = {}
@@ -182,32 +183,59 @@ class MethodReader:
         self._by_name = {e.encode("latin-1"): v for e, v in self._entries.items() if isinstance(e, str)}
         self._chains: dict[type, dict[str | int, _Entry]] = {}
         self.wire = wire
+        self._metadata_handler = metadata_handler
+        self._source_id = source_id
+        self._arm()
 
-    def read_one(self) -> bool:
-        """Consume one document if there is one (True), dispatching it; False when none is ready."""
-        fast = self._fast
-        if (
-            fast
-            and self.metadata_handler is None
-            and not self.source_id
-            and (not _histories_set or current.history is None)
-        ):
-            got = _event_read(self.tailer.read, fast)  # read, decode and deliver in one C step
-            if got is True or got is False:
-                return got
-            if type(got) is tuple:  # a handler raised
-                ex, err = got
-                if isinstance(err, _codec.WireError):
-                    self._note(err, ex.payload, ex.index)
-                raise err
-            ex = got
+    @property
+    def source_id(self) -> int:
+        """Added with the read index to each message's history (0: none)."""
+        return self._source_id
+
+    @source_id.setter
+    def source_id(self, value: int) -> None:
+        self._source_id = value
+        self._arm()
+
+    @property
+    def metadata_handler(self) -> MetadataHandler | None:
+        """Called with metadata documents' bodies and indexes (None: they are skipped)."""
+        return self._metadata_handler
+
+    @metadata_handler.setter
+    def metadata_handler(self, value: MetadataHandler | None) -> None:
+        self._metadata_handler = value
+        self._arm()
+
+    def _arm(self) -> None:
+        """Choose `read_one`: the native one when the fast table applies to plain data documents."""
+        read = getattr(self.tailer, "read", None)
+        if read is not None and self._fast and self._metadata_handler is None and not self._source_id:
+            self.read_one = _codec.read_one(read, self._fast, _histories_set, self._read_slow)
         else:
-            ex = self.tailer.read(True) if self.metadata_handler is not None else self.tailer.read()
-            if ex is None:
-                return False
+            self.read_one = self._read_general
+
+    def _read_general(self) -> bool:
+        ex = self.tailer.read(True) if self._metadata_handler is not None else self.tailer.read()
+        if ex is None:
+            return False
+        return self._take(ex)
+
+    def _read_slow(self, got: Any) -> bool:
+        """What the native `read_one` leaves to Python (see `rpc._codec.read_one`)."""
+        if got is None:  # some thread has a history current: this one may too
+            return self._read_general()
+        if type(got) is tuple:  # a handler raised
+            ex, err = got
+            if isinstance(err, _codec.WireError):
+                self._note(err, ex.payload, ex.index)
+            raise err
+        return self._take(got)
+
+    def _take(self, ex: Any) -> bool:
         if ex.metadata:
-            if self.metadata_handler is not None:
-                self.metadata_handler(ex.payload, ex.index)
+            if self._metadata_handler is not None:
+                self._metadata_handler(ex.payload, ex.index)
             return True
         self.dispatch(ex.payload, ex.index)
         return True

@@ -92,6 +92,30 @@ def test_metadata_documents_go_to_the_metadata_handler(tmp_path):
     assert b"\xb9\x04note\xe2hi" in seen  # (with the queue's own header and index documents)
 
 
+def test_options_set_after_construction_take_effect_on_the_next_read(tmp_path):
+    """read_one is chosen once (native when nothing needs Python per message); changing the metadata
+    handler or the source id later must switch it back."""
+    seen: list[bytes] = []
+    with chronq.open(tmp_path / "q") as q:
+        w = rpc.writer(q, Events)
+        w.method1(Message1("a"))
+        with q.appender().writing_document(metadata=True) as dc:
+            dc.write(b"\xb9\x04note\xe2hi")
+        w.method1(Message1("b"))
+        h = Recording()
+        r = rpc.reader(q.tailer(), h)
+        assert r.read_one()
+        r.metadata_handler = lambda p, i: seen.append(bytes(p))
+        r.source_id = 7
+        while r.read_one():
+            pass
+        last = q.last_index
+    assert [c[1][0].text for c in h.calls] == ["a", "b"]  # type: ignore[attr-defined]
+    assert b"\xb9\x04note\xe2hi" in seen
+    assert h.histories[0] is None
+    assert h.histories[1].sources == [(7, last)]  # type: ignore[attr-defined]
+
+
 def test_corrupt_argument_raises_wire_error_naming_event_and_index():
     h = Recording()
     r = rpc.MethodReader(None, h, interfaces=[Events])

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import wire
 from wire import WireError, binary, marshal
 
 needs_speedups = pytest.mark.skipif(marshal.speedups is None, reason="wire._speedups is not built")
@@ -90,8 +91,22 @@ def test_every_class_kind_encodes_and_decodes_like_the_python_reference(
     marshal._fields_encoder(cls, native=True)(out, v)
     assert bytes(out) == _python_encoding(cls, v)
     block = binary.encode(v)
+    assert block == binary.encode(v)  # the first call learns the class's plan, the second uses it
+    assert block[:1] == b"\x82" and block[5:] == _python_encoding(cls, v)
     assert binary.decode(block, type=cls) == v
     assert binary.decode(block, cls) == v  # positional `type` too
+
+
+@needs_speedups
+def test_encode_writes_an_alias_registered_after_the_class_was_first_encoded() -> None:
+    class Late(msgspec.Struct):
+        n: int
+
+    plain = binary.encode(Late(5))
+    assert plain == binary.encode(Late(5)) and plain.startswith(b"\x82")
+    wire.register(Late, "test.Late")
+    assert binary.encode(Late(5)) == b"\xb6\x09test.Late" + plain
+    assert binary.encode(Sub(1, "a", Side.BUY)) == binary.encode(Sub(1, "a", Side.BUY))
 
 
 @needs_speedups

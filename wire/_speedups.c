@@ -344,6 +344,8 @@ typedef struct {
     Py_ssize_t offset;  /* > 0: the attribute is this slot of a `cls` instance (see slots_valid) */
     PyObject *last;     /* K_STR: the last short ASCII text read, reused when the same bytes come again
                          * (symbols, names and codes repeat; a str costs an allocation) */
+    const char *kp;     /* key's bytes and length, read without touching the bytes object on each scan */
+    Py_ssize_t kn;
 } Field;
 
 typedef struct {
@@ -471,6 +473,8 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             return NULL;
         }
         f->key = Py_NewRef(PyTuple_GET_ITEM(e, 0));
+        f->kp = PyBytes_AS_STRING(f->key);
+        f->kn = PyBytes_GET_SIZE(f->key);
         f->attr = Py_NewRef(PyTuple_GET_ITEM(e, 1));
         f->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(e, 2));
         f->type = Py_NewRef(PyTuple_GET_ITEM(e, 3));
@@ -654,6 +658,37 @@ static PyObject *plan_encode_block(Plan *self, PyObject *const *args, Py_ssize_t
     return encode_common(self, args, nargs, 1);
 }
 
+/* obj's marshallable (`82 <u32 length>` + fields) as a new bytes object: built in the scratch buffer and
+ * copied once, unless a Python writer had to run for some field (then through a bytearray). */
+static PyObject *plan_block_bytes(Plan *plan, PyObject *obj) {
+    Out o;
+    out_init(&o);
+    PyObject *buf = NULL, *result = NULL;
+    if (put(&o, "\x82\0\0\0\0", 5) == 0 && write_fields(&o, plan, &buf, obj) == 0) {
+        if (!buf) {
+            Py_ssize_t len = o.len - 5;
+            if (len > 0xFFFFFFFFLL) {
+                PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
+            } else {
+                for (int i = 0; i < 4; i++) o.data[1 + i] = (char)((uint64_t)len >> (8 * i));
+                result = PyBytes_FromStringAndSize(o.data, o.len);
+            }
+        } else if (flush(&o, buf) == 0) {
+            Py_ssize_t len = PyByteArray_GET_SIZE(buf) - 5;
+            if (len > 0xFFFFFFFFLL) {
+                PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
+            } else {
+                unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf) + 1;
+                for (int i = 0; i < 4; i++) p[i] = (unsigned char)((uint64_t)len >> (8 * i));
+                result = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(buf), PyByteArray_GET_SIZE(buf));
+            }
+        }
+    }
+    Py_XDECREF(buf);
+    out_free(&o);
+    return result;
+}
+
 /* ----- decoding */
 /* The next value as a new reference of the field's kind, or NULL with no error set to give up. */
 static PyObject *read_kind(In *in, Field *f) {
@@ -715,18 +750,37 @@ static PyObject *read_kind(In *in, Field *f) {
     return NULL;
 }
 
-/* memcmp(...) == 0 for the short keys of a plan, without a library call */
+/* memcmp(...) == 0 for the short keys of a plan, without a library call or a byte loop: whole words,
+ * the last one overlapping the one before (both sides hold n bytes) */
 static inline int same(const char *a, const unsigned char *b, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    if (n >= 8) {
         uint64_t x, y;
-        memcpy(&x, a + i, 8);
-        memcpy(&y, b + i, 8);
-        if (x != y) return 0;
+        for (Py_ssize_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&x, a + i, 8);
+            memcpy(&y, b + i, 8);
+            if (x != y) return 0;
+        }
+        memcpy(&x, a + n - 8, 8);
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
     }
-    for (; i < n; i++)
-        if ((unsigned char)a[i] != b[i]) return 0;
-    return 1;
+    if (n >= 4) {
+        uint32_t x, y, u, v;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&v, b + n - 4, 4);
+        return x == y && u == v;
+    }
+    if (n >= 2) {
+        uint16_t x, y, u, v;
+        memcpy(&x, a, 2);
+        memcpy(&y, b, 2);
+        memcpy(&u, a + n - 2, 2);
+        memcpy(&v, b + n - 2, 2);
+        return x == y && u == v;
+    }
+    return n <= 0 || (unsigned char)a[0] == b[0];
 }
 
 /* Reads the fields in in->pos..in->end into vals[] (new references, NULL where absent).
@@ -745,8 +799,8 @@ static int scan_fields(In *in, Plan *plan, PyObject **vals) {
         Py_ssize_t found = -1;
         for (Py_ssize_t k = 0; k < n; k++) { /* fields usually come in declaration order */
             Py_ssize_t j = expect + k < n ? expect + k : expect + k - n;
-            PyObject *pk = plan->fields[j].key;
-            if (PyBytes_GET_SIZE(pk) == 1 + len && same(PyBytes_AS_STRING(pk), key, 1 + len)) {
+            const Field *fj = &plan->fields[j];
+            if (fj->kn == 1 + len && same(fj->kp, key, 1 + len)) {
                 found = j;
                 break;
             }
@@ -1142,6 +1196,95 @@ static PyObject *generic(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return result;
 }
 
+/* ------------------------------------------------------------------ Encode */
+/* Encode(function, plans, aliases): wire.binary.encode without its Python frame for a value whose
+ * class has a plan in `plans` (wire.marshal.whole_encoders) and no `!alias` in `aliases` (the
+ * registry's class -> name dict, looked up on every call, so a later registration takes effect);
+ * any other value goes to `function`, the Python reference, which fills `plans`. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *function, *plans, *aliases;
+    vectorcallfunc vectorcall;
+} Encode;
+
+static PyObject *encode_vectorcall(Encode *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (!self->function) {
+        PyErr_SetString(PyExc_RuntimeError, "Encode was cleared");
+        return NULL;
+    }
+    if (PyVectorcall_NARGS(nargsf) == 1 && !kwnames) {
+        PyObject *cls = (PyObject *)Py_TYPE(args[0]);
+        PyObject *plan = PyDict_GetItemWithError(self->plans, cls); /* borrowed */
+        if (!plan && PyErr_Occurred()) return NULL;
+        if (plan && Py_IS_TYPE(plan, &PlanType)) {
+            int aliased = PyDict_Contains(self->aliases, cls);
+            if (aliased < 0) return NULL;
+            if (!aliased) {
+                Py_INCREF(plan);
+                PyObject *result = plan_block_bytes((Plan *)plan, args[0]);
+                Py_DECREF(plan);
+                return result;
+            }
+        }
+    }
+    return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
+}
+
+static PyObject *encode_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *function, *plans, *aliases;
+    if (!PyArg_ParseTuple(args, "OO!O!", &function, &PyDict_Type, &plans, &PyDict_Type, &aliases)) return NULL;
+    Encode *self = (Encode *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->function = Py_NewRef(function);
+    self->plans = Py_NewRef(plans);
+    self->aliases = Py_NewRef(aliases);
+    self->vectorcall = (vectorcallfunc)encode_vectorcall;
+    return (PyObject *)self;
+}
+
+static int encode_traverse(Encode *self, visitproc visit, void *arg) {
+    Py_VISIT(self->function);
+    Py_VISIT(self->plans);
+    Py_VISIT(self->aliases);
+    return 0;
+}
+
+static int encode_clear(Encode *self) {
+    Py_CLEAR(self->function);
+    Py_CLEAR(self->plans);
+    Py_CLEAR(self->aliases);
+    return 0;
+}
+
+static void encode_dealloc(Encode *self) {
+    PyObject_GC_UnTrack(self);
+    encode_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *encode_get_doc(Encode *self, void *c) {
+    return self->function ? PyObject_GetAttrString(self->function, "__doc__") : Py_NewRef(Py_None);
+}
+
+static PyGetSetDef encode_getset[] = {
+    {"__doc__", (getter)encode_get_doc, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject EncodeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "wire._speedups.Encode",
+    .tp_basicsize = sizeof(Encode),
+    .tp_dealloc = (destructor)encode_dealloc,
+    .tp_vectorcall_offset = offsetof(Encode, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_traverse = (traverseproc)encode_traverse,
+    .tp_clear = (inquiry)encode_clear,
+    .tp_getset = encode_getset,
+    .tp_new = encode_new,
+};
+
 /* ------------------------------------------------------------------ Decode */
 /* Decode(function, table): wire.binary.decode without its Python frame when `type` is given. The
  * table (wire.marshal.whole_decoders) maps a type to a callable(data); any other call, and a type
@@ -1366,17 +1509,29 @@ static PyObject *event_call(PyObject *module, PyObject *const *args, Py_ssize_t 
     return entry;
 }
 
-/* event_read(read, table) -> False | True | excerpt | (excerpt, exception)
- * A method reader's read_one in one step: `read()` gives None (False: nothing to read) or an excerpt;
- * a data excerpt the fast path takes is delivered as by event_call (True). Anything else returns the
- * excerpt for the general path; a handler's exception comes back with its excerpt, so the caller can
- * name the document's index before raising it. */
-static PyObject *event_read(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "expected (read, table)");
+/* ReadOne(read, table, busy, slow): a method reader's read_one() in one C call, with no Python frame.
+ * `read()` gives None (False: nothing to read) or an excerpt; a data excerpt the fast path takes is
+ * delivered as by event_call (True). Everything else goes to `slow(got)`, whose result is returned:
+ * got is None when `busy` (a list) is not empty (some thread has a message history current: the
+ * general path must look), the excerpt when the fast path does not take it, or (excerpt, exception)
+ * when a handler raised, so the caller can name the document before raising it. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *read, *table, *busy, *slow;
+    vectorcallfunc vectorcall;
+} ReadOne;
+
+static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) || kwnames) {
+        PyErr_SetString(PyExc_TypeError, "read_one() takes no arguments");
         return NULL;
     }
-    PyObject *ex = PyObject_CallNoArgs(args[0]);
+    if (!self->read) {
+        PyErr_SetString(PyExc_RuntimeError, "ReadOne was cleared");
+        return NULL;
+    }
+    if (PyList_GET_SIZE(self->busy)) return PyObject_CallOneArg(self->slow, Py_None);
+    PyObject *ex = PyObject_CallNoArgs(self->read);
     if (!ex) return NULL;
     if (ex == Py_None) {
         Py_DECREF(ex);
@@ -1385,26 +1540,29 @@ static PyObject *event_read(PyObject *module, PyObject *const *args, Py_ssize_t 
     PyObject *flag = PyObject_GetAttr(ex, str_metadata);
     int metadata = flag ? PyObject_IsTrue(flag) : -1;
     Py_XDECREF(flag);
-    if (metadata != 0) {
-        if (metadata < 0) PyErr_Clear(); /* no such attribute: the general path reports it */
-        return ex;
-    }
-    PyObject *hit, *obj;
+    PyObject *hit = NULL, *obj = NULL, *got = NULL;
     Py_ssize_t end;
-    int rc = event_decode(ex, args[1], 1, &hit, &obj, &end);
+    int rc = 0;
+    if (metadata < 0) PyErr_Clear(); /* no such attribute: the general path reports it */
+    else if (metadata == 0) rc = event_decode(ex, self->table, 1, &hit, &obj, &end);
     if (rc < 0) {
         Py_DECREF(ex);
         return NULL;
     }
-    if (rc == 0) return ex;
-    PyObject *handlers = PyTuple_GET_ITEM(hit, 2), *result = Py_NewRef(Py_True);
+    if (rc == 0) {
+        got = PyObject_CallOneArg(self->slow, ex);
+        Py_DECREF(ex);
+        return got;
+    }
+    PyObject *handlers = PyTuple_GET_ITEM(hit, 2);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(handlers); i++) {
         PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(handlers, i), obj);
         if (!r) {
             PyObject *exc = take_raised();
-            Py_DECREF(result);
-            result = PyTuple_Pack(2, ex, exc ? exc : Py_None);
+            PyObject *pair = PyTuple_Pack(2, ex, exc ? exc : Py_None);
             Py_XDECREF(exc);
+            got = pair ? PyObject_CallOneArg(self->slow, pair) : NULL;
+            Py_XDECREF(pair);
             break;
         }
         Py_DECREF(r);
@@ -1412,12 +1570,59 @@ static PyObject *event_read(PyObject *module, PyObject *const *args, Py_ssize_t 
     Py_DECREF(obj);
     Py_DECREF(hit);
     Py_DECREF(ex);
-    return result;
+    return got ? got : (PyErr_Occurred() ? NULL : Py_NewRef(Py_True));
 }
 
+static PyObject *read_one_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *read, *table, *busy, *slow;
+    if (!PyArg_ParseTuple(args, "OO!O!O", &read, &PyDict_Type, &table, &PyList_Type, &busy, &slow)) return NULL;
+    ReadOne *self = (ReadOne *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->read = Py_NewRef(read);
+    self->table = Py_NewRef(table);
+    self->busy = Py_NewRef(busy);
+    self->slow = Py_NewRef(slow);
+    self->vectorcall = (vectorcallfunc)read_one_vectorcall;
+    return (PyObject *)self;
+}
+
+static int read_one_traverse(ReadOne *self, visitproc visit, void *arg) {
+    Py_VISIT(self->read);
+    Py_VISIT(self->table);
+    Py_VISIT(self->busy);
+    Py_VISIT(self->slow);
+    return 0;
+}
+
+static int read_one_clear(ReadOne *self) {
+    Py_CLEAR(self->read);
+    Py_CLEAR(self->table);
+    Py_CLEAR(self->busy);
+    Py_CLEAR(self->slow);
+    return 0;
+}
+
+static void read_one_dealloc(ReadOne *self) {
+    PyObject_GC_UnTrack(self);
+    read_one_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject ReadOneType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "wire._speedups.ReadOne",
+    .tp_basicsize = sizeof(ReadOne),
+    .tp_dealloc = (destructor)read_one_dealloc,
+    .tp_vectorcall_offset = offsetof(ReadOne, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_traverse = (traverseproc)read_one_traverse,
+    .tp_clear = (inquiry)read_one_clear,
+    .tp_doc = "ReadOne(read, table, busy, slow): a method reader's read_one() -> bool in one C call.",
+    .tp_new = read_one_new,
+};
+
 static PyMethodDef module_methods[] = {
-    {"event_read", (PyCFunction)(void (*)(void))event_read, METH_FASTCALL,
-     "event_read(read, table) -> False | True | excerpt | (excerpt, exception)"},
     {"event_value", (PyCFunction)(void (*)(void))event_value, METH_FASTCALL,
      "event_value(document, table) -> (entry, value, end) | None"},
     {"event_call", (PyCFunction)(void (*)(void))event_call, METH_FASTCALL,
@@ -1440,12 +1645,15 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_metadata = PyUnicode_InternFromString("metadata");
     if (!str_metadata) return NULL;
     if (!str_name || !str_buf || !str_pos || !str_end || !str_type || PyType_Ready(&PlanType) < 0 ||
-        PyType_Ready(&DecodeType) < 0)
+        PyType_Ready(&DecodeType) < 0 || PyType_Ready(&ReadOneType) < 0 ||
+        PyType_Ready(&EncodeType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0 ||
-        PyModule_AddObjectRef(m, "Decode", (PyObject *)&DecodeType) < 0) {
+        PyModule_AddObjectRef(m, "Decode", (PyObject *)&DecodeType) < 0 ||
+        PyModule_AddObjectRef(m, "ReadOne", (PyObject *)&ReadOneType) < 0 ||
+        PyModule_AddObjectRef(m, "Encode", (PyObject *)&EncodeType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1134,6 +1134,9 @@ def encode(value: Any) -> bytes:
     """One value in Java's compact BINARY encoding (a dict becomes a marshallable `82 len fields`)."""
     w = Writer()
     _write_value(w, value, 0)
+    cls = type(value)
+    if cls not in marshal.whole_encoders:
+        marshal.learn_whole_encoder(cls)
     return bytes(w.buffer)
 
 
@@ -1189,5 +1192,6 @@ def decoder_for(tp: Any) -> Decoder:
 # marshal builds on this module (it imports binary), so it can only be bound once binary is complete.
 from wire import marshal  # noqa: E402
 
-if marshal.speedups is not None:  # `decode(data, type=T)` straight to T's decoder, without a Python frame
+if marshal.speedups is not None:  # straight to a class's plan, without a Python frame
     decode = marshal.speedups.Decode(decode, marshal.whole_decoders)
+    encode = marshal.speedups.Encode(encode, marshal.whole_encoders, registry._by_class)

@@ -693,6 +693,20 @@ def decode_bytes(data: Any, tp: Any) -> Any:
     return decode(data)
 
 
+#: class -> its C plan (None: none) for `binary.encode(value)`, which the C `Encode` looks up first
+whole_encoders: dict[type[Any], Any] = {}
+
+
+def learn_whole_encoder(cls: type[Any]) -> None:
+    """Give `binary.encode` the C plan of a structured class (written as its block after any alias)."""
+    plan = None
+    if speedups is not None:
+        with _lock:
+            if _is_structured(cls):
+                plan = _native_plan(cls)
+    whole_encoders[cls] = plan
+
+
 #: type -> function(data) decoding a whole buffer as that type (`binary.decode` looks here first)
 whole_decoders: dict[Any, Callable[[Any], Any]] = {}
 

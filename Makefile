@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow lint typecheck unit bench build clean
+.PHONY: demo test test-slow test-pure lint typecheck unit bench build clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,14 @@ test: lint typecheck unit
 # pytest exits 5 when nothing is marked slow; that is not a failure.
 test-slow: build
 	$(PY) -m pytest -q -m slow || [ $$? -eq 5 ]
+
+# The wire and rpc suites again on the pure-Python reference codec (what runs where the C
+# accelerator cannot be built); the differential tests then compare it with nothing but itself.
+test-pure: build
+	WIRE_NO_SPEEDUPS=1 $(PY) -m pytest -q tests/test_wire_binary.py tests/test_wire_typed.py \
+		tests/test_wire_text.py tests/test_wire_history.py tests/test_wire_wiretypes.py tests/test_wire_fuzz.py \
+		tests/test_rpc_reader.py tests/test_rpc_writer.py tests/test_rpc_history.py tests/test_rpc_java_queues.py \
+		tests/test_rpc_service.py tests/test_rpc_wires.py tests/test_rpc_fuzz.py
 
 bench: build
 	$(PY) benchmarks/bench_wire.py

@@ -1266,6 +1266,7 @@ typedef struct {
     int64_t cycle;
     int64_t seq;
     int metadata;
+    int raw; /* from a headerless (libchronicle) file: bytes as written, no Java padding rule */
 } ExcerptObject;
 
 static PyTypeObject ExcerptType;
@@ -1295,7 +1296,7 @@ static ExcerptObject *Ex_alloc(void) {
 
 static Py_ssize_t ex_payload_len(ExcerptObject *self) {
     /* an empty message is stored as one PADDING byte (Java's rule); give it back as empty */
-    if (self->length == 1 && (unsigned char)self->map->base[self->position + 4] == 0x8F) return 0;
+    if (self->length == 1 && !self->raw && (unsigned char)self->map->base[self->position + 4] == 0x8F) return 0;
     return self->length;
 }
 
@@ -1711,6 +1712,7 @@ static PyObject *Tl_read_impl(TailerObject *self, int want_meta, int commit, Py_
     ex->position = self->pos;
     ex->length = (Py_ssize_t)(h & HDR_LENGTH_MASK);
     ex->metadata = (h & HDR_META) != 0;
+    ex->raw = self->headerless;
     ex->cycle = g->cycle;
     ex->seq = self->seq;
     ex->index = ((int64_t)g->cycle << g->shift) | self->seq;

@@ -26,6 +26,7 @@ from chronq.store import (
     StoreLayout,
     align4,
     documents,
+    headerless_layout,
     load32,
     read_layout,
 )
@@ -41,6 +42,7 @@ class _File:
     path: Path
     table: bool
     roll: RollCycle | None   # to name a cycle file's cycle and indexes, when known
+    padded: bool = True      # a headerless (libchronicle) file pads documents to 4 bytes (not in a v4 queue)
 
 
 def queue_files(path: str | os.PathLike[str]) -> list[Path]:
@@ -54,7 +56,8 @@ def _files(path: Path) -> list[_File]:
     if path.is_file():
         if path.suffix != ".cq4":
             return [_File(path, True, None)]
-        return [_File(path, False, _roll_of(find_table_store(path.parent)) or _v4_roll(path))]
+        table = find_table_store(path.parent)
+        return [_File(path, False, _roll_of(table) or _v4_roll(path), _padded(table))]
     table = find_table_store(path)
     cycles = [p for p in path.iterdir() if p.suffix == ".cq4" and p.is_file() and not p.name.startswith(".")]
     roll = _roll_of(table) or (_v4_roll(min(cycles)) if cycles else None)
@@ -68,7 +71,11 @@ def _files(path: Path) -> list[_File]:
         return 0, p.name
 
     out = [_File(table, True, None)] if table is not None else []
-    return out + [_File(p, False, roll) for p in sorted(cycles, key=order)]
+    return out + [_File(p, False, roll, _padded(table)) for p in sorted(cycles, key=order)]
+
+
+def _padded(table: Path | None) -> bool:
+    return table is None or table.name == TABLE_STORE_FILE
 
 
 def _roll_of(table: Path | None) -> RollCycle | None:
@@ -112,9 +119,11 @@ def _start(buf: mmap.mmap, f: _File) -> tuple[Document | None, int, bool, StoreL
         if header & NOT_COMPLETE or not header & META_DATA or 4 + length > len(buf):
             raise CorruptQueueError(file, 0, f"first header 0x{header:08x} is not complete metadata")
         return Document(0, header), align4(4 + length), True, None
-    layout = read_layout(buf, f.path, roll_cycle=f.roll)
+    if len(buf) >= 8 and load32(buf, 0) == 0:  # nothing written yet (libchronicle creates files empty)
+        return None, 0, f.padded, headerless_layout(file, f.roll, aligned=f.padded)
+    layout = read_layout(buf, f.path, roll_cycle=f.roll, aligned_headerless=f.padded)
     if layout.headerless:
-        return None, 0, False, layout
+        return None, 0, layout.aligned, layout
     return Document(0, load32(buf, 0)), layout.header_end, layout.aligned, layout
 
 

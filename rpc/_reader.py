@@ -173,12 +173,13 @@ class MethodReader:
                 if entry is None:
                     entry = _Entry(name, _decoder(m.params, m.defaults, wire), m.chain)
                     self._entries[m.event] = entry
-                    if wire is WireType.BINARY and m.chain is None and isinstance(m.event, str):
-                        plan = _codec.fast_plan(m.params)
+                    if m.chain is None and isinstance(m.event, str):
+                        plan = _codec.fast_plan(m.params, wire)
                         if plan is not None:
                             fast[m.event.encode("latin-1")] = (entry, plan)
                 entry.targets.append(getattr(h, name))
-        # events the C fast path looks up, decodes and delivers in one step: one structured argument
+        # events the C fast path looks up, decodes and delivers in one step: one argument, structured
+        # (BINARY) or framed (another wire type)
         self._fast = {name: (e, plan, tuple(e.targets)) for name, (e, plan) in fast.items()}
         self._by_name = {e.encode("latin-1"): v for e, v in self._entries.items() if isinstance(e, str)}
         self._chains: dict[type, dict[str | int, _Entry]] = {}

@@ -120,7 +120,10 @@ def _method_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any])
         raise TypeError(f"{m.name}: parameter name {clash[0]!r} is reserved by the generated writer")
     ns[f"_E_{m.name}"] = _codec.event_bytes(m.event)
     body = [f"    def {m.name}(self{''.join(', ' + a for a in args)}):"]
-    whole = _codec.document_encoder(m.params[0][1]) if len(args) == 1 and wire is WireType.BINARY else None
+    whole: Callable[[bytes, Any], Any] | None = None
+    if len(args) == 1:
+        tp = m.params[0][1]
+        whole = _codec.document_encoder(tp) if wire is WireType.BINARY else _codec.framed_document(wire)
     if mode == "plain" and m.chain is None and whole is not None:  # the usual call: one C step
         ns[f"_D_{m.name}"] = whole
         body.append(f"        self._write(_D_{m.name}(_E_{m.name}, {args[0]}))")

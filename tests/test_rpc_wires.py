@@ -60,3 +60,17 @@ def test_wrong_wire_or_corrupt_arguments_raise_wire_error():
     bad = out.documents[0][:-2] + b"\xc1\xc1"  # 0xc1 is never valid msgpack
     with pytest.raises(WireError, match="bad MSGSPEC arguments"):
         rpc.MethodReader(None, Recording(), interfaces=[Events], wire=WireType.MSGSPEC).dispatch(bad)
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize("size", [0, 250, 300, 70_000])  # frame lengths of 1, 2 and 4 bytes
+def test_queue_read_one_delivers_framed_arguments_of_every_frame_size(wire, size, tmp_path):
+    with chronq.open(tmp_path / "q") as q:
+        w = rpc.writer(q, Events, wire=wire)
+        w.say("s" * size)
+        w.method1(Message1("m" * size))
+        h = Recording()
+        r = rpc.reader(q.tailer(), h, interfaces=[Events], wire=wire)
+        while r.read_one():
+            pass
+    assert h.calls == [("say", ("s" * size,)), ("method1", (Message1("m" * size),))]

@@ -1431,6 +1431,36 @@ static PyObject *event_lookup(const unsigned char *p, Py_ssize_t size, PyObject 
     return value;
 }
 
+/* A value another wire type wrote, framed as BINARY bytes (`80|81|82 <length> 8A data`, see
+ * rpc._codec.framed_encoder), at in->pos: `decode(data)` into *obj. 1 ok; 0 give up (odd bytes, or the
+ * decoder raised an ordinary exception: the general path decodes again and reports it); -1 error. */
+static int read_framed(In *in, PyObject *decode, PyObject **obj) {
+    skip_pad(in);
+    Py_ssize_t len = -1;
+    if (need(in, 2) && in->p[in->pos] == 0x80) {
+        len = in->p[in->pos + 1];
+        in->pos += 2;
+    } else if (need(in, 3) && in->p[in->pos] == 0x81) {
+        len = (Py_ssize_t)le(in->p + in->pos + 1, 2);
+        in->pos += 3;
+    } else if (need(in, 5) && in->p[in->pos] == 0x82) {
+        len = (Py_ssize_t)le(in->p + in->pos + 1, 4);
+        in->pos += 5;
+    }
+    if (len < 1 || !need(in, len) || in->p[in->pos] != 0x8A) return 0;
+    PyObject *data = PyBytes_FromStringAndSize((const char *)in->p + in->pos + 1, len - 1);
+    if (!data) return -1;
+    *obj = PyObject_CallOneArg(decode, data);
+    Py_DECREF(data);
+    if (!*obj) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    in->pos += len;
+    return 1;
+}
+
 /* 1 decoded (*hit and *obj new references, *end), 0 give up, -1 error; `handlers` asks for a third
  * item. The table value is held while the class is called, which may run any Python code. */
 static int event_decode(PyObject *document, PyObject *table, int handlers, PyObject **hit, PyObject **obj,
@@ -1450,14 +1480,15 @@ static int event_decode(PyObject *document, PyObject *table, int handlers, PyObj
     if (!*hit) {
         rc = PyErr_Occurred() ? -1 : 0;
     } else if (!PyTuple_Check(*hit) || PyTuple_GET_SIZE(*hit) < 2 + handlers ||
-               !Py_IS_TYPE(PyTuple_GET_ITEM(*hit, 1), &PlanType) ||
+               !(Py_IS_TYPE(PyTuple_GET_ITEM(*hit, 1), &PlanType) || PyCallable_Check(PyTuple_GET_ITEM(*hit, 1))) ||
                (handlers && !PyTuple_Check(PyTuple_GET_ITEM(*hit, 2)))) {
-        PyErr_SetString(PyExc_TypeError, "event table values must be (entry, Plan, handler tuple)");
+        PyErr_SetString(PyExc_TypeError, "event table values must be (entry, Plan or decoder, handler tuple)");
         rc = -1;
     } else {
         In in = {(const unsigned char *)view.buf, pos, view.len};
+        PyObject *how = PyTuple_GET_ITEM(*hit, 1);
         Py_INCREF(*hit);
-        rc = read_block(&in, (Plan *)PyTuple_GET_ITEM(*hit, 1), obj);
+        rc = Py_IS_TYPE(how, &PlanType) ? read_block(&in, (Plan *)how, obj) : read_framed(&in, how, obj);
         *end = in.pos;
         if (rc != 1) Py_DECREF(*hit);
     }

@@ -42,7 +42,7 @@ def value_encoder(tp: Any) -> Encoder:
     return _b.encoder_for(tp)
 
 
-def document_encoder(tp: Any) -> Callable[[bytes, Any], bytearray] | None:
+def document_encoder(tp: Any) -> Callable[[bytes, Any], bytes] | None:
     """`f(event_bytes, value)` -> the whole document of a one-argument call in one C step, or None."""
     return _marshal.document_encoder(tp)
 

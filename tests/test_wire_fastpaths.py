@@ -180,7 +180,7 @@ def test_document_encoder_is_prefix_plus_block() -> None:
     expected = bytearray(b"\xb9\x03put")
     marshal.encoder_for(Nested)(expected, v)
     got = make(b"\xb9\x03put", v)
-    assert type(got) is bytearray and got == expected
+    assert type(got) is bytes and got == expected
     assert binary.decode(bytes(got[5:]), type=Nested) == v
     with pytest.raises(TypeError):
         make(bytearray(b"x"), v)  # the prefix must be bytes

@@ -597,57 +597,43 @@ static int write_fields(Out *o, Plan *plan, PyObject **buf, PyObject *obj) {
     return 0;
 }
 
-/* Appends `prefix`, then (block) `82 <u32 length>`, then obj's fields to *buf, which is made (in one
- * allocation when no Python writer runs) if NULL. 0 ok, -1 error. */
-static int encode_into(Plan *plan, PyObject **buf, PyObject *prefix, PyObject *obj, int block) {
-    Out o;
-    out_init(&o);
-    Py_ssize_t base = *buf ? PyByteArray_GET_SIZE(*buf) : 0;
-    int rc = 0;
-    if (prefix) {
-        base += PyBytes_GET_SIZE(prefix);
-        rc = put(&o, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix));
-    }
-    if (rc == 0 && block) rc = put(&o, "\x82\0\0\0\0", 5);
-    if (rc == 0) rc = write_fields(&o, plan, buf, obj);
-    if (rc == 0) rc = flush_to(&o, buf);
-    out_free(&o);
-    if (rc < 0) return -1;
-    if (block) {
-        Py_ssize_t len = PyByteArray_GET_SIZE(*buf) - base - 5;
-        if (len < 0 || len > 0xFFFFFFFFLL) {
-            PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
-            return -1;
-        }
-        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(*buf) + base + 1;
-        for (int i = 0; i < 4; i++) p[i] = (unsigned char)((uint64_t)len >> (8 * i));
-    }
-    return 0;
-}
-
+/* encode(buf, obj) / encode_block(buf, obj): appends (block) `82 <u32 length>`, then obj's fields. */
 static PyObject *encode_common(Plan *plan, PyObject *const *args, Py_ssize_t nargs, int block) {
     if (nargs != 2 || !PyByteArray_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "expected (bytearray, value)");
         return NULL;
     }
     PyObject *buf = args[0];
-    if (encode_into(plan, &buf, NULL, args[1], block) < 0) return NULL;
+    Py_ssize_t base = PyByteArray_GET_SIZE(buf);
+    Out o;
+    out_init(&o);
+    int rc = block ? put(&o, "\x82\0\0\0\0", 5) : 0;
+    if (rc == 0) rc = write_fields(&o, plan, &buf, args[1]);
+    if (rc == 0) rc = flush(&o, buf);
+    out_free(&o);
+    if (rc < 0) return NULL;
+    if (block) {
+        Py_ssize_t len = PyByteArray_GET_SIZE(buf) - base - 5;
+        if (len < 0 || len > 0xFFFFFFFFLL) {
+            PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
+            return NULL;
+        }
+        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf) + base + 1;
+        for (int i = 0; i < 4; i++) p[i] = (unsigned char)((uint64_t)len >> (8 * i));
+    }
     Py_RETURN_NONE;
 }
 
-/* encode_document(prefix, obj) -> bytearray: what a method writer sends for a one-argument call,
+static PyObject *plan_block_bytes(Plan *plan, PyObject *prefix, PyObject *obj);
+
+/* encode_document(prefix, obj) -> bytes: what a method writer sends for a one-argument call,
  * `prefix` (the event) then obj's block, built in one buffer. */
 static PyObject *plan_encode_document(Plan *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyBytes_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "expected (bytes, value)");
         return NULL;
     }
-    PyObject *buf = NULL;
-    if (encode_into(self, &buf, args[0], args[1], 1) < 0) {
-        Py_XDECREF(buf);
-        return NULL;
-    }
-    return buf;
+    return plan_block_bytes(self, args[0], args[1]);
 }
 
 static PyObject *plan_encode(Plan *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -658,30 +644,23 @@ static PyObject *plan_encode_block(Plan *self, PyObject *const *args, Py_ssize_t
     return encode_common(self, args, nargs, 1);
 }
 
-/* obj's marshallable (`82 <u32 length>` + fields) as a new bytes object: built in the scratch buffer and
- * copied once, unless a Python writer had to run for some field (then through a bytearray). */
-static PyObject *plan_block_bytes(Plan *plan, PyObject *obj) {
+/* `prefix` (may be NULL) + obj's marshallable (`82 <u32 length>` + fields) as a new bytes object: built
+ * in the scratch buffer and copied once, unless a Python writer had to run for some field (then
+ * through a bytearray). */
+static PyObject *plan_block_bytes(Plan *plan, PyObject *prefix, PyObject *obj) {
     Out o;
     out_init(&o);
     PyObject *buf = NULL, *result = NULL;
-    if (put(&o, "\x82\0\0\0\0", 5) == 0 && write_fields(&o, plan, &buf, obj) == 0) {
-        if (!buf) {
-            Py_ssize_t len = o.len - 5;
-            if (len > 0xFFFFFFFFLL) {
-                PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
-            } else {
-                for (int i = 0; i < 4; i++) o.data[1 + i] = (char)((uint64_t)len >> (8 * i));
-                result = PyBytes_FromStringAndSize(o.data, o.len);
-            }
-        } else if (flush(&o, buf) == 0) {
-            Py_ssize_t len = PyByteArray_GET_SIZE(buf) - 5;
-            if (len > 0xFFFFFFFFLL) {
-                PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
-            } else {
-                unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf) + 1;
-                for (int i = 0; i < 4; i++) p[i] = (unsigned char)((uint64_t)len >> (8 * i));
-                result = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(buf), PyByteArray_GET_SIZE(buf));
-            }
+    Py_ssize_t at = prefix ? PyBytes_GET_SIZE(prefix) : 0; /* where `82` goes */
+    if ((!prefix || put(&o, PyBytes_AS_STRING(prefix), at) == 0) && put(&o, "\x82\0\0\0\0", 5) == 0 &&
+        write_fields(&o, plan, &buf, obj) == 0 && (!buf || flush(&o, buf) == 0)) {
+        char *data = buf ? PyByteArray_AS_STRING(buf) : o.data;
+        Py_ssize_t size = buf ? PyByteArray_GET_SIZE(buf) : o.len, len = size - at - 5;
+        if (len > 0xFFFFFFFFLL) {
+            PyErr_SetString(PyExc_ValueError, "marshallable too large for a 32-bit length");
+        } else {
+            for (int i = 0; i < 4; i++) data[at + 1 + i] = (char)((uint64_t)len >> (8 * i));
+            result = PyBytes_FromStringAndSize(data, size);
         }
     }
     Py_XDECREF(buf);
@@ -981,7 +960,7 @@ static PyMethodDef plan_methods[] = {
     {"encode", (PyCFunction)(void (*)(void))plan_encode, METH_FASTCALL,
      "encode(buf, obj): append obj's fields to the bytearray."},
     {"encode_document", (PyCFunction)(void (*)(void))plan_encode_document, METH_FASTCALL,
-     "encode_document(prefix, obj) -> bytearray: prefix + `82 <u32 length>` + obj's fields."},
+     "encode_document(prefix, obj) -> bytes: prefix + `82 <u32 length>` + obj's fields."},
     {"encode_block", (PyCFunction)(void (*)(void))plan_encode_block, METH_FASTCALL,
      "encode_block(buf, obj): append `82 <u32 length>` and obj's fields."},
     {"decode_fields", (PyCFunction)(void (*)(void))plan_decode_fields, METH_FASTCALL,
@@ -1221,7 +1200,7 @@ static PyObject *encode_vectorcall(Encode *self, PyObject *const *args, size_t n
             if (aliased < 0) return NULL;
             if (!aliased) {
                 Py_INCREF(plan);
-                PyObject *result = plan_block_bytes((Plan *)plan, args[0]);
+                PyObject *result = plan_block_bytes((Plan *)plan, NULL, args[0]);
                 Py_DECREF(plan);
                 return result;
             }

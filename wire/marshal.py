@@ -327,15 +327,15 @@ def _positional(cls: type[Any], names: tuple[str, ...]) -> bool:
 _plans: dict[Any, Any] = {}
 
 
-def document_encoder(tp: Any) -> Callable[[bytes, Any], bytearray] | None:
-    """`f(prefix, v)` -> a new bytearray of `prefix` + `encoder_for(tp)`'s bytes for v, in one C call
+def document_encoder(tp: Any) -> Callable[[bytes, Any], bytes] | None:
+    """`f(prefix, v)` -> new bytes of `prefix` + `encoder_for(tp)`'s bytes for v, in one C call
     (a method writer's one-argument document); None without the accelerator or for other types."""
     if speedups is None or not isinstance(tp, type):
         return None
     with _lock:
         if not _is_structured(tp):
             return None
-        return typing.cast(Callable[[bytes, Any], bytearray], _native_plan(tp).encode_document)
+        return typing.cast(Callable[[bytes, Any], bytes], _native_plan(tp).encode_document)
 
 
 def native_plan(tp: Any) -> Any:

@@ -167,6 +167,7 @@ class Queue:
         self.roll_cycle: RollCycle = requested
         if self.table is not None and not readonly:
             self.table.init_queue_keys()
+            self.table.refresh_listing(self._fresh_cycles())
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Queue:
@@ -253,8 +254,15 @@ class Queue:
         """Map a cycle file (shared per queue); None if it does not exist and `create` is False.
 
         A reader (not `writable`) also gets None for a file whose first document is not finished yet
-        (libchronicle creates its files empty), as if the file were not there yet.
+        (libchronicle creates its files empty), as if the file were not there yet. `create` is an
+        appender moving to `cycle`, which Java records in the listing (`onRoll`: modCount moves on).
         """
+        cf = self._open_cycle(cycle, writable, create)
+        if create and cf is not None and self.table is not None:
+            self.table.note_cycle(cycle)
+        return cf
+
+    def _open_cycle(self, cycle: int, writable: bool, create: bool) -> CycleFile | None:
         self._check_open()
         with self._lock:
             cf = self._files.pop((cycle, writable), None)
@@ -374,6 +382,8 @@ class Queue:
     def tailer(self, name: str | None = None) -> Any:
         """A new tailer at the start; a named one resumes where the name last finished reading."""
         self._check_open()
+        if self.table is not None and not self.readonly:
+            self.table.refresh_listing(self._fresh_cycles())  # as Java's createTailer
         from chronq.tailer import Tailer
 
         t = Tailer(self, name)

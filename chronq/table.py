@@ -14,7 +14,7 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,8 @@ V4_TABLE_STORE_FILE = "directory-listing.cq4t"
 CHUNK = 1 << 16          # Java maps the table store with chunk = overlap = OS.SAFE_PAGE_SIZE
 TABLE_SIZE = 2 * CHUNK
 UNLOCKED = -(1 << 63)    # Long.MIN_VALUE: the lock and "not yet set" value
-_INT_MAX = (1 << 31) - 1
+_INT_MAX = (1 << 31) - 1   # Java's "no lowest cycle" (Integer.MAX_VALUE)
+_INT_MIN = -(1 << 31)      # and "no highest cycle" (Integer.MIN_VALUE)
 _LOCK_START = (1 << 63) - 2   # Java locks the byte range [Long.MAX_VALUE - 1, Long.MAX_VALUE)
 
 HIGHEST_CYCLE = "listing.highestCycle"
@@ -423,15 +424,23 @@ class TableStore:
         self.cas(MOD_COUNT, UNLOCKED, 0)
 
     def note_cycle(self, cycle: int) -> None:
-        """Record that a cycle file exists: widen the listing range and bump modCount for listeners."""
+        """Record that a cycle file was created, or that an appender moved to it (Java's `onFileCreated`
+        and `onRoll`, once each when a roll creates the file): widen the listing, bump modCount."""
         self.set_max(HIGHEST_CYCLE, cycle)
         self.set_min(LOWEST_CYCLE, cycle)
+        self.add(MOD_COUNT, 1)
+
+    def refresh_listing(self, cycles: Sequence[int]) -> None:
+        """Java's forced listing refresh, done when a writable queue opens and for every new tailer:
+        the listing range becomes that of the cycle files present, and modCount moves on."""
+        self.set(LOWEST_CYCLE, min(cycles, default=_INT_MAX))
+        self.set(HIGHEST_CYCLE, max(cycles, default=_INT_MIN))
         self.add(MOD_COUNT, 1)
 
     @property
     def highest_cycle(self) -> int | None:
         v = self.get(HIGHEST_CYCLE)
-        return None if v is None or v == UNLOCKED else v
+        return None if v is None or v in (UNLOCKED, _INT_MIN) else v
 
     @property
     def lowest_cycle(self) -> int | None:

@@ -48,23 +48,27 @@ def document_encoder(tp: Any) -> Callable[[bytes, Any], bytes] | None:
 
 
 def fast_plan(params: Any, wire: WireType = WireType.BINARY) -> Any:
-    """How the C fast path reads a method's one argument (see `event_value`), else None: BINARY, the
-    C plan of a structured class; another wire type, its decoder, given the framed bytes."""
-    if len(params) != 1 or _marshal.speedups is None:
+    """How the C fast path reads a method's arguments (see `event_value`), else None: BINARY, the C
+    plan of one structured class, or of scalar arguments; another wire type, the decoder of its one
+    argument, given the framed bytes."""
+    if not params or _marshal.speedups is None:
         return None
     if wire is not WireType.BINARY:
-        return wire.decoder(params[0][1])
-    return _marshal.native_plan(params[0][1])
+        return wire.decoder(params[0][1]) if len(params) == 1 else None
+    plan = _marshal.native_plan(params[0][1]) if len(params) == 1 else None
+    return plan if plan is not None else _marshal.arguments_plan(tuple(tp for _, tp in params))
 
 
-def event_value(document: Any, table: dict[bytes, tuple[Any, ...]]) -> tuple[Any, Any, int] | None:
-    """(entry, argument, end) for a document that starts with a short event name in `table` followed
-    by one plain block of its plan's class; None for anything else (the general path decides)."""
+def event_value(
+    document: Any, table: dict[bytes, tuple[Any, ...]]
+) -> tuple[Any, tuple[Any, ...], int] | None:
+    """(entry, arguments, end) for a document that starts with a short event name in `table` followed
+    by arguments its plan reads; None for anything else (the general path decides)."""
     return None
 
 
 def event_call(document: Any, table: dict[bytes, tuple[Any, ...]]) -> Any:
-    """`event_value`, then each handler in the table value's third item called with the argument;
+    """`event_value`, then each handler in the table value's third item called with the arguments;
     returns the entry, or None (nothing called) when the general path must decide."""
     return None
 

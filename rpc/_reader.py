@@ -178,8 +178,8 @@ class MethodReader:
                         if plan is not None:
                             fast[m.event.encode("latin-1")] = (entry, plan)
                 entry.targets.append(getattr(h, name))
-        # events the C fast path looks up, decodes and delivers in one step: one argument, structured
-        # (BINARY) or framed (another wire type)
+        # events the C fast path looks up, decodes and delivers in one step: one structured argument or
+        # scalar arguments (BINARY), or one framed argument (another wire type)
         self._fast = {name: (e, plan, tuple(e.targets)) for name, (e, plan) in fast.items()}
         self._by_name = {e.encode("latin-1"): v for e, v in self._entries.items() if isinstance(e, str)}
         self._chains: dict[type, dict[str | int, _Entry]] = {}
@@ -255,7 +255,7 @@ class MethodReader:
             else:
                 hit = _codec.event_value(payload, fast)
                 if hit is not None:
-                    self._deliver(hit[0], (hit[1],), None, index)
+                    self._deliver(hit[0], hit[1], None, index)
                     return
         self._dispatch(payload, index)
 

@@ -40,17 +40,18 @@ def _outcome(reader: rpc.MethodReader, handler: Recording, doc: bytes) -> Any:
 
 
 def _documents(calls: list[tuple[str, Any]]) -> list[bytes]:
+    """One document per call; a tuple argument means several arguments."""
     rec = Recorder()
     w = rpc.writer(rec, Events)
     for name, arg in calls:
-        getattr(w, name)(arg)
+        getattr(w, name)(*(arg if isinstance(arg, tuple) else (arg,)))
     return [bytes(d) for d in rec.documents]
 
 
 @needs_speedups
-def test_one_structured_argument_events_are_in_the_fast_table() -> None:
+def test_structured_and_scalar_argument_events_are_in_the_fast_table() -> None:
     fast, _ = _readers(Recording())
-    assert set(fast._fast) == {b"method1", b"method2"}  # say(str), trade(3 args), ping(id) are not
+    assert set(fast._fast) == {b"method1", b"method2", b"say", b"trade"}  # not noArgs(), ping (a method id)
 
 
 @needs_speedups
@@ -67,7 +68,13 @@ def test_fast_and_general_dispatch_agree_on_any_bytes(
 ) -> None:
     h = Recording()
     fast, general = _readers(h)
-    for doc in _documents([("method2", Message2(n, price, flag)), ("method1", Message1(text))]):
+    calls = [
+        ("method2", Message2(n, price, flag)),
+        ("method1", Message1(text)),
+        ("say", text),
+        ("trade", (text, n, price)),
+    ]
+    for doc in _documents(calls):
         assert _outcome(fast, h, doc) == _outcome(general, h, doc)
         mutated = bytearray(doc)
         for _ in range(data.draw(st.integers(1, 3))):
@@ -174,7 +181,10 @@ def test_event_functions_reject_misuse_and_give_up_on_odd_input() -> None:
         assert _codec.event_value(odd, table) is None
         assert _codec.event_call(odd, table) is None
     entry, value, end = _codec.event_value(doc, table)
-    assert value == Message1("x") and end == len(doc) and entry is table[b"method1"][0]
+    assert value == (Message1("x"),) and end == len(doc) and entry is table[b"method1"][0]
+    (doc,) = _documents([("trade", ("EURUSD", 5, 1.5))])
+    entry, value, end = _codec.event_value(doc, table)
+    assert value == ("EURUSD", 5, 1.5) and end == len(doc) and entry is table[b"trade"][0]
 
 
 def test_writer_documents_match_the_general_encoding() -> None:

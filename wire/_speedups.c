@@ -352,6 +352,7 @@ typedef struct {
     PyObject_HEAD
     Py_ssize_t n;
     int decodable; /* every field has a short name and a scalar kind */
+    int arguments; /* a method's arguments, not a class: 1 one bare value, 2 a sequence of values */
     int positional; /* cls(*values) means cls(**fields): calls without keywords are about 2x cheaper */
     unsigned int version; /* cls's type version when the slot offsets were taken; 0: none */
     PyObject *cls;
@@ -442,9 +443,14 @@ static int slots_valid(Plan *plan, PyObject *obj) {
  * members) tuples; `positional` when cls takes the field values in plan order without keywords. */
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *entries, *cls, *kwnames;
-    int positional = 0;
-    if (!PyArg_ParseTuple(args, "O!OO!|p", &PyTuple_Type, &entries, &cls, &PyTuple_Type, &kwnames, &positional))
+    int positional = 0, arguments = 0;
+    if (!PyArg_ParseTuple(args, "O!OO!|pi", &PyTuple_Type, &entries, &cls, &PyTuple_Type, &kwnames, &positional,
+                          &arguments))
         return NULL;
+    if (arguments < 0 || arguments > 2 || (arguments == 1 && PyTuple_GET_SIZE(entries) != 1)) {
+        PyErr_SetString(PyExc_ValueError, "arguments: 0 (a class), 1 (one bare value) or 2 (a sequence)");
+        return NULL;
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(entries);
     if (PyTuple_GET_SIZE(kwnames) != n) {
         PyErr_SetString(PyExc_ValueError, "one keyword name per field is needed");
@@ -462,6 +468,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->kwnames = Py_NewRef(kwnames);
     self->decodable = n <= MAX_FIELDS;
     self->positional = positional;
+    self->arguments = arguments;
     int slotted = PyType_Check(cls) && ((PyTypeObject *)cls)->tp_getattro == PyObject_GenericGetAttr;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PyTuple_GET_ITEM(entries, i);
@@ -835,7 +842,7 @@ static PyObject *plan_decode_fields(Plan *self, PyObject *const *args, Py_ssize_
 /* Reads the length-prefixed block at in->pos as a `cls` into *out (in->pos then follows the block).
  * 1 ok; 0 give up (type prefix, null, defaults needed, unusual bytes); -1 a Python error. */
 static int read_block(In *in, Plan *self, PyObject **out) {
-    if (!self->decodable) return 0;
+    if (!self->decodable || self->arguments) return 0;
     skip_pad(in);
     Py_ssize_t len = -1, n = self->n;
     if (need(in, 5) && in->p[in->pos] == 0x82) {
@@ -1410,6 +1417,52 @@ static PyObject *event_lookup(const unsigned char *p, Py_ssize_t size, PyObject 
     return value;
 }
 
+/* A method's arguments as Java writes them (spec 7.5) at in->pos into *obj, a tuple: one bare value
+ * (arguments 1), or a sequence `80|81|82 <length>` holding exactly one value per parameter (2).
+ * 1 ok; 0 give up (fewer or more values, other codes: the general path decides); -1 error. */
+static int read_arguments(In *in, Plan *plan, PyObject **obj) {
+    if (!plan->decodable) return 0;
+    Py_ssize_t n = plan->n;
+    In sub = *in;
+    if (plan->arguments == 2) {
+        skip_pad(in);
+        Py_ssize_t len = -1;
+        if (need(in, 2) && in->p[in->pos] == 0x80) {
+            len = in->p[in->pos + 1];
+            in->pos += 2;
+        } else if (need(in, 3) && in->p[in->pos] == 0x81) {
+            len = (Py_ssize_t)le(in->p + in->pos + 1, 2);
+            in->pos += 3;
+        } else if (need(in, 5) && in->p[in->pos] == 0x82) {
+            len = (Py_ssize_t)le(in->p + in->pos + 1, 4);
+            in->pos += 5;
+        }
+        if (len < 0 || !need(in, len)) return 0;
+        sub.pos = in->pos;
+        sub.end = in->pos + len;
+    }
+    PyObject *args = PyTuple_New(n);
+    if (!args) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = read_kind(&sub, &plan->fields[i]);
+        if (!v) {
+            Py_DECREF(args);
+            return PyErr_Occurred() ? -1 : 0;
+        }
+        PyTuple_SET_ITEM(args, i, v);
+    }
+    if (plan->arguments == 2) {
+        skip_pad(&sub);
+        if (sub.pos != sub.end) { /* a newer writer's extra arguments: the general path ignores them */
+            Py_DECREF(args);
+            return 0;
+        }
+    }
+    in->pos = plan->arguments == 1 ? sub.pos : sub.end;
+    *obj = args;
+    return 1;
+}
+
 /* A value another wire type wrote, framed as BINARY bytes (`80|81|82 <length> 8A data`, see
  * rpc._codec.framed_encoder), at in->pos: `decode(data)` into *obj. 1 ok; 0 give up (odd bytes, or the
  * decoder raised an ordinary exception: the general path decodes again and reports it); -1 error. */
@@ -1441,9 +1494,10 @@ static int read_framed(In *in, PyObject *decode, PyObject **obj) {
 }
 
 /* 1 decoded (*hit and *obj new references, *end), 0 give up, -1 error; `handlers` asks for a third
- * item. The table value is held while the class is called, which may run any Python code. */
+ * item. *obj is the one argument, or (*spread set) a tuple of the arguments. The table value is held
+ * while the class is called, which may run any Python code. */
 static int event_decode(PyObject *document, PyObject *table, int handlers, PyObject **hit, PyObject **obj,
-                        Py_ssize_t *end) {
+                        Py_ssize_t *end, int *spread) {
     if (!PyDict_Check(table)) {
         PyErr_SetString(PyExc_TypeError, "the event table must be a dict");
         return -1;
@@ -1467,7 +1521,10 @@ static int event_decode(PyObject *document, PyObject *table, int handlers, PyObj
         In in = {(const unsigned char *)view.buf, pos, view.len};
         PyObject *how = PyTuple_GET_ITEM(*hit, 1);
         Py_INCREF(*hit);
-        rc = Py_IS_TYPE(how, &PlanType) ? read_block(&in, (Plan *)how, obj) : read_framed(&in, how, obj);
+        *spread = Py_IS_TYPE(how, &PlanType) && ((Plan *)how)->arguments;
+        rc = *spread ? read_arguments(&in, (Plan *)how, obj)
+             : Py_IS_TYPE(how, &PlanType) ? read_block(&in, (Plan *)how, obj)
+                                          : read_framed(&in, how, obj);
         *end = in.pos;
         if (rc != 1) Py_DECREF(*hit);
     }
@@ -1475,7 +1532,13 @@ static int event_decode(PyObject *document, PyObject *table, int handlers, PyObj
     return rc;
 }
 
-/* event_value(document, table) -> (entry, value, end) | None */
+/* handler(obj), or handler(*obj) when obj holds the arguments */
+static PyObject *deliver(PyObject *handler, PyObject *obj, int spread) {
+    if (!spread) return PyObject_CallOneArg(handler, obj);
+    return PyObject_Vectorcall(handler, PySequence_Fast_ITEMS(obj), (size_t)PyTuple_GET_SIZE(obj), NULL);
+}
+
+/* event_value(document, table) -> (entry, arguments tuple, end) | None */
 static PyObject *event_value(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "expected (document, table)");
@@ -1483,10 +1546,11 @@ static PyObject *event_value(PyObject *module, PyObject *const *args, Py_ssize_t
     }
     PyObject *hit, *obj;
     Py_ssize_t end;
-    int rc = event_decode(args[0], args[1], 0, &hit, &obj, &end);
+    int spread = 0;
+    int rc = event_decode(args[0], args[1], 0, &hit, &obj, &end, &spread);
     if (rc < 0) return NULL;
     if (rc == 0) Py_RETURN_NONE;
-    PyObject *result = Py_BuildValue("(ONn)", PyTuple_GET_ITEM(hit, 0), obj, end);
+    PyObject *result = Py_BuildValue(spread ? "(ONn)" : "(O(N)n)", PyTuple_GET_ITEM(hit, 0), obj, end);
     Py_DECREF(hit);
     return result;
 }
@@ -1500,12 +1564,13 @@ static PyObject *event_call(PyObject *module, PyObject *const *args, Py_ssize_t 
     }
     PyObject *hit, *obj;
     Py_ssize_t end;
-    int rc = event_decode(args[0], args[1], 1, &hit, &obj, &end);
+    int spread = 0;
+    int rc = event_decode(args[0], args[1], 1, &hit, &obj, &end, &spread);
     if (rc < 0) return NULL;
     if (rc == 0) Py_RETURN_NONE;
     PyObject *handlers = PyTuple_GET_ITEM(hit, 2);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(handlers); i++) {
-        PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(handlers, i), obj);
+        PyObject *r = deliver(PyTuple_GET_ITEM(handlers, i), obj, spread);
         if (!r) {
             Py_DECREF(obj);
             Py_DECREF(hit);
@@ -1552,9 +1617,9 @@ static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_
     Py_XDECREF(flag);
     PyObject *hit = NULL, *obj = NULL, *got = NULL;
     Py_ssize_t end;
-    int rc = 0;
+    int rc = 0, spread = 0;
     if (metadata < 0) PyErr_Clear(); /* no such attribute: the general path reports it */
-    else if (metadata == 0) rc = event_decode(ex, self->table, 1, &hit, &obj, &end);
+    else if (metadata == 0) rc = event_decode(ex, self->table, 1, &hit, &obj, &end, &spread);
     if (rc < 0) {
         Py_DECREF(ex);
         return NULL;
@@ -1566,7 +1631,7 @@ static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_
     }
     PyObject *handlers = PyTuple_GET_ITEM(hit, 2);
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(handlers); i++) {
-        PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(handlers, i), obj);
+        PyObject *r = deliver(PyTuple_GET_ITEM(handlers, i), obj, spread);
         if (!r) {
             PyObject *exc = take_raised();
             PyObject *pair = PyTuple_Pack(2, ex, exc ? exc : Py_None);

@@ -327,6 +327,25 @@ def _positional(cls: type[Any], names: tuple[str, ...]) -> bool:
 _plans: dict[Any, Any] = {}
 
 
+def arguments_plan(types: tuple[Any, ...]) -> Any:
+    """The C plan reading a method's arguments of these scalar types (int, float, str, bool, enums) as
+    Java writes them: one bare value, or a sequence of one value per parameter; None otherwise."""
+    if speedups is None or not types or any(_kind(t) == _K_OTHER for t in types):
+        return None
+    entries = tuple(
+        (
+            b"\xc0",
+            "_",
+            _kind(t),
+            t,
+            _value_writer(t),
+            tuple((binary.utf8(m.name), m) for m in t) if _kind(t) == _K_ENUM else None,
+        )
+        for t in types
+    )
+    return speedups.Plan(entries, None, ("_",) * len(types), False, 1 if len(types) == 1 else 2)
+
+
 def document_encoder(tp: Any) -> Callable[[bytes, Any], bytes] | None:
     """`f(prefix, v)` -> new bytes of `prefix` + `encoder_for(tp)`'s bytes for v, in one C call
     (a method writer's one-argument document); None without the accelerator or for other types."""

@@ -167,7 +167,7 @@ class Queue:
         self.roll_cycle: RollCycle = requested
         if self.table is not None and not readonly:
             self.table.init_queue_keys()
-            self.table.refresh_listing(self._fresh_cycles())
+            self.table.refresh_listing(self._fresh_cycles)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Queue:
@@ -383,7 +383,7 @@ class Queue:
         """A new tailer at the start; a named one resumes where the name last finished reading."""
         self._check_open()
         if self.table is not None and not self.readonly:
-            self.table.refresh_listing(self._fresh_cycles())  # as Java's createTailer
+            self.table.refresh_listing(self._fresh_cycles)  # as Java's createTailer
         from chronq.tailer import Tailer
 
         t = Tailer(self, name)

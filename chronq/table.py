@@ -14,7 +14,7 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -430,12 +430,20 @@ class TableStore:
         self.set_min(LOWEST_CYCLE, cycle)
         self.add(MOD_COUNT, 1)
 
-    def refresh_listing(self, cycles: Sequence[int]) -> None:
+    def refresh_listing(self, list_cycles: Callable[[], Sequence[int]]) -> None:
         """Java's forced listing refresh, done when a writable queue opens and for every new tailer:
-        the listing range becomes that of the cycle files present, and modCount moves on."""
-        self.set(LOWEST_CYCLE, min(cycles, default=_INT_MAX))
-        self.set(HIGHEST_CYCLE, max(cycles, default=_INT_MIN))
-        self.add(MOD_COUNT, 1)
+        the listing range becomes that of the cycle files present, and modCount moves on.
+
+        As in Java, the highest cycle is CASed from the value seen before listing the directory, so a
+        file another process creates meanwhile is never un-listed (the refresh lists again).
+        """
+        while True:
+            seen = load64(self._buf, self.acquire(HIGHEST_CYCLE, UNLOCKED))
+            cycles = list_cycles()
+            self.set(LOWEST_CYCLE, min(cycles, default=_INT_MAX))
+            if self.cas(HIGHEST_CYCLE, seen, max(cycles, default=_INT_MIN)):
+                self.add(MOD_COUNT, 1)
+                return
 
     @property
     def highest_cycle(self) -> int | None:

@@ -268,3 +268,32 @@ def test_empty_file_waits_for_its_creator(tmp_path: Path) -> None:
         TableStore.open(path, readonly=True, timeout=0.05)
     with TableStore.open(path) as t:  # a writer initialises an empty file, as Java does
         assert t.roll == RollMetadata.of(rollcycles.FAST_DAILY)
+
+
+def test_mod_count_moves_when_javas_does(tmp_path: Path) -> None:
+    """Writable open and every tailer: +1 (forced listing refresh); a roll: +1 for the new file and +1
+    for the appender moving to it. Read-only queues leave it alone. (Vectors: test_format_vectors.)"""
+    import chronq
+    from chronq.rollcycles import FixedClock
+
+    base, day = 1_705_312_800_000, 86_400_000
+    clock = FixedClock(base)
+    with chronq.open(tmp_path, clock=clock, block_size=4096) as q:
+        assert q.table is not None
+        assert (q.table.mod_count, q.table.highest_cycle, q.table.lowest_cycle) == (1, None, None)
+        assert q.table.get(HIGHEST_CYCLE) == -(1 << 31)  # Java's "none": Integer.MIN_VALUE
+        q.appender().write(b"a")
+        q.appender().write(b"b")
+        assert q.table.mod_count == 3
+        clock.set(base + day)
+        q.appender().write(b"c")
+        assert (q.table.mod_count, q.table.lowest_cycle, q.table.highest_cycle) == (5, 19737, 19738)
+        q.tailer()
+        assert q.table.mod_count == 6
+    with chronq.open(tmp_path, readonly=True) as q:
+        list(q.tailer())
+        assert q.table is not None and q.table.mod_count == 6
+    (tmp_path / "20240115F.cq4").unlink()  # the listing follows the files at the next refresh
+    with chronq.open(tmp_path, clock=clock) as q:
+        assert q.table is not None
+        assert (q.table.mod_count, q.table.lowest_cycle, q.table.highest_cycle) == (7, 19738, 19738)

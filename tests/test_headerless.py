@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 import chronq
 from chronq import rollcycles
+from chronq.dump import dump_text
 from chronq.errors import ChronqError, CorruptQueueError
 from chronq.rollcycles import FixedClock
 from chronq.store import read_layout, stop_header
@@ -278,6 +279,7 @@ def test_empty_files_are_waited_for(tmp_path: Path) -> None:
     nxt = tmp_path / "20240116F.cq4"
     with open(nxt, "wb") as f:
         f.truncate(FILE_SIZE)  # a hole, as libchronicle's lseek + one byte at the end leaves it
+    assert dump_text(tmp_path).endswith("...\n# 65532 bytes remaining\n")  # the empty file: no document
     with chronq.open(tmp_path, readonly=True) as q:
         t = q.tailer()
         assert read_all(t) == [(CYCLE << 32, b"a")]

@@ -264,6 +264,29 @@ def test_headerless_and_headered_cycles_in_one_queue(tmp_path: Path) -> None:
         chronq.open(tmp_path)
 
 
+def test_libchronicle_appends_to_a_java_layout_file(tmp_path: Path) -> None:
+    """libchronicle also appends to files Java created, after the last document, without touching
+    writePosition or the index: readers walk past both."""
+    with chronq.open(tmp_path, clock=FixedClock(BASE_MS), block_size=4096) as q:
+        for i in range(3):
+            q.appender().write(b"java %d" % i)
+    path = tmp_path / "20240115F.cq4"
+    data = bytearray(path.read_bytes())
+    at, header = stop_header(data, read_layout(data, path).header_end, aligned=True, file=str(path))
+    assert header == 0
+    extra, _ = lay_out([(b"c 3", False), (b"c 4!", False)], working=b"c 5", size=64)
+    data[at:at + 64] = extra
+    path.write_bytes(data)
+    want = [((CYCLE << 32) | i, b"java %d" % i) for i in range(3)] + [((CYCLE << 32) | 3, b"c 3"),
+                                                                     ((CYCLE << 32) | 4, b"c 4!")]
+    with chronq.open(tmp_path, readonly=True) as q:
+        assert read_all(q.tailer()) == want
+        assert q.last_index == (CYCLE << 32) | 4
+        t = q.tailer()
+        for index, body in reversed(want):
+            assert t.move_to_index(index) and t.read().bytes() == body  # type: ignore[union-attr]
+
+
 def test_writable_open_is_refused_naming_the_file(queue: Path) -> None:
     before = {p.name: p.read_bytes() for p in queue.iterdir()}
     with pytest.raises(ChronqError, match=r"20240115F\.cq4: .*readonly=True") as info:

@@ -61,9 +61,10 @@ def fast_plan(params: Any, wire: WireType = WireType.BINARY) -> Any:
 
 def event_value(
     document: Any, table: dict[bytes, tuple[Any, ...]]
-) -> tuple[Any, tuple[Any, ...], int] | None:
-    """(entry, arguments, end) for a document that starts with a short event name in `table` followed
-    by arguments its plan reads; None for anything else (the general path decides)."""
+) -> tuple[Any, tuple[Any, ...], int, bytes | None] | None:
+    """(entry, arguments, end, history) for a document that starts (after a binary MessageHistory,
+    whose payload is `history`) with a short event name in `table` followed by arguments its plan
+    reads; None for anything else (the general path decides)."""
     return None
 
 
@@ -74,12 +75,18 @@ def event_call(document: Any, table: dict[bytes, tuple[Any, ...]]) -> Any:
 
 
 def read_one(
-    read: Callable[[], Any], table: dict[bytes, tuple[Any, ...]], busy: list[Any], slow: Callable[[Any], bool]
+    read: Callable[[], Any],
+    table: dict[bytes, tuple[Any, ...]],
+    busy: list[Any],
+    slow: Callable[[Any], bool],
+    hop: Callable[[Any, tuple[Any, ...], bytes | None, int], Any],
+    always_hop: bool = False,
 ) -> Callable[[], bool]:
-    """A method reader's `read_one()`: `read()`, then `event_call` on the excerpt; `slow(got)` decides the
-    rest: got is None when `busy` is not empty (the general path must look at the thread's history),
-    the excerpt when the fast path does not take it, or (excerpt, exception) when a handler raised.
-    Native: one C call per message, no Python frame."""
+    """A method reader's `read_one()`: `read()`, then `event_call` on the excerpt, or `hop(entry,
+    arguments, history payload, index)` for one that carries a history or when `always_hop`;
+    `slow(got)` decides the rest: got is None when `busy` is not empty (the general path must look
+    at the thread's history), the excerpt when the fast path does not take it, or (excerpt,
+    exception) when a handler raised. Native: one C call per message."""
 
     def read_one() -> bool:
         if busy:

@@ -33,10 +33,19 @@ class Pending:
             timings.append(self.read_ns)
         return sources, timings
 
+    def prefix(self, now: int) -> bytearray:
+        """The history a document written while handling this message starts with (`now` last)."""
+        base = self.base if self.base is not None else _NO_HISTORY
+        timings = (now,) if self.source is None else (self.read_ns, now)
+        return bytearray(base.encode_hop(self.source, timings))
+
     def get(self) -> MessageHistory:
         if self._built is None:
             self._built = MessageHistory(*self.parts())
         return self._built
+
+
+_NO_HISTORY = MessageHistory()
 
 
 class _Current(threading.local):
@@ -68,6 +77,4 @@ def history_prefix(now: int) -> bytearray:
         b = bytearray(_FIRST_HOP)
         b += now.to_bytes(8, "little", signed=True)
         return b
-    sources, timings = pending.parts()
-    timings.append(now)
-    return _codec.history_bytes(sources, timings)
+    return pending.prefix(now)

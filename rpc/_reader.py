@@ -15,6 +15,7 @@ from rpc._codec import event_call as _event_call
 from rpc._history import Pending, current
 from rpc._interface import MethodSpec, describe, is_protocol
 from wire import WireType
+from wire.history import MessageHistory
 
 log = logging.getLogger("rpc")
 
@@ -211,8 +212,10 @@ class MethodReader:
     def _arm(self) -> None:
         """Choose `read_one`: the native one when the fast table applies to plain data documents."""
         read = getattr(self.tailer, "read", None)
-        if read is not None and self._fast and self._metadata_handler is None and not self._source_id:
-            self.read_one = _codec.read_one(read, self._fast, _histories_set, self._read_slow)
+        if read is not None and self._fast and self._metadata_handler is None:
+            self.read_one = _codec.read_one(
+                read, self._fast, _histories_set, self._read_slow, self._hop, bool(self._source_id)
+            )
         else:
             self.read_one = self._read_general
 
@@ -245,19 +248,22 @@ class MethodReader:
         """Decode one document body and call the handlers; usable without a queue (replay tests)."""
         fast = self._fast
         if fast:
-            if not self.source_id and (not _histories_set or current.history is None):  # no history to set
+            if not self._source_id and (not _histories_set or current.history is None):  # no history to set
                 try:
-                    if _event_call(payload, fast) is not None:
+                    if _event_call(payload, fast) is not None:  # (not for a document with a history)
                         return
                 except _codec.WireError as e:
                     self._note(e, payload, index)
                     raise
-            else:
-                hit = _codec.event_value(payload, fast)
-                if hit is not None:
-                    self._deliver(hit[0], hit[1], None, index)
-                    return
+            hit = _codec.event_value(payload, fast)
+            if hit is not None:
+                self._hop(hit[0], hit[1], hit[3], index)
+                return
         self._dispatch(payload, index)
+
+    def _hop(self, entry: _Entry, args: tuple[Any, ...], history: bytes | None, index: int) -> None:
+        """Deliver arguments the C path decoded, with the history the document carried (its payload)."""
+        self._deliver(entry, args, None if history is None else MessageHistory.from_payload(history), index)
 
     def _note(self, e: Exception, payload: Any, index: int) -> None:
         """Name the event of a document the C fast path delivered (a handler raised `e`)."""

@@ -180,10 +180,10 @@ def test_event_functions_reject_misuse_and_give_up_on_odd_input() -> None:
     for odd in (object(), "text", b"", b"\xb9", b"\xb9\x7fmethod1", doc[:-1], b"\xb9\x07history" + doc[9:]):
         assert _codec.event_value(odd, table) is None
         assert _codec.event_call(odd, table) is None
-    entry, value, end = _codec.event_value(doc, table)
-    assert value == (Message1("x"),) and end == len(doc) and entry is table[b"method1"][0]
+    entry, value, end, history = _codec.event_value(doc, table)
+    assert value == (Message1("x"),) and end == len(doc) and entry is table[b"method1"][0] and history is None
     (doc,) = _documents([("trade", ("EURUSD", 5, 1.5))])
-    entry, value, end = _codec.event_value(doc, table)
+    entry, value, end, history = _codec.event_value(doc, table)
     assert value == ("EURUSD", 5, 1.5) and end == len(doc) and entry is table[b"trade"][0]
 
 

@@ -1493,11 +1493,40 @@ static int read_framed(In *in, PyObject *decode, PyObject **obj) {
     return 1;
 }
 
-/* 1 decoded (*hit and *obj new references, *end), 0 give up, -1 error; `handlers` asks for a third
- * item. *obj is the one argument, or (*spread set) a tuple of the arguments. The table value is held
- * while the class is called, which may run any Python code. */
-static int event_decode(PyObject *document, PyObject *table, int handlers, PyObject **hit, PyObject **obj,
-                        Py_ssize_t *end, int *spread) {
+/* What event_decode found: the table value (`hit`), the argument (or, `spread`, the arguments tuple),
+ * the position after it, and the payload of a binary MessageHistory the document started with. */
+typedef struct {
+    PyObject *hit, *obj, *history;
+    Py_ssize_t end;
+    int spread;
+} Decoded;
+
+static void decoded_clear(Decoded *d) {
+    Py_CLEAR(d->hit);
+    Py_CLEAR(d->obj);
+    Py_CLEAR(d->history);
+}
+
+/* Where the event starts: after the usual binary MessageHistory (`BA 80 00 81 <u16> 86 payload`, its
+ * payload, well-formed, copied to *history), or 0; -1 to give up (another history form, bad bytes). */
+static Py_ssize_t skip_history(const unsigned char *p, Py_ssize_t size, PyObject **history) {
+    if (size < 3 || p[0] != 0xBA || p[1] != 0x80 || p[2] != 0x00) return 0;
+    if (size < 8 || p[3] != 0x81 || p[6] != 0x86) return -1;
+    Py_ssize_t end = 6 + (Py_ssize_t)(p[4] | (p[5] << 8));
+    if (end > size) return -1;
+    const unsigned char *h = p + 7;
+    Py_ssize_t n = end - 7;
+    if (n < 1) return -1;
+    Py_ssize_t tpos = 1 + 12 * (Py_ssize_t)h[0];
+    if (tpos >= n || tpos + 1 + 8 * (Py_ssize_t)h[tpos] > n) return -1;
+    *history = PyBytes_FromStringAndSize((const char *)h, n);
+    return *history ? end : -2;
+}
+
+/* 1 decoded (into *d, new references), 0 give up, -1 error; `handlers` asks for a third item in the
+ * table value. The table value is held while the class is called, which may run any Python code. */
+static int event_decode(PyObject *document, PyObject *table, int handlers, Decoded *d) {
+    memset(d, 0, sizeof(*d));
     if (!PyDict_Check(table)) {
         PyErr_SetString(PyExc_TypeError, "the event table must be a dict");
         return -1;
@@ -1507,28 +1536,31 @@ static int event_decode(PyObject *document, PyObject *table, int handlers, PyObj
         PyErr_Clear(); /* not a buffer (or a closed one): the general path reports it */
         return 0;
     }
-    Py_ssize_t pos = 0;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t start = skip_history(p, view.len, &d->history), pos = 0;
     int rc = 0;
-    *hit = event_lookup((const unsigned char *)view.buf, view.len, table, &pos);
-    if (!*hit) {
+    PyObject *hit = start < 0 ? NULL : event_lookup(p + start, view.len - start, table, &pos);
+    if (start == -2) {
+        rc = -1;
+    } else if (!hit) {
         rc = PyErr_Occurred() ? -1 : 0;
-    } else if (!PyTuple_Check(*hit) || PyTuple_GET_SIZE(*hit) < 2 + handlers ||
-               !(Py_IS_TYPE(PyTuple_GET_ITEM(*hit, 1), &PlanType) || PyCallable_Check(PyTuple_GET_ITEM(*hit, 1))) ||
-               (handlers && !PyTuple_Check(PyTuple_GET_ITEM(*hit, 2)))) {
+    } else if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) < 2 + handlers ||
+               !(Py_IS_TYPE(PyTuple_GET_ITEM(hit, 1), &PlanType) || PyCallable_Check(PyTuple_GET_ITEM(hit, 1))) ||
+               (handlers && !PyTuple_Check(PyTuple_GET_ITEM(hit, 2)))) {
         PyErr_SetString(PyExc_TypeError, "event table values must be (entry, Plan or decoder, handler tuple)");
         rc = -1;
     } else {
-        In in = {(const unsigned char *)view.buf, pos, view.len};
-        PyObject *how = PyTuple_GET_ITEM(*hit, 1);
-        Py_INCREF(*hit);
-        *spread = Py_IS_TYPE(how, &PlanType) && ((Plan *)how)->arguments;
-        rc = *spread ? read_arguments(&in, (Plan *)how, obj)
-             : Py_IS_TYPE(how, &PlanType) ? read_block(&in, (Plan *)how, obj)
-                                          : read_framed(&in, how, obj);
-        *end = in.pos;
-        if (rc != 1) Py_DECREF(*hit);
+        In in = {p, start + pos, view.len};
+        PyObject *how = PyTuple_GET_ITEM(hit, 1);
+        d->hit = Py_NewRef(hit);
+        d->spread = Py_IS_TYPE(how, &PlanType) && ((Plan *)how)->arguments;
+        rc = d->spread ? read_arguments(&in, (Plan *)how, &d->obj)
+             : Py_IS_TYPE(how, &PlanType) ? read_block(&in, (Plan *)how, &d->obj)
+                                          : read_framed(&in, how, &d->obj);
+        d->end = in.pos;
     }
     PyBuffer_Release(&view);
+    if (rc != 1) decoded_clear(d);
     return rc;
 }
 
@@ -1538,63 +1570,72 @@ static PyObject *deliver(PyObject *handler, PyObject *obj, int spread) {
     return PyObject_Vectorcall(handler, PySequence_Fast_ITEMS(obj), (size_t)PyTuple_GET_SIZE(obj), NULL);
 }
 
-/* event_value(document, table) -> (entry, arguments tuple, end) | None */
+/* The arguments as a tuple (new reference) */
+static PyObject *arguments_of(Decoded *d) {
+    return d->spread ? Py_NewRef(d->obj) : PyTuple_Pack(1, d->obj);
+}
+
+/* event_value(document, table) -> (entry, arguments tuple, end, history payload | None) | None */
 static PyObject *event_value(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "expected (document, table)");
         return NULL;
     }
-    PyObject *hit, *obj;
-    Py_ssize_t end;
-    int spread = 0;
-    int rc = event_decode(args[0], args[1], 0, &hit, &obj, &end, &spread);
+    Decoded d;
+    int rc = event_decode(args[0], args[1], 0, &d);
     if (rc < 0) return NULL;
     if (rc == 0) Py_RETURN_NONE;
-    PyObject *result = Py_BuildValue(spread ? "(ONn)" : "(O(N)n)", PyTuple_GET_ITEM(hit, 0), obj, end);
-    Py_DECREF(hit);
+    PyObject *arguments = arguments_of(&d), *result = NULL;
+    if (arguments)
+        result = Py_BuildValue("(ONnO)", PyTuple_GET_ITEM(d.hit, 0), arguments, d.end,
+                               d.history ? d.history : Py_None);
+    decoded_clear(&d);
     return result;
 }
 
 /* event_call(document, table) -> entry | None: decodes as event_value, then calls every handler in
- * the table value's third item with the argument; None (nothing called) when it gives up. */
+ * the table value's third item with the arguments; None (nothing called) when it gives up, and for a
+ * document that carries a history (its handlers must see it: the caller's business). */
 static PyObject *event_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "expected (document, table)");
         return NULL;
     }
-    PyObject *hit, *obj;
-    Py_ssize_t end;
-    int spread = 0;
-    int rc = event_decode(args[0], args[1], 1, &hit, &obj, &end, &spread);
+    Decoded d;
+    int rc = event_decode(args[0], args[1], 1, &d);
     if (rc < 0) return NULL;
-    if (rc == 0) Py_RETURN_NONE;
-    PyObject *handlers = PyTuple_GET_ITEM(hit, 2);
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(handlers); i++) {
-        PyObject *r = deliver(PyTuple_GET_ITEM(handlers, i), obj, spread);
-        if (!r) {
-            Py_DECREF(obj);
-            Py_DECREF(hit);
-            return NULL;
-        }
+    if (rc == 0 || d.history) {
+        decoded_clear(&d);
+        Py_RETURN_NONE;
+    }
+    PyObject *handlers = PyTuple_GET_ITEM(d.hit, 2), *result = NULL;
+    Py_ssize_t i = 0;
+    for (; i < PyTuple_GET_SIZE(handlers); i++) {
+        PyObject *r = deliver(PyTuple_GET_ITEM(handlers, i), d.obj, d.spread);
+        if (!r) break;
         Py_DECREF(r);
     }
-    Py_DECREF(obj);
-    PyObject *entry = Py_NewRef(PyTuple_GET_ITEM(hit, 0));
-    Py_DECREF(hit);
-    return entry;
+    if (i == PyTuple_GET_SIZE(handlers)) result = Py_NewRef(PyTuple_GET_ITEM(d.hit, 0));
+    decoded_clear(&d);
+    return result;
 }
 
-/* ReadOne(read, table, busy, slow): a method reader's read_one() in one C call, with no Python frame.
- * `read()` gives None (False: nothing to read) or an excerpt; a data excerpt the fast path takes is
- * delivered as by event_call (True). Everything else goes to `slow(got)`, whose result is returned:
- * got is None when `busy` (a list) is not empty (some thread has a message history current: the
- * general path must look), the excerpt when the fast path does not take it, or (excerpt, exception)
- * when a handler raised, so the caller can name the document before raising it. */
+/* ReadOne(read, table, busy, slow, hop, always_hop): a method reader's read_one() in one C call.
+ * `read()` gives None (False: nothing to read) or an excerpt. A data excerpt the fast path decodes is
+ * delivered (True): to the handlers directly, or, when it carried a history or `always_hop` (the
+ * reader adds its own hop), through `hop(entry, arguments, history payload | None, index)`, which
+ * makes the history current while the handlers run. Everything else goes to `slow(got)`, whose
+ * result is returned: got is None when `busy` (a list) is not empty (some thread has a message history
+ * current: the general path must look), the excerpt when the fast path does not take it, or (excerpt,
+ * exception) when a handler raised, so the caller can name the document before raising it. */
 typedef struct {
     PyObject_HEAD
-    PyObject *read, *table, *busy, *slow;
+    PyObject *read, *table, *busy, *slow, *hop;
+    int always_hop;
     vectorcallfunc vectorcall;
 } ReadOne;
+
+static PyObject *str_index;
 
 static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     if (PyVectorcall_NARGS(nargsf) || kwnames) {
@@ -1615,48 +1656,66 @@ static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_
     PyObject *flag = PyObject_GetAttr(ex, str_metadata);
     int metadata = flag ? PyObject_IsTrue(flag) : -1;
     Py_XDECREF(flag);
-    PyObject *hit = NULL, *obj = NULL, *got = NULL;
-    Py_ssize_t end;
-    int rc = 0, spread = 0;
+    Decoded d;
+    int rc = 0;
     if (metadata < 0) PyErr_Clear(); /* no such attribute: the general path reports it */
-    else if (metadata == 0) rc = event_decode(ex, self->table, 1, &hit, &obj, &end, &spread);
+    else if (metadata == 0) rc = event_decode(ex, self->table, 1, &d);
     if (rc < 0) {
         Py_DECREF(ex);
         return NULL;
     }
+    PyObject *got = NULL;
     if (rc == 0) {
         got = PyObject_CallOneArg(self->slow, ex);
         Py_DECREF(ex);
         return got;
     }
-    PyObject *handlers = PyTuple_GET_ITEM(hit, 2);
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(handlers); i++) {
-        PyObject *r = deliver(PyTuple_GET_ITEM(handlers, i), obj, spread);
-        if (!r) {
-            PyObject *exc = take_raised();
-            PyObject *pair = PyTuple_Pack(2, ex, exc ? exc : Py_None);
-            Py_XDECREF(exc);
-            got = pair ? PyObject_CallOneArg(self->slow, pair) : NULL;
-            Py_XDECREF(pair);
-            break;
+    if (d.history || self->always_hop) {
+        PyObject *index = PyObject_GetAttr(ex, str_index);
+        PyObject *arguments = index ? arguments_of(&d) : NULL;
+        if (arguments) {
+            PyObject *call[4] = {PyTuple_GET_ITEM(d.hit, 0), arguments, d.history ? d.history : Py_None, index};
+            got = PyObject_Vectorcall(self->hop, call, 4, NULL);
         }
-        Py_DECREF(r);
+        Py_XDECREF(arguments);
+        Py_XDECREF(index);
+        if (got) Py_SETREF(got, Py_NewRef(Py_True));
+    } else {
+        PyObject *handlers = PyTuple_GET_ITEM(d.hit, 2);
+        Py_ssize_t i = 0;
+        for (; i < PyTuple_GET_SIZE(handlers); i++) {
+            PyObject *r = deliver(PyTuple_GET_ITEM(handlers, i), d.obj, d.spread);
+            if (!r) {
+                PyObject *exc = take_raised();
+                PyObject *pair = PyTuple_Pack(2, ex, exc ? exc : Py_None);
+                Py_XDECREF(exc);
+                got = pair ? PyObject_CallOneArg(self->slow, pair) : NULL;
+                Py_XDECREF(pair);
+                break;
+            }
+            Py_DECREF(r);
+        }
+        if (i == PyTuple_GET_SIZE(handlers)) got = Py_NewRef(Py_True);
     }
-    Py_DECREF(obj);
-    Py_DECREF(hit);
+    decoded_clear(&d);
     Py_DECREF(ex);
-    return got ? got : (PyErr_Occurred() ? NULL : Py_NewRef(Py_True));
+    return got;
 }
 
 static PyObject *read_one_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *read, *table, *busy, *slow;
-    if (!PyArg_ParseTuple(args, "OO!O!O", &read, &PyDict_Type, &table, &PyList_Type, &busy, &slow)) return NULL;
+    PyObject *read, *table, *busy, *slow, *hop;
+    int always_hop = 0;
+    if (!PyArg_ParseTuple(args, "OO!O!OO|p", &read, &PyDict_Type, &table, &PyList_Type, &busy, &slow, &hop,
+                          &always_hop))
+        return NULL;
     ReadOne *self = (ReadOne *)type->tp_alloc(type, 0);
     if (!self) return NULL;
     self->read = Py_NewRef(read);
     self->table = Py_NewRef(table);
     self->busy = Py_NewRef(busy);
     self->slow = Py_NewRef(slow);
+    self->hop = Py_NewRef(hop);
+    self->always_hop = always_hop;
     self->vectorcall = (vectorcallfunc)read_one_vectorcall;
     return (PyObject *)self;
 }
@@ -1666,6 +1725,7 @@ static int read_one_traverse(ReadOne *self, visitproc visit, void *arg) {
     Py_VISIT(self->table);
     Py_VISIT(self->busy);
     Py_VISIT(self->slow);
+    Py_VISIT(self->hop);
     return 0;
 }
 
@@ -1674,6 +1734,7 @@ static int read_one_clear(ReadOne *self) {
     Py_CLEAR(self->table);
     Py_CLEAR(self->busy);
     Py_CLEAR(self->slow);
+    Py_CLEAR(self->hop);
     return 0;
 }
 
@@ -1693,7 +1754,7 @@ static PyTypeObject ReadOneType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_traverse = (traverseproc)read_one_traverse,
     .tp_clear = (inquiry)read_one_clear,
-    .tp_doc = "ReadOne(read, table, busy, slow): a method reader's read_one() -> bool in one C call.",
+    .tp_doc = "ReadOne(read, table, busy, slow, hop, always_hop=False): a method reader's read_one() -> bool.",
     .tp_new = read_one_new,
 };
 
@@ -1718,7 +1779,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_end = PyUnicode_InternFromString("end");
     str_type = PyUnicode_InternFromString("type");
     str_metadata = PyUnicode_InternFromString("metadata");
-    if (!str_metadata) return NULL;
+    str_index = PyUnicode_InternFromString("index");
+    if (!str_metadata || !str_index) return NULL;
     if (!str_name || !str_buf || !str_pos || !str_end || !str_type || PyType_Ready(&PlanType) < 0 ||
         PyType_Ready(&DecodeType) < 0 || PyType_Ready(&ReadOneType) < 0 ||
         PyType_Ready(&EncodeType) < 0)

@@ -15,7 +15,7 @@ read and unpacked with `struct` the first time `sources` or `timings` is asked f
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from wire.binary import Reader, Writer
 from wire.errors import WireError
@@ -28,6 +28,8 @@ HISTORY_MESSAGE = 0x86
 MAX_ENTRIES = 255  # the counts are single bytes
 
 _U16 = struct.Struct("<H")
+_I32 = struct.Struct("<i")
+_I64 = struct.Struct("<q")
 _U32 = struct.Struct("<I")
 
 
@@ -103,6 +105,35 @@ class MessageHistory:
     def encode(self) -> bytes:
         """The binary form, as Java writes it by default: ``BA 80 00 81 <u16> 86 ...``."""
         body = self.payload()
+        return BINARY_PREFIX + b"\x81" + _U16.pack(len(body) + 1) + b"\x86" + body
+
+    def encode_hop(self, source: tuple[int, int] | None, timings: Sequence[int]) -> bytes:
+        """`encode()` of this history plus `source` (if any) and `timings`: what a service writes for
+        the message it handles, spliced from the payload bytes without unpacking them."""
+        p = self.payload()
+        n = p[0]
+        ids_end, sources_end = 1 + 4 * n, 1 + 12 * n
+        m = p[sources_end]
+        extra = len(timings)
+        if n + (source is not None) > MAX_ENTRIES or m + extra > MAX_ENTRIES:
+            raise WireError(f"MessageHistory holds at most {MAX_ENTRIES} sources and timings")
+        try:
+            if source is None:
+                head = p[:sources_end]
+            else:
+                head = b"".join(
+                    (
+                        bytes((n + 1,)),
+                        p[1:ids_end],
+                        _I32.pack(source[0]),
+                        p[ids_end:sources_end],
+                        _I64.pack(source[1]),
+                    )
+                )
+            tail = struct.pack(f"<{extra}q", *timings)
+        except struct.error as exc:
+            raise WireError(f"MessageHistory value out of range (int32 ids, int64 indexes): {exc}") from exc
+        body = b"".join((head, bytes((m + extra,)), p[sources_end + 1 : sources_end + 1 + 8 * m], tail))
         return BINARY_PREFIX + b"\x81" + _U16.pack(len(body) + 1) + b"\x86" + body
 
     def encode_text(self) -> bytes:

@@ -122,3 +122,23 @@ def test_round_trip_both_forms(history: MessageHistory, rest: bytes) -> None:
 
 def test_vectors_present(vectors: Path) -> None:
     assert (vectors / "generated-cq5.26/method_writer_history/out").is_dir()
+
+
+@settings(max_examples=100, deadline=None)
+@given(_histories, st.none() | st.tuples(_ids, _i64), st.lists(_i64, min_size=1, max_size=2), st.booleans())
+def test_encode_hop_splices_what_a_rebuilt_history_would_encode(
+    history: MessageHistory, source: tuple[int, int] | None, timings: list[int], from_bytes: bool
+) -> None:
+    base = MessageHistory.from_payload(history.payload()) if from_bytes else history
+    sources = [*history.sources, *([source] if source is not None else [])]
+    assert base.encode_hop(source, timings) == MessageHistory(sources, [*history.timings, *timings]).encode()
+
+
+def test_encode_hop_refuses_more_entries_than_a_count_byte_holds() -> None:
+    full = MessageHistory([(1, 2)] * 255, [3] * 254)
+    with pytest.raises(WireError):
+        full.encode_hop((4, 5), [6])
+    with pytest.raises(WireError):
+        full.encode_hop(None, [6, 7])
+    with pytest.raises(WireError):
+        MessageHistory().encode_hop((2**31, 0), [1])  # not an int32 id

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from typing import Any
 
 import msgspec
@@ -77,27 +78,34 @@ def event_call(document: Any, table: dict[bytes, tuple[Any, ...]]) -> Any:
 def read_one(
     read: Callable[[], Any],
     table: dict[bytes, tuple[Any, ...]],
-    busy: list[Any],
+    current: ContextVar[Any],
     slow: Callable[[Any], bool],
-    hop: Callable[[Any, tuple[Any, ...], bytes | None, int], Any],
-    always_hop: bool = False,
+    pending: Callable[[bytes | None, tuple[int, int] | None, int], Any],
+    clock: Callable[[], int],
+    source_id: int,
 ) -> Callable[[], bool]:
-    """A method reader's `read_one()`: `read()`, then `event_call` on the excerpt, or `hop(entry,
-    arguments, history payload, index)` for one that carries a history or when `always_hop`;
-    `slow(got)` decides the rest: got is None when `busy` is not empty (the general path must look
-    at the thread's history), the excerpt when the fast path does not take it, or (excerpt,
-    exception) when a handler raised. Native: one C call per message."""
+    """A method reader's `read_one()`: `read()`, then the excerpt's arguments decoded by `table` and
+    delivered to its handlers: directly, or, when the document carried a history, the reader has a
+    `source_id`, or `current` holds a history, with `current` set to `pending(history payload,
+    (source_id, index), clock())` (or None) while they run. `slow(got)` decides the rest: the excerpt
+    when the fast path does not take it, or (excerpt, exception) when a handler raised.
+    Native: one C call per message, no Python frame."""
 
     def read_one() -> bool:
-        if busy:
-            return slow(None)
         ex = read()
         return False if ex is None else slow(ex)
 
     return read_one
 
 
+def history_hop(payload: bytes, source: tuple[int, int] | None, timings: tuple[int, ...]) -> bytearray | None:
+    """`MessageHistory.from_payload(payload).encode_hop(source, timings)` as a bytearray, spliced in C;
+    None without the accelerator or for anything unusual (then use encode_hop, which reports errors)."""
+    return None
+
+
 if _marshal.speedups is not None:
+    history_hop = _marshal.speedups.history_hop
     event_value = _marshal.speedups.event_value
     event_call = _marshal.speedups.event_call
     read_one = _marshal.speedups.ReadOne

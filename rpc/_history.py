@@ -1,58 +1,66 @@
-"""The MessageHistory of the message being handled on this thread, and carrying it into new messages.
+"""The MessageHistory of the message being handled, and carrying it into new messages.
 
 A reader records what it knows (the history the document carried, where and when it read it) in a
-`Pending`; a MessageHistory is built from that only when a handler asks for it, and a writer builds
-its bytes straight from the parts, so a message nobody republishes costs no history objects.
+`Pending`; a MessageHistory is built from that only when a handler asks for it, and a writer splices
+its bytes straight from the carried payload, so a message nobody republishes costs no history objects.
+The current one lives in a ContextVar: per thread, per asyncio task, and settable from C.
 """
 
 from __future__ import annotations
 
-import threading
+from contextvars import ContextVar
 
 from rpc import _codec
 from wire.history import MessageHistory
 
 
 class Pending:
-    """The history of the message being dispatched: the one it carried plus this read's hop."""
+    """The history of the message being dispatched: the one it carried (a MessageHistory, or the
+    binary payload bytes as read) plus this read's hop."""
 
     __slots__ = ("_built", "base", "read_ns", "source")
 
-    def __init__(self, base: MessageHistory | None, source: tuple[int, int] | None, read_ns: int) -> None:
+    def __init__(
+        self, base: MessageHistory | bytes | None, source: tuple[int, int] | None, read_ns: int
+    ) -> None:
         self.base = base
         self.source = source
         self.read_ns = read_ns
         self._built: MessageHistory | None = None
 
-    def parts(self) -> tuple[list[tuple[int, int]], list[int]]:
+    def _carried(self) -> MessageHistory:
         base = self.base
-        sources = list(base.sources) if base is not None else []
-        timings = list(base.timings) if base is not None else []
-        if self.source is not None:
-            sources.append(self.source)
-            timings.append(self.read_ns)
-        return sources, timings
+        if base is None:
+            return _NO_HISTORY
+        if isinstance(base, bytes):
+            base = self.base = MessageHistory.from_payload(base)
+        return base
 
     def prefix(self, now: int) -> bytearray:
         """The history a document written while handling this message starts with (`now` last)."""
-        base = self.base if self.base is not None else _NO_HISTORY
         timings = (now,) if self.source is None else (self.read_ns, now)
-        return bytearray(base.encode_hop(self.source, timings))
+        base = self.base
+        if type(base) is bytes:  # as the reader found it: splice the bytes
+            spliced = _codec.history_hop(base, self.source, timings)
+            if spliced is not None:
+                return spliced
+        return bytearray(self._carried().encode_hop(self.source, timings))
 
     def get(self) -> MessageHistory:
         if self._built is None:
-            self._built = MessageHistory(*self.parts())
+            base = self._carried()
+            sources, timings = list(base.sources), list(base.timings)
+            if self.source is not None:
+                sources.append(self.source)
+                timings.append(self.read_ns)
+            self._built = MessageHistory(sources, timings)
         return self._built
 
 
 _NO_HISTORY = MessageHistory()
 
-
-class _Current(threading.local):
-    history: Pending | None = None
-
-
-current = _Current()
+#: What the method reader dispatching on this thread (or asyncio task) has made current; None outside.
+current: ContextVar[Pending | None] = ContextVar("rpc_current_history", default=None)
 
 
 def current_history() -> MessageHistory | None:
@@ -61,7 +69,7 @@ def current_history() -> MessageHistory | None:
     Its `sources` already include the queue and index the message was read from, and its `timings` the
     time it was read, when the reader has a source id.
     """
-    pending = current.history
+    pending = current.get()
     return None if pending is None else pending.get()
 
 
@@ -72,7 +80,7 @@ _FIRST_HOP = bytes(_codec.history_bytes((), (0,))[:-8])
 
 def history_prefix(now: int) -> bytearray:
     """A new document's history: the handled message's sources and timings plus this write's time."""
-    pending = current.history
+    pending = current.get()
     if pending is None:
         b = bytearray(_FIRST_HOP)
         b += now.to_bytes(8, "little", signed=True)

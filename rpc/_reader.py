@@ -15,7 +15,6 @@ from rpc._codec import event_call as _event_call
 from rpc._history import Pending, current
 from rpc._interface import MethodSpec, describe, is_protocol
 from wire import WireType
-from wire.history import MessageHistory
 
 log = logging.getLogger("rpc")
 
@@ -23,9 +22,6 @@ UnknownHook = Callable[[str | int, int], None]
 MetadataHandler = Callable[[memoryview, int], None]
 
 
-# One item per dispatch (any thread) that has made a history current. Empty: no thread has one, so
-# the fast path may skip reading the thread-local (about 0.1 us). append/pop are atomic under the GIL.
-_histories_set: list[None] = []
 
 
 def _log_unknown(event: str | int, index: int) -> None:
@@ -214,7 +210,7 @@ class MethodReader:
         read = getattr(self.tailer, "read", None)
         if read is not None and self._fast and self._metadata_handler is None:
             self.read_one = _codec.read_one(
-                read, self._fast, _histories_set, self._read_slow, self._hop, bool(self._source_id)
+                read, self._fast, current, self._read_slow, Pending, self.clock, self._source_id
             )
         else:
             self.read_one = self._read_general
@@ -227,8 +223,6 @@ class MethodReader:
 
     def _read_slow(self, got: Any) -> bool:
         """What the native `read_one` leaves to Python (see `rpc._codec.read_one`)."""
-        if got is None:  # some thread has a history current: this one may too
-            return self._read_general()
         if type(got) is tuple:  # a handler raised
             ex, err = got
             if isinstance(err, _codec.WireError):
@@ -248,7 +242,7 @@ class MethodReader:
         """Decode one document body and call the handlers; usable without a queue (replay tests)."""
         fast = self._fast
         if fast:
-            if not self._source_id and (not _histories_set or current.history is None):  # no history to set
+            if not self._source_id and current.get() is None:  # no history to set
                 try:
                     if _event_call(payload, fast) is not None:  # (not for a document with a history)
                         return
@@ -257,13 +251,10 @@ class MethodReader:
                     raise
             hit = _codec.event_value(payload, fast)
             if hit is not None:
-                self._hop(hit[0], hit[1], hit[3], index)
+                self._deliver(hit[0], hit[1], hit[3], index)  # hit[3]: a carried history's payload
                 return
         self._dispatch(payload, index)
 
-    def _hop(self, entry: _Entry, args: tuple[Any, ...], history: bytes | None, index: int) -> None:
-        """Deliver arguments the C path decoded, with the history the document carried (its payload)."""
-        self._deliver(entry, args, None if history is None else MessageHistory.from_payload(history), index)
 
     def _note(self, e: Exception, payload: Any, index: int) -> None:
         """Name the event of a document the C fast path delivered (a handler raised `e`)."""
@@ -305,15 +296,11 @@ class MethodReader:
         """Call the entry's handlers with `args` (decoded here from `payload` at `pos` when None),
         with the message's history current on this thread while they run."""
         history = None
-        if self.source_id:
-            history = Pending(carried, (self.source_id, index), self.clock())
+        if self._source_id:
+            history = Pending(carried, (self._source_id, index), self.clock())
         elif carried is not None:
             history = Pending(carried, None, 0)
-        saved = current.history
-        if history is not saved:
-            current.history = history
-            if history is not None:
-                _histories_set.append(None)
+        token = current.set(history)
         try:
             if args is None:
                 args, pos = entry.decode(payload, pos)
@@ -326,10 +313,7 @@ class MethodReader:
             e.add_note(f"while decoding event {entry.name!r} of the document at index {index:#x}")
             raise
         finally:
-            if history is not saved:
-                current.history = saved
-                if history is not None:
-                    _histories_set.pop()
+            current.reset(token)
 
     def _chain(self, payload: Any, pos: int, entry: _Entry, results: list[Any], index: int) -> None:
         """Continue a chained call (`a.b().c()` in one document) on what each handler returned."""

@@ -9,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rpc
+from rpc import _codec
 from rpc.testing import Recorder
 from tests.rpc_support import Events, Message1, data_documents
-from wire.history import read_history
+from wire import WireError
+from wire.history import MessageHistory, read_history
 
 
 class Republisher:
@@ -105,3 +107,28 @@ def test_first_hop_fast_path_equals_the_wire_layers_encoding(now):
     from rpc._history import history_prefix
 
     assert history_prefix(now) == _codec.history_bytes((), (now,))
+
+
+_ids = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+_i64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@pytest.mark.skipif(_codec.history_hop(b"\x00\x00", None, (1,)) is None, reason="wire._speedups is not built")
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(_ids, _i64), max_size=5),
+    st.lists(_i64, max_size=5),
+    st.none() | st.tuples(_ids, _i64),
+    st.lists(_i64, min_size=1, max_size=2),
+    st.binary(max_size=40),
+)
+def test_native_history_splice_matches_encode_hop(sources, timings, source, extra, junk) -> None:
+    history = MessageHistory(sources, timings)
+    spliced = _codec.history_hop(history.payload(), source, tuple(extra))
+    assert spliced == bytearray(history.encode_hop(source, extra))
+    try:  # any bytes: the splice either gives up or agrees with the reference
+        expected = MessageHistory.from_payload(junk).encode_hop(source, extra)
+    except WireError:
+        expected = None
+    got = _codec.history_hop(junk, source, tuple(extra))
+    assert got is None or got == bytearray(expected or b"")

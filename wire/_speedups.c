@@ -1620,22 +1620,44 @@ static PyObject *event_call(PyObject *module, PyObject *const *args, Py_ssize_t 
     return result;
 }
 
-/* ReadOne(read, table, busy, slow, hop, always_hop): a method reader's read_one() in one C call.
- * `read()` gives None (False: nothing to read) or an excerpt. A data excerpt the fast path decodes is
- * delivered (True): to the handlers directly, or, when it carried a history or `always_hop` (the
- * reader adds its own hop), through `hop(entry, arguments, history payload | None, index)`, which
- * makes the history current while the handlers run. Everything else goes to `slow(got)`, whose
- * result is returned: got is None when `busy` (a list) is not empty (some thread has a message history
- * current: the general path must look), the excerpt when the fast path does not take it, or (excerpt,
- * exception) when a handler raised, so the caller can name the document before raising it. */
+/* ReadOne(read, table, current, slow, pending, clock, source_id): a method reader's read_one() in one C
+ * call. `read()` gives None (False: nothing to read) or an excerpt. A data excerpt the fast path
+ * decodes is delivered (True) to the table value's handlers: directly, or, when the document carried
+ * a history, the reader has a source id, or the ContextVar `current` holds a history already (a
+ * reader inside a handler), with `current` set to `pending(history payload | None, (source_id,
+ * index) | None, clock() | 0)` (or None when there is nothing to record) while they run. Everything
+ * else goes to `slow(got)`, whose result is returned: the excerpt when the fast path does not take
+ * it, or (excerpt, exception) when a handler raised, so the caller can name the document. */
 typedef struct {
     PyObject_HEAD
-    PyObject *read, *table, *busy, *slow, *hop;
-    int always_hop;
+    PyObject *read, *table, *current, *slow, *pending, *clock, *source_id;
+    int has_source;
     vectorcallfunc vectorcall;
 } ReadOne;
 
-static PyObject *str_index;
+static PyObject *str_index, *int_zero;
+
+/* The `pending` object for a document (new reference; None when there is nothing to record). */
+static PyObject *read_one_pending(ReadOne *self, Decoded *d, PyObject *ex) {
+    if (!self->has_source) {
+        if (!d->history) Py_RETURN_NONE;
+        PyObject *call[3] = {d->history, Py_None, int_zero};
+        return PyObject_Vectorcall(self->pending, call, 3, NULL);
+    }
+    PyObject *index = PyObject_GetAttr(ex, str_index);
+    if (!index) return NULL;
+    PyObject *source = PyTuple_Pack(2, self->source_id, index);
+    Py_DECREF(index);
+    PyObject *now = source ? PyObject_CallNoArgs(self->clock) : NULL;
+    PyObject *result = NULL;
+    if (now) {
+        PyObject *call[3] = {d->history ? d->history : Py_None, source, now};
+        result = PyObject_Vectorcall(self->pending, call, 3, NULL);
+    }
+    Py_XDECREF(source);
+    Py_XDECREF(now);
+    return result;
+}
 
 static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     if (PyVectorcall_NARGS(nargsf) || kwnames) {
@@ -1646,7 +1668,6 @@ static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_
         PyErr_SetString(PyExc_RuntimeError, "ReadOne was cleared");
         return NULL;
     }
-    if (PyList_GET_SIZE(self->busy)) return PyObject_CallOneArg(self->slow, Py_None);
     PyObject *ex = PyObject_CallNoArgs(self->read);
     if (!ex) return NULL;
     if (ex == Py_None) {
@@ -1664,58 +1685,75 @@ static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_
         Py_DECREF(ex);
         return NULL;
     }
-    PyObject *got = NULL;
     if (rc == 0) {
-        got = PyObject_CallOneArg(self->slow, ex);
+        PyObject *got = PyObject_CallOneArg(self->slow, ex);
         Py_DECREF(ex);
         return got;
     }
-    if (d.history || self->always_hop) {
-        PyObject *index = PyObject_GetAttr(ex, str_index);
-        PyObject *arguments = index ? arguments_of(&d) : NULL;
-        if (arguments) {
-            PyObject *call[4] = {PyTuple_GET_ITEM(d.hit, 0), arguments, d.history ? d.history : Py_None, index};
-            got = PyObject_Vectorcall(self->hop, call, 4, NULL);
-        }
-        Py_XDECREF(arguments);
-        Py_XDECREF(index);
-        if (got) Py_SETREF(got, Py_NewRef(Py_True));
-    } else {
-        PyObject *handlers = PyTuple_GET_ITEM(d.hit, 2);
-        Py_ssize_t i = 0;
-        for (; i < PyTuple_GET_SIZE(handlers); i++) {
-            PyObject *r = deliver(PyTuple_GET_ITEM(handlers, i), d.obj, d.spread);
-            if (!r) {
-                PyObject *exc = take_raised();
-                PyObject *pair = PyTuple_Pack(2, ex, exc ? exc : Py_None);
-                Py_XDECREF(exc);
-                got = pair ? PyObject_CallOneArg(self->slow, pair) : NULL;
-                Py_XDECREF(pair);
-                break;
-            }
-            Py_DECREF(r);
-        }
-        if (i == PyTuple_GET_SIZE(handlers)) got = Py_NewRef(Py_True);
+    PyObject *token = NULL, *got = NULL;
+    int hop = d.history || self->has_source;
+    if (!hop) { /* a history current here (a reader inside a handler) is not this message's */
+        PyObject *outer = NULL;
+        if (PyContextVar_Get(self->current, Py_None, &outer) < 0) goto done;
+        hop = outer != Py_None;
+        Py_DECREF(outer);
     }
+    if (hop) {
+        PyObject *pending = read_one_pending(self, &d, ex);
+        if (!pending) goto done;
+        token = PyContextVar_Set(self->current, pending);
+        Py_DECREF(pending);
+        if (!token) goto done;
+    }
+    PyObject *handlers = PyTuple_GET_ITEM(d.hit, 2);
+    Py_ssize_t i = 0;
+    for (; i < PyTuple_GET_SIZE(handlers); i++) {
+        PyObject *r = deliver(PyTuple_GET_ITEM(handlers, i), d.obj, d.spread);
+        if (!r) break;
+        Py_DECREF(r);
+    }
+    int failed = i < PyTuple_GET_SIZE(handlers);
+    PyObject *exc = failed ? take_raised() : NULL;
+    if (token && PyContextVar_Reset(self->current, token) < 0) {
+        Py_XDECREF(exc);
+        goto done;
+    }
+    if (failed) {
+        PyObject *pair = PyTuple_Pack(2, ex, exc ? exc : Py_None);
+        got = pair ? PyObject_CallOneArg(self->slow, pair) : NULL;
+        Py_XDECREF(pair);
+    } else {
+        got = Py_NewRef(Py_True);
+    }
+    Py_XDECREF(exc);
+done:
+    Py_XDECREF(token);
     decoded_clear(&d);
     Py_DECREF(ex);
     return got;
 }
 
 static PyObject *read_one_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *read, *table, *busy, *slow, *hop;
-    int always_hop = 0;
-    if (!PyArg_ParseTuple(args, "OO!O!OO|p", &read, &PyDict_Type, &table, &PyList_Type, &busy, &slow, &hop,
-                          &always_hop))
+    PyObject *read, *table, *current, *slow, *pending, *clock, *source_id;
+    if (!PyArg_ParseTuple(args, "OO!OOOOO!", &read, &PyDict_Type, &table, &current, &slow, &pending, &clock,
+                          &PyLong_Type, &source_id))
         return NULL;
+    if (!PyContextVar_CheckExact(current)) {
+        PyErr_SetString(PyExc_TypeError, "current must be a ContextVar");
+        return NULL;
+    }
+    int has_source = PyObject_IsTrue(source_id);
+    if (has_source < 0) return NULL;
     ReadOne *self = (ReadOne *)type->tp_alloc(type, 0);
     if (!self) return NULL;
     self->read = Py_NewRef(read);
     self->table = Py_NewRef(table);
-    self->busy = Py_NewRef(busy);
+    self->current = Py_NewRef(current);
     self->slow = Py_NewRef(slow);
-    self->hop = Py_NewRef(hop);
-    self->always_hop = always_hop;
+    self->pending = Py_NewRef(pending);
+    self->clock = Py_NewRef(clock);
+    self->source_id = Py_NewRef(source_id);
+    self->has_source = has_source;
     self->vectorcall = (vectorcallfunc)read_one_vectorcall;
     return (PyObject *)self;
 }
@@ -1723,18 +1761,22 @@ static PyObject *read_one_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 static int read_one_traverse(ReadOne *self, visitproc visit, void *arg) {
     Py_VISIT(self->read);
     Py_VISIT(self->table);
-    Py_VISIT(self->busy);
+    Py_VISIT(self->current);
     Py_VISIT(self->slow);
-    Py_VISIT(self->hop);
+    Py_VISIT(self->pending);
+    Py_VISIT(self->clock);
+    Py_VISIT(self->source_id);
     return 0;
 }
 
 static int read_one_clear(ReadOne *self) {
     Py_CLEAR(self->read);
     Py_CLEAR(self->table);
-    Py_CLEAR(self->busy);
+    Py_CLEAR(self->current);
     Py_CLEAR(self->slow);
-    Py_CLEAR(self->hop);
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->clock);
+    Py_CLEAR(self->source_id);
     return 0;
 }
 
@@ -1754,11 +1796,84 @@ static PyTypeObject ReadOneType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_traverse = (traverseproc)read_one_traverse,
     .tp_clear = (inquiry)read_one_clear,
-    .tp_doc = "ReadOne(read, table, busy, slow, hop, always_hop=False): a method reader's read_one() -> bool.",
+    .tp_doc = "ReadOne(read, table, current, slow, pending, clock, source_id): a method reader's read_one().",
     .tp_new = read_one_new,
 };
 
+/* history_hop(payload, source, timings) -> bytearray | None: the binary MessageHistory document part
+ * (`BA 80 00 81 <u16> 86 body`) of the history whose payload is `payload`, plus `source` ((id, index)
+ * or None) and `timings` (a tuple of ints), spliced from the bytes; None when anything is unusual (the
+ * Python reference, wire.history, then builds it or reports the error). */
+static PyObject *history_hop(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "expected (bytes, (id, index) | None, tuple of timings)");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    if (size < 2) Py_RETURN_NONE;
+    Py_ssize_t n = p[0], ids_end = 1 + 4 * n, sources_end = 1 + 12 * n;
+    if (sources_end >= size) Py_RETURN_NONE;
+    Py_ssize_t m = p[sources_end], extra = PyTuple_GET_SIZE(args[2]);
+    int add = args[1] != Py_None;
+    if (sources_end + 1 + 8 * m > size || n + add > 255 || m + extra > 255) Py_RETURN_NONE;
+    long long sid = 0, idx = 0;
+    if (add) {
+        if (!PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 2) Py_RETURN_NONE;
+        int overflow = 0;
+        sid = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(args[1], 0), &overflow);
+        if (overflow || sid < INT32_MIN || sid > INT32_MAX) Py_RETURN_NONE;
+        idx = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(args[1], 1), &overflow);
+        if (overflow) Py_RETURN_NONE;
+        if (PyErr_Occurred()) return NULL;
+    }
+    Py_ssize_t body = 1 + 12 * (n + add) + 1 + 8 * (m + extra);
+    if (body + 1 > 0xFFFF) Py_RETURN_NONE;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, 7 + body);
+    if (!out) return NULL;
+    unsigned char *o = (unsigned char *)PyByteArray_AS_STRING(out);
+    memcpy(o, "\xba\x80\x00\x81", 4);
+    o[4] = (unsigned char)((body + 1) & 0xFF);
+    o[5] = (unsigned char)((body + 1) >> 8);
+    o[6] = 0x86;
+    unsigned char *q = o + 7;
+    *q++ = (unsigned char)(n + add);
+    memcpy(q, p + 1, (size_t)(4 * n));
+    q += 4 * n;
+    if (add) {
+        int32_t v = (int32_t)sid;
+        memcpy(q, &v, 4);
+        q += 4;
+    }
+    memcpy(q, p + ids_end, (size_t)(8 * n));
+    q += 8 * n;
+    if (add) {
+        int64_t v = (int64_t)idx;
+        memcpy(q, &v, 8);
+        q += 8;
+    }
+    *q++ = (unsigned char)(m + extra);
+    memcpy(q, p + sources_end + 1, (size_t)(8 * m));
+    q += 8 * m;
+    for (Py_ssize_t i = 0; i < extra; i++) {
+        int overflow = 0;
+        long long t = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(args[2], i), &overflow);
+        if (overflow || (t == -1 && PyErr_Occurred())) {
+            Py_DECREF(out);
+            if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        int64_t v = (int64_t)t;
+        memcpy(q, &v, 8);
+        q += 8;
+    }
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"history_hop", (PyCFunction)(void (*)(void))history_hop, METH_FASTCALL,
+     "history_hop(payload, source, timings) -> bytearray | None: a history spliced with one more hop"},
     {"event_value", (PyCFunction)(void (*)(void))event_value, METH_FASTCALL,
      "event_value(document, table) -> (entry, value, end) | None"},
     {"event_call", (PyCFunction)(void (*)(void))event_call, METH_FASTCALL,
@@ -1780,7 +1895,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_type = PyUnicode_InternFromString("type");
     str_metadata = PyUnicode_InternFromString("metadata");
     str_index = PyUnicode_InternFromString("index");
-    if (!str_metadata || !str_index) return NULL;
+    int_zero = PyLong_FromLong(0);
+    if (!str_metadata || !str_index || !int_zero) return NULL;
     if (!str_name || !str_buf || !str_pos || !str_end || !str_type || PyType_Ready(&PlanType) < 0 ||
         PyType_Ready(&DecodeType) < 0 || PyType_Ready(&ReadOneType) < 0 ||
         PyType_Ready(&EncodeType) < 0)

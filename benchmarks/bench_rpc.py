@@ -4,8 +4,9 @@
 
 Rows: raw `appender.write` of the same encoded document (the baseline: what the queue costs), method
 writer calls of the 6-field trade DTO (encode + append), the same encode into a no-op sink, reader
-dispatch from the queue (`read_one` until empty), and dispatch of in-memory documents; then the same
-writer and reader with MSGSPEC arguments (Python-only) to show what the BINARY codec costs.
+dispatch from the queue (`read_one`), and dispatch of in-memory documents; the same writer and reader
+with MSGSPEC arguments (Python-only); then with MessageHistory: a writer with a source id, and a
+service hop (a reader with a source id whose handler republishes each message through a writer).
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ class Count:
 
     def trade(self, t: Trade) -> None:
         self.n += 1
+
+
+class Relay:
+    """A service's handler: republish what it reads (the writer carries the history forward)."""
+
+    def __init__(self, out: Trades) -> None:
+        self.out = out
+
+    def trade(self, t: Trade) -> None:
+        self.out.trade(t)
 
 
 TARGET = 1_300_000
@@ -125,6 +136,24 @@ def main() -> None:
             before = handler.n
             rows.append(("MSGSPEC args: read_one + dispatch", rate(n, msgspec_dispatch), None))
             assert handler.n - before == 3 * n, handler.n - before
+
+        with chronq.open(f"{d}/in", source_id=1) as src, chronq.open(f"{d}/out", source_id=2) as dst:
+            hw = rpc.writer(src, Trades)
+
+            def history_calls() -> None:
+                for _ in range(n):
+                    hw.trade(trade)
+
+            rows.append(("with history: method writer (first hop)", rate(n, history_calls), None))
+            relay = Relay(rpc.writer(dst, Trades))
+
+            def service_hop() -> None:
+                read_one = rpc.reader(src.tailer(), relay, source_id=3).read_one
+                for _ in range(n):
+                    read_one()
+
+            rows.append(("with history: service hop (read + republish)", rate(n, service_hop), None))
+            assert sum(1 for _ in dst.tailer()) == 3 * n  # every message republished
     print(f"rpc benchmark, n={n}, {len(doc)}-byte documents (6-field trade DTO, BINARY)")
     print(f"{'case':<48} {'ops/s':>12} {'vs raw':>8} {'target':>10}")
     for name, ops, target in rows:

@@ -70,6 +70,9 @@ class Map:
     def release_pages(self, start: int, end: int, /) -> None:
         """madvise(MADV_DONTNEED) the whole pages in [start, end): keeps a replaying reader's RSS flat."""
 
+    def populate(self, start: int, end: int, /) -> bool:
+        """Prefault [start, end) writable in one call (MADV_POPULATE_WRITE); False where unsupported."""
+
     def sync(self) -> None: ...
 
 class Excerpt:

@@ -229,6 +229,7 @@ class Appender(_native.AppenderCore):
                 except OSError as e:
                     if end == exact:
                         raise ChronqError(f"{cf.path}: cannot reserve disk space up to {end}: {e}") from e
+            cf.map.populate(self._alloc_end, end)  # one call instead of a page fault per page written
             self._alloc_end = end
         self._set_limits(cf)
 

@@ -221,3 +221,16 @@ def test_damaged_files_raise_errors_naming_file_and_position(tmp_path: Path) -> 
         f.write(struct.pack("<I", 0x4000_0005))
     with pytest.raises(CorruptQueueError, match=r"20240115F\.cq4: at position \d+: bad SCQStore header"):
         _plan.snapshot(str(queue))
+
+
+def test_ranges_are_balanced_whole_index_steps(tmp_path: Path) -> None:
+    with chronq.open(tmp_path) as q:
+        q.appender().write_many(b"m%d" % i for i in range(10_000))
+    (state,) = _plan.snapshot(str(tmp_path))
+    spacing = state.layout.index_spacing
+    for limit in (3_000, 4_999, 5_000, 10_000, 1 << 30):
+        got = _plan.ranges(state, 0, state.count, limit)
+        sizes = [r.hi - r.lo for r in got]
+        assert [r.lo for r in got[1:]] == [r.hi for r in got[:-1]] and got[0].lo == 0 and got[-1].hi == 10_000
+        assert len(got) <= -(-10_000 // limit)  # never more partitions than the limit asks for
+        assert all(s % spacing == 0 for s in sizes[:-1]) and max(sizes) - min(sizes) < 2 * spacing

@@ -7,6 +7,7 @@ bound pinned at planning time, so documents appended later never leak into a pla
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from chronq.spark import _files
@@ -78,31 +79,32 @@ def snapshot(queue_dir: str, first_cycle: int | None = None, last_cycle: int | N
 
 
 def ranges(state: CycleState, lo: int, hi: int, rows_per_range: int) -> list[Range]:
-    """Split ``[lo, hi)`` of one cycle into ranges of at most ``rows_per_range`` messages.
+    """Split ``[lo, hi)`` of one cycle into equal ranges of at most about ``rows_per_range`` messages.
 
-    Range starts are found through the cycle's index (nearest indexed message at or before the start),
-    so the driver never walks the data in between.
+    Equal sizes keep every core busy to the end (a 5M-message cycle with a 4M limit becomes 2 x 2.5M,
+    not 4M + 1M). Cuts are at whole index steps (each size within one step of equal), so every range
+    starts at an indexed message found through the cycle's index: the driver never walks the data.
     """
     hi = min(hi, state.count)
     if lo >= hi and not (lo == 0 and state.count == 0):
         return []
     layout = state.layout
-    step = max(layout.index_spacing, rows_per_range - rows_per_range % layout.index_spacing)
+    count, spacing = hi - lo, layout.index_spacing
+    parts = max(1, min(-(-count // max(rows_per_range, 1)), -(-count // spacing)))
+    cuts = sorted({(lo + k * count // parts) // spacing * spacing for k in range(1, parts)})
+    cuts = [c for c in cuts if c > lo]
+    bounds = [lo, *cuts, max(hi, lo)]
     out = []
     buf = _files.open_map(state.path)
     assert buf is not None  # it had a header when the state was taken
     try:
-        start = lo
-        while True:
-            stop = min(hi, (start // step + 1) * step)
+        for start, stop in itertools.pairwise(bounds):
             if start == 0:
                 pos, seq = 0, 0  # from the file start, so the queue's own metadata is readable too
             else:
                 pos, seq = _files.indexed_position(buf, layout, start, state.path)
             out.append(Range(state.path, state.cycle, layout.shift, layout.aligned, pos, seq, start, stop,
                              state.end_pos))
-            if stop >= hi:
-                return out
-            start = stop
+        return out
     finally:
         _files.close_map(buf)

@@ -209,12 +209,16 @@ def test_unknown_and_undecodable_rows_are_nulls(spark: Any, tmp_path: Path) -> N
         bad.value("not a number")  # 'cancel' with arguments that do not decode as (int, str)
         q.appender().write(bad.getvalue())
         q.appender().write(b"")
+        huge = wire.binary.Writer()
+        huge.event_name("cancel")
+        huge.value(["99999999999999999999", "big"])  # decodes as an int no Spark long holds
+        q.appender().write(huge.getvalue())
         rpc.writer(q, Trades).cancel(2, "ok")
     rows = rows_by_seq(load(spark, path, interface=SPEC))
-    assert [r["method"] for r in rows] == ["cancel", "quote", None, "cancel", None, "cancel"]
-    assert [r["args"] is None for r in rows] == [False, True, True, True, True, False]
+    assert [r["method"] for r in rows] == ["cancel", "quote", None, "cancel", None, "cancel", "cancel"]
+    assert [r["args"] is None for r in rows] == [False, True, True, True, True, True, False]
     assert bytes(rows[2]["payload"]).startswith(b"\xff\xfe")  # the raw message is still there
-    assert rows[5]["args"]["cancel"] == {"order_id": 2, "reason": "ok"}
+    assert rows[6]["args"]["cancel"] == {"order_id": 2, "reason": "ok"}
 
 
 def test_a_field_added_by_the_writer_reads(spark: Any, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import enum
 import functools
 import importlib
 import json
+import keyword
 import types
 import typing
 import uuid
@@ -24,7 +25,6 @@ from chronq.errors import ChronqError
 
 Convert = Callable[[Any], Any]
 
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _SCALARS: dict[Any, str] = {
     bool: "boolean",
     int: "bigint",
@@ -105,23 +105,55 @@ def _optional(tp: Any) -> Any:
     return None
 
 
-def _maybe(convert: Convert) -> Convert:
-    return lambda v: None if v is None else convert(v)
+def _json(v: Any) -> str | None:
+    return None if v is None else json.dumps(v, ensure_ascii=False, default=str)
 
 
-def _int(v: Any) -> int:
-    n = int(v)
-    if not _INT64_MIN <= n <= _INT64_MAX:
-        raise ValueError(f"{n} does not fit a Spark long")
-    return n
+def _text(v: Any) -> str | None:
+    return None if v is None else v.isoformat() if isinstance(v, _dt.time) else str(v)
 
 
-def _json(v: Any) -> str:
-    return json.dumps(v, ensure_ascii=False, default=str)
+def _enum_name(v: Any) -> str | None:
+    return None if v is None else v._name_
 
 
-def spark_type(tp: Any, _open: frozenset[Any] = frozenset()) -> tuple[str, Convert]:
-    """Spark DDL type of an annotation and the function turning a decoded value into Arrow input.
+def _sequence(item: Convert | None) -> Convert:
+    if item is None:
+        return lambda v: None if v is None else list(v)
+    return lambda v: None if v is None else [item(x) for x in v]
+
+
+def _mapping(key: Convert | None, value: Convert | None) -> Convert | None:
+    if key is None and value is None:
+        return None  # Arrow takes the dict as it is
+    k, x = key or (lambda a: a), value or (lambda a: a)
+    return lambda v: None if v is None else {k(a): x(b) for a, b in v.items()}
+
+
+def _record(name: str, getters: list[tuple[str, str, Convert | None]]) -> Convert:
+    """A generated ``v -> {key: value}`` (None stays None): one dict display, no loop, no call for the
+    values Arrow takes as they are, which is most of them."""
+    ns: dict[str, Any] = {}
+    items = []
+    for i, (key, expr, convert) in enumerate(getters):
+        if convert is None:
+            items.append(f"{key!r}: {expr}")
+        else:
+            ns[f"c{i}"] = convert
+            items.append(f"{key!r}: c{i}({expr})")
+    source = f"def {name}(v):\n    return None if v is None else {{{', '.join(items)}}}\n"
+    exec(compile(source, f"<chronq.spark {name}>", "exec"), ns)
+    return typing.cast(Convert, ns[name])
+
+
+def _attribute(v: str) -> str:
+    return f"v.{v}" if v.isidentifier() and not keyword.iskeyword(v) else f"getattr(v, {v!r})"
+
+
+def spark_type(tp: Any, _open: frozenset[Any] = frozenset()) -> tuple[str, Convert | None]:
+    """Spark DDL type of an annotation, and the function turning a decoded value into what Arrow
+    takes for that type (None: the value as it is; Arrow itself refuses what does not fit, such as
+    an int beyond 64 bits, and the caller turns that row's value into a null).
 
     Anything without a faithful Spark type (unions, ``Any``, recursive classes) becomes JSON text.
     """
@@ -131,42 +163,26 @@ def spark_type(tp: Any, _open: frozenset[Any] = frozenset()) -> tuple[str, Conve
         return spark_type(inner, _open)
     if tp in _SCALARS:
         ddl = _SCALARS[tp]
-        if tp is int:
-            return ddl, _maybe(_int)
-        if tp is float:
-            return ddl, _maybe(float)
-        if tp in (bytes, bytearray):
-            return ddl, _maybe(bytes)
-        if ddl == "string" and tp is not str:  # Decimal, UUID, time: exact text
-            return ddl, _maybe(lambda v: v.isoformat() if isinstance(v, _dt.time) else str(v))
-        return ddl, _maybe(lambda v: v)
+        return ddl, _text if ddl == "string" and tp is not str else None  # Decimal, UUID, time: exact text
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return "string", _maybe(lambda v: v.name if isinstance(v, enum.Enum) else str(v))
+        return "string", _enum_name
     fields = fields_of(tp) if tp not in _open else None
     if fields is not None:
         typed = [(name, *spark_type(ftp, _open | {tp})) for name, ftp in fields]
-        names = [(name, conv) for name, _, conv in typed]
-
-        def struct(v: Any) -> dict[str, Any]:
-            return {name: conv(getattr(v, name, None)) for name, conv in names}
-
-        return struct_ddl([(name, ddl) for name, ddl, _ in typed]), _maybe(struct)
+        convert = _record("struct", [(name, _attribute(name), conv) for name, _, conv in typed])
+        return struct_ddl([(name, ddl) for name, ddl, _ in typed]), convert
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (list, set, frozenset) or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
         item_ddl, item = spark_type(args[0], _open)
-        return f"array<{item_ddl}>", _maybe(lambda v: [item(x) for x in v])
+        return f"array<{item_ddl}>", None if origin is list and item is None else _sequence(item)
     if origin is tuple and args and Ellipsis not in args:
         parts = [spark_type(a, _open) for a in args]
-        convs = [c for _, c in parts]
-
-        def fixed(v: Any) -> dict[str, Any]:
-            return {f"_{i + 1}": c(x) for i, (c, x) in enumerate(zip(convs, v, strict=True))}
-
-        return struct_ddl([(f"_{i + 1}", d) for i, (d, _) in enumerate(parts)]), _maybe(fixed)
+        convert = _record("fixed", [(f"_{i + 1}", f"v[{i}]", c) for i, (_, c) in enumerate(parts)])
+        return struct_ddl([(f"_{i + 1}", d) for i, (d, _) in enumerate(parts)]), convert
     if origin is dict and len(args) == 2:
         (key_ddl, key), (value_ddl, value) = spark_type(args[0], _open), spark_type(args[1], _open)
-        return f"map<{key_ddl}, {value_ddl}>", _maybe(lambda v: [(key(k), value(x)) for k, x in v.items()])
-    return "string", _maybe(_json)
+        return f"map<{key_ddl}, {value_ddl}>", _mapping(key, value)
+    return "string", _json
 
 
 # --------------------------------------------------------------------------------------------- decoders
@@ -226,11 +242,9 @@ def _ignore(event: str | int, index: int) -> None:
     """Unknown methods are rows with null ``args``, not log lines."""
 
 
-def _params(params: tuple[tuple[str, Convert], ...]) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
-    def convert(args: tuple[Any, ...]) -> dict[str, Any]:
-        return {p: conv(a) for (p, conv), a in zip(params, args, strict=True)}
-
-    return convert
+def _params(params: tuple[tuple[str, Convert | None], ...]) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
+    """``args -> {param: value}`` for one method (generated like a struct's)."""
+    return _record("params", [(p, f"v[{i}]", conv) for i, (p, conv) in enumerate(params)])
 
 
 class _Capture:
@@ -251,12 +265,13 @@ class DocumentColumn:
 
     cls: Any
     ddl: str
-    convert: Convert
+    convert: Convert | None
 
     def decode(self, body: Any) -> Any:
         from wire import binary
 
-        return self.convert(binary.decode_document(body, type=self.cls))
+        value = binary.decode_document(body, type=self.cls)
+        return value if self.convert is None else self.convert(value)
 
 
 @functools.cache

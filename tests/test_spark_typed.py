@@ -284,3 +284,18 @@ def test_typed_args_write_back(spark: Any, tmp_path: Path) -> None:
         while r.read_one():
             pass
     assert got == [*(("trade", (t,)) for t in trades), ("cancel", (3, "gone")), ("heartbeat", ())]
+
+
+def test_typed_args_in_a_stream(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "q"
+    with chronq.open(path) as q:
+        w = rpc.writer(q, Trades)
+        for i in range(25):
+            w.cancel(i, f"r{i}")
+    query = (spark.readStream.format("chronq").option("interface", SPEC).option("maxRowsPerTrigger", "10")
+             .load(str(path)).select("seq", "args.cancel.*")
+             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    got = spark.read.parquet(str(tmp_path / "out")).orderBy("seq").collect()
+    assert [(r.order_id, r.reason) for r in got] == [(i, f"r{i}") for i in range(25)]

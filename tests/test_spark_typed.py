@@ -252,6 +252,10 @@ def test_json_args_stay_the_default(spark: Any, tmp_path: Path) -> None:
         rpc.writer(q, Trades).cancel(7, "x")
     row = load(spark, tmp_path / "q", decode="method").first()
     assert json.loads(row.args) == [7, "x"]
+    typed_ddl = "method string, args struct<cancel: struct<order_id: long>>"
+    declared = spark.read.format("chronq").schema(typed_ddl)
+    with pytest.raises(Exception, match="a typed 'args' column needs option interface"):
+        declared.load(str(tmp_path / "q")).collect()
 
 
 def test_typed_args_write_back(spark: Any, tmp_path: Path) -> None:

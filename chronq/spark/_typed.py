@@ -1,8 +1,9 @@
 """Typed decoded columns: a Protocol's (or a DTO class's) annotations as Spark types, and the values
 wire decodes into those annotations as plain Python values Arrow can build columns from.
 
-The user names the class as ``module:QualName``; only that module is imported, and nothing is ever
-instantiated from the data except through wire's decoder for exactly the named types.
+The user names the class as ``module:QualName``; only that module is imported, and values are built
+only by wire's decoders for the named types (a ``!type`` tag can name nothing else than a class the
+worker's own code registered with ``wire.register``).
 """
 
 from __future__ import annotations

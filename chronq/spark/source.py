@@ -157,6 +157,9 @@ class _Reading:
         for field in schema.fields:
             name = field.name
             if name == "value" or (name == "args" and isinstance(field.dataType, StructType)):
+                needs, option = ("type", opts.dto_type) if name == "value" else ("interface", opts.interface)
+                if option is None:
+                    raise ChronqError(f"a typed {name!r} column needs option {needs} (module:QualName)")
                 fields.append(to_arrow_schema(StructType([field]), timezone="UTC").field(0))
             elif name in _arrow.BASE_NAMES or name in _decode.COLUMNS:
                 fields.append(_arrow_field(name))

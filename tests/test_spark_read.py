@@ -234,3 +234,26 @@ def test_ranges_are_balanced_whole_index_steps(tmp_path: Path) -> None:
         assert [r.lo for r in got[1:]] == [r.hi for r in got[:-1]] and got[0].lo == 0 and got[-1].hi == 10_000
         assert len(got) <= -(-10_000 // limit)  # never more partitions than the limit asks for
         assert all(s % spacing == 0 for s in sizes[:-1]) and max(sizes) - min(sizes) < 2 * spacing
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_headerless_libchronicle_queues_read_like_the_tailer(
+    spark: Any, tmp_path: Path, padded: bool
+) -> None:
+    from chronq import rollcycles
+    from chronq.table import RollMetadata, TableStore
+    from tests.test_headerless import CYCLE, DOCS, lay_out, table_store, write_cycle
+
+    if padded:  # a v5 queue: libchronicle pads its documents to 4 bytes
+        table_store(tmp_path, CYCLE)
+    else:  # a v4 queue (directory-listing.cq4t): no padding
+        roll = RollMetadata.of(rollcycles.FAST_DAILY, 0)
+        with TableStore.open(tmp_path / "directory-listing.cq4t", roll=roll):
+            pass
+    data, positions = lay_out(DOCS, working=b"being written", padded=padded)
+    write_cycle(tmp_path, CYCLE, data)
+    rows = spark.read.format("chronq").option("includeMetadata", "true").load(str(tmp_path)).collect()
+    got = sorted((r.position, r.metadata, bytes(r.payload)) for r in rows)
+    assert got == [(p, meta, body) for p, (body, meta) in zip(positions, DOCS, strict=False)]
+    data_rows = sorted((r["index"], bytes(r.payload)) for r in rows if not r.metadata)
+    assert data_rows == chronq_tailer(tmp_path)

@@ -149,7 +149,9 @@ def read_layout(buf: mmap.mmap, path: str) -> Layout | None:
     (first,) = _U32.unpack_from(buf, 0)
     if first == 0 or first & NOT_COMPLETE:
         return None
-    layout = store.read_layout(buf, path)
+    # libchronicle pads the documents of its headerless files to 4 bytes in a v5 queue only
+    v4 = os.path.exists(os.path.join(os.path.dirname(path), table.V4_TABLE_STORE_FILE))
+    layout = store.read_layout(buf, path, aligned_headerless=not v4)
     wp, hint = 0, 0
     if layout.write_position_offset >= 0:
         (wp,) = _I64.unpack_from(buf, layout.write_position_offset)

@@ -1300,6 +1300,13 @@ static PyObject *decode_vectorcall(Decode *self, PyObject *const *args, size_t n
     }
     if (type && type != Py_None) {
         PyObject *decode = PyDict_GetItemWithError(self->table, type); /* borrowed */
+        if (decode && PyCFunction_Check(decode) && PyCFunction_GET_FUNCTION(decode) == (PyCFunction)(void (*)(void))plan_decode &&
+            PyCFunction_GET_SELF(decode) && Py_IS_TYPE(PyCFunction_GET_SELF(decode), &PlanType)) {
+            PyObject *plan = Py_NewRef(PyCFunction_GET_SELF(decode)); /* a class's Plan.decode: no method call */
+            PyObject *result = plan_decode((Plan *)plan, args, 1);
+            Py_DECREF(plan);
+            return result;
+        }
         if (decode) {
             Py_INCREF(decode);
             PyObject *result = PyObject_CallOneArg(decode, args[0]);

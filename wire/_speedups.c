@@ -676,6 +676,39 @@ static PyObject *plan_block_bytes(Plan *plan, PyObject *prefix, PyObject *obj) {
 }
 
 /* ----- decoding */
+/* memcmp(...) == 0 for the short keys of a plan, without a library call or a byte loop: whole words,
+ * the last one overlapping the one before (both sides hold n bytes) */
+static inline int same(const char *a, const unsigned char *b, Py_ssize_t n) {
+    if (n >= 8) {
+        uint64_t x, y;
+        for (Py_ssize_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&x, a + i, 8);
+            memcpy(&y, b + i, 8);
+            if (x != y) return 0;
+        }
+        memcpy(&x, a + n - 8, 8);
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
+    }
+    if (n >= 4) {
+        uint32_t x, y, u, v;
+        memcpy(&x, a, 4);
+        memcpy(&y, b, 4);
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&v, b + n - 4, 4);
+        return x == y && u == v;
+    }
+    if (n >= 2) {
+        uint16_t x, y, u, v;
+        memcpy(&x, a, 2);
+        memcpy(&y, b, 2);
+        memcpy(&u, a + n - 2, 2);
+        memcpy(&v, b + n - 2, 2);
+        return x == y && u == v;
+    }
+    return n <= 0 || (unsigned char)a[0] == b[0];
+}
+
 /* The next value as a new reference of the field's kind, or NULL with no error set to give up. */
 static PyObject *read_kind(In *in, Field *f) {
     skip_pad(in);
@@ -720,13 +753,13 @@ static PyObject *read_kind(In *in, Field *f) {
             for (Py_ssize_t i = 0; i < m; i++) {
                 PyObject *pair = PyTuple_GET_ITEM(f->members, i);
                 PyObject *name = PyTuple_GET_ITEM(pair, 0);
-                if (PyBytes_GET_SIZE(name) == n && memcmp(PyBytes_AS_STRING(name), s, (size_t)n) == 0)
+                if (PyBytes_GET_SIZE(name) == n && same(PyBytes_AS_STRING(name), (const unsigned char *)s, n))
                     return Py_NewRef(PyTuple_GET_ITEM(pair, 1));
             }
             return NULL; /* unknown constant: Python reports it */
         }
         PyObject *last = f->last;
-        if (last && PyUnicode_GET_LENGTH(last) == n && memcmp(PyUnicode_DATA(last), s, (size_t)n) == 0)
+        if (last && PyUnicode_GET_LENGTH(last) == n && same(PyUnicode_DATA(last), (const unsigned char *)s, n))
             return Py_NewRef(last);
         PyObject *text = PyUnicode_DecodeUTF8(s, n, NULL);
         if (!text) PyErr_Clear(); /* CESU-8 surrogates or bad bytes: Python decides */
@@ -734,39 +767,6 @@ static PyObject *read_kind(In *in, Field *f) {
         return text;
     }
     return NULL;
-}
-
-/* memcmp(...) == 0 for the short keys of a plan, without a library call or a byte loop: whole words,
- * the last one overlapping the one before (both sides hold n bytes) */
-static inline int same(const char *a, const unsigned char *b, Py_ssize_t n) {
-    if (n >= 8) {
-        uint64_t x, y;
-        for (Py_ssize_t i = 0; i + 8 < n; i += 8) {
-            memcpy(&x, a + i, 8);
-            memcpy(&y, b + i, 8);
-            if (x != y) return 0;
-        }
-        memcpy(&x, a + n - 8, 8);
-        memcpy(&y, b + n - 8, 8);
-        return x == y;
-    }
-    if (n >= 4) {
-        uint32_t x, y, u, v;
-        memcpy(&x, a, 4);
-        memcpy(&y, b, 4);
-        memcpy(&u, a + n - 4, 4);
-        memcpy(&v, b + n - 4, 4);
-        return x == y && u == v;
-    }
-    if (n >= 2) {
-        uint16_t x, y, u, v;
-        memcpy(&x, a, 2);
-        memcpy(&y, b, 2);
-        memcpy(&u, a + n - 2, 2);
-        memcpy(&v, b + n - 2, 2);
-        return x == y && u == v;
-    }
-    return n <= 0 || (unsigned char)a[0] == b[0];
 }
 
 /* Reads the fields in in->pos..in->end into vals[] (new references, NULL where absent).
@@ -1414,7 +1414,7 @@ static PyObject *event_lookup(const unsigned char *p, Py_ssize_t size, PyObject 
     if (PyDict_GET_SIZE(table) <= 8) {
         Py_ssize_t i = 0;
         while (PyDict_Next(table, &i, &key, &value))
-            if (PyBytes_Check(key) && PyBytes_GET_SIZE(key) == n && memcmp(PyBytes_AS_STRING(key), p + 2, (size_t)n) == 0)
+            if (PyBytes_Check(key) && PyBytes_GET_SIZE(key) == n && same(PyBytes_AS_STRING(key), p + 2, n))
                 return value;
         return NULL;
     }
@@ -1640,7 +1640,27 @@ typedef struct {
     PyObject *read, *table, *current, *slow, *pending, *clock, *source_id;
     int has_source;
     vectorcallfunc vectorcall;
+    PyTypeObject *ex_type; /* the excerpt class last seen, and its `metadata` data descriptor (or NULL) */
+    PyObject *ex_metadata;
 } ReadOne;
+
+/* ex.metadata as 1/0, -1 with an error: through the excerpt class's data descriptor, found once per
+ * class (a data descriptor wins over any instance attribute, so this is exactly getattr). */
+static int read_one_metadata(ReadOne *self, PyObject *ex) {
+    PyTypeObject *tp = Py_TYPE(ex);
+    if (tp != self->ex_type) {
+        PyObject *d = PyObject_GetAttr((PyObject *)tp, str_metadata);
+        if (!d) PyErr_Clear();
+        else if (!Py_TYPE(d)->tp_descr_get || !Py_TYPE(d)->tp_descr_set) Py_CLEAR(d);
+        Py_XSETREF(self->ex_metadata, d);
+        Py_XSETREF(self->ex_type, (PyTypeObject *)Py_NewRef(tp));
+    }
+    PyObject *flag = self->ex_metadata ? Py_TYPE(self->ex_metadata)->tp_descr_get(self->ex_metadata, ex, (PyObject *)tp)
+                                       : PyObject_GetAttr(ex, str_metadata);
+    int metadata = flag ? PyObject_IsTrue(flag) : -1;
+    Py_XDECREF(flag);
+    return metadata;
+}
 
 static PyObject *str_index, *int_zero;
 
@@ -1681,9 +1701,7 @@ static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_
         Py_DECREF(ex);
         Py_RETURN_FALSE;
     }
-    PyObject *flag = PyObject_GetAttr(ex, str_metadata);
-    int metadata = flag ? PyObject_IsTrue(flag) : -1;
-    Py_XDECREF(flag);
+    int metadata = read_one_metadata(self, ex);
     Decoded d;
     int rc = 0;
     if (metadata < 0) PyErr_Clear(); /* no such attribute: the general path reports it */
@@ -1773,6 +1791,8 @@ static int read_one_traverse(ReadOne *self, visitproc visit, void *arg) {
     Py_VISIT(self->pending);
     Py_VISIT(self->clock);
     Py_VISIT(self->source_id);
+    Py_VISIT(self->ex_type);
+    Py_VISIT(self->ex_metadata);
     return 0;
 }
 
@@ -1784,6 +1804,8 @@ static int read_one_clear(ReadOne *self) {
     Py_CLEAR(self->pending);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->source_id);
+    Py_CLEAR(self->ex_type);
+    Py_CLEAR(self->ex_metadata);
     return 0;
 }
 

@@ -255,11 +255,13 @@ class MethodReader:
                 return
         self._dispatch(payload, index)
 
-
     def _note(self, e: Exception, payload: Any, index: int) -> None:
         """Name the event of a document the C fast path delivered (a handler raised `e`)."""
-        entry = self._fast[bytes(payload[2 : 2 + payload[1]])][0]
-        e.add_note(f"while decoding event {entry.name!r} of the document at index {index:#x}")
+        _, pos = _codec.read_history(payload)  # (the document may start with one)
+        event, _ = _codec.event_at(payload, pos)
+        entry = self._entries.get(event) if event is not None else None
+        name = entry.name if entry is not None else event
+        e.add_note(f"while decoding event {name!r} of the document at index {index:#x}")
 
     def _dispatch(self, payload: Any, index: int) -> None:
         """Every document the C fast path does not take: history, method ids, several or unusual

@@ -237,7 +237,10 @@ def test_a_history_current_on_one_thread_is_not_seen_by_fast_dispatch_on_another
 
 
 @needs_speedups
-def test_handler_errors_from_read_one_name_the_index_and_keep_the_traceback(tmp_path) -> None:
+@pytest.mark.parametrize(("writer_source", "reader_source"), [(0, 0), (3, 5)])  # plain; with histories
+def test_handler_errors_from_read_one_name_the_index_and_keep_the_traceback(
+    tmp_path, writer_source: int, reader_source: int
+) -> None:
     class Failing:
         def method1(self, m: Message1) -> None:
             if m.text == "bad":
@@ -246,10 +249,10 @@ def test_handler_errors_from_read_one_name_the_index_and_keep_the_traceback(tmp_
                 raise KeyError(m.text)
 
     with chronq.open(tmp_path / "q") as q:
-        w = rpc.writer(q, Events)
+        w = rpc.writer(q, Events, source_id=writer_source)
         for text in ("ok", "bad", "boom", "ok"):
             w.method1(Message1(text))
-        r = rpc.reader(q.tailer(), Failing(), source_id=0)
+        r = rpc.reader(q.tailer(), Failing(), source_id=reader_source)
         assert r.read_one()
         with pytest.raises(WireError) as err:
             r.read_one()

@@ -839,23 +839,26 @@ static PyObject *plan_decode_fields(Plan *self, PyObject *const *args, Py_ssize_
     return result;
 }
 
+/* The length of the `80|81|82 <length>` block at in->pos (after padding), moving in->pos to its
+ * contents; -1 (in->pos unchanged past the padding) when there is none or it runs past the end. */
+static Py_ssize_t enter_block(In *in) {
+    skip_pad(in);
+    if (!need(in, 1)) return -1;
+    unsigned c = in->p[in->pos];
+    int width = c == 0x80 ? 1 : c == 0x81 ? 2 : c == 0x82 ? 4 : 0;
+    if (!width || !need(in, 1 + width)) return -1;
+    Py_ssize_t len = (Py_ssize_t)le(in->p + in->pos + 1, width);
+    if (!need(in, 1 + width + len)) return -1;
+    in->pos += 1 + width;
+    return len;
+}
+
 /* Reads the length-prefixed block at in->pos as a `cls` into *out (in->pos then follows the block).
  * 1 ok; 0 give up (type prefix, null, defaults needed, unusual bytes); -1 a Python error. */
 static int read_block(In *in, Plan *self, PyObject **out) {
     if (!self->decodable || self->arguments) return 0;
-    skip_pad(in);
-    Py_ssize_t len = -1, n = self->n;
-    if (need(in, 5) && in->p[in->pos] == 0x82) {
-        len = (Py_ssize_t)le(in->p + in->pos + 1, 4);
-        in->pos += 5;
-    } else if (need(in, 3) && in->p[in->pos] == 0x81) {
-        len = (Py_ssize_t)le(in->p + in->pos + 1, 2);
-        in->pos += 3;
-    } else if (need(in, 2) && in->p[in->pos] == 0x80) {
-        len = in->p[in->pos + 1];
-        in->pos += 2;
-    }
-    if (len < 0 || !need(in, len)) return 0;
+    Py_ssize_t n = self->n, len = enter_block(in);
+    if (len < 0) return 0;
     In sub = {in->p, in->pos, in->pos + len};
     PyObject *vals[MAX_FIELDS];
     memset(vals, 0, (size_t)n * sizeof(PyObject *));
@@ -1139,11 +1142,8 @@ static PyObject *g_value(In *in, Kinds *k, int depth) {
         return Py_NewRef(c == 0xB1 ? Py_True : c == 0xB0 ? Py_False : Py_None);
     }
     if (c == 0x80 || c == 0x81 || c == 0x82) {
-        int width = c == 0x80 ? 1 : c == 0x81 ? 2 : 4;
-        if (!need(in, 1 + width)) return GIVE_UP;
-        Py_ssize_t len = (Py_ssize_t)le(in->p + in->pos + 1, width);
-        in->pos += 1 + width;
-        return g_block(in, k, depth, len);
+        Py_ssize_t len = enter_block(in);
+        return len < 0 ? GIVE_UP : g_block(in, k, depth, len);
     }
     if (is_field_code(c)) return g_fields(in, k, depth); /* an inline map, as Reader.read_value */
     return GIVE_UP;
@@ -1432,19 +1432,8 @@ static int read_arguments(In *in, Plan *plan, PyObject **obj) {
     Py_ssize_t n = plan->n;
     In sub = *in;
     if (plan->arguments == 2) {
-        skip_pad(in);
-        Py_ssize_t len = -1;
-        if (need(in, 2) && in->p[in->pos] == 0x80) {
-            len = in->p[in->pos + 1];
-            in->pos += 2;
-        } else if (need(in, 3) && in->p[in->pos] == 0x81) {
-            len = (Py_ssize_t)le(in->p + in->pos + 1, 2);
-            in->pos += 3;
-        } else if (need(in, 5) && in->p[in->pos] == 0x82) {
-            len = (Py_ssize_t)le(in->p + in->pos + 1, 4);
-            in->pos += 5;
-        }
-        if (len < 0 || !need(in, len)) return 0;
+        Py_ssize_t len = enter_block(in);
+        if (len < 0) return 0;
         sub.pos = in->pos;
         sub.end = in->pos + len;
     }
@@ -1474,19 +1463,8 @@ static int read_arguments(In *in, Plan *plan, PyObject **obj) {
  * rpc._codec.framed_encoder), at in->pos: `decode(data)` into *obj. 1 ok; 0 give up (odd bytes, or the
  * decoder raised an ordinary exception: the general path decodes again and reports it); -1 error. */
 static int read_framed(In *in, PyObject *decode, PyObject **obj) {
-    skip_pad(in);
-    Py_ssize_t len = -1;
-    if (need(in, 2) && in->p[in->pos] == 0x80) {
-        len = in->p[in->pos + 1];
-        in->pos += 2;
-    } else if (need(in, 3) && in->p[in->pos] == 0x81) {
-        len = (Py_ssize_t)le(in->p + in->pos + 1, 2);
-        in->pos += 3;
-    } else if (need(in, 5) && in->p[in->pos] == 0x82) {
-        len = (Py_ssize_t)le(in->p + in->pos + 1, 4);
-        in->pos += 5;
-    }
-    if (len < 1 || !need(in, len) || in->p[in->pos] != 0x8A) return 0;
+    Py_ssize_t len = enter_block(in);
+    if (len < 1 || in->p[in->pos] != 0x8A) return 0;
     PyObject *data = PyBytes_FromStringAndSize((const char *)in->p + in->pos + 1, len - 1);
     if (!data) return -1;
     *obj = PyObject_CallOneArg(decode, data);

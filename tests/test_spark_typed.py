@@ -73,22 +73,9 @@ class Others(Protocol):
     def quote(self, symbol: str) -> None: ...
 
 
-class TradeV2(msgspec.Struct):
-    """Trade as a newer writer sends it: one more field."""
+class TradeV2(Trade):
+    """Trade as a newer writer sends it: one more field, last."""
 
-    timestamp: int
-    symbol: str
-    price: float
-    qty: int
-    side: Side
-    venue: Venue
-    fills: list[Fill] = []
-    tags: dict[str, int] = {}
-    at: dt.datetime | None = None
-    day: dt.date | None = None
-    notional: Decimal = Decimal(0)
-    raw: bytes = b""
-    live: bool = True
     trader: str = ""
 
 

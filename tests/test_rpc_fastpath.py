@@ -24,25 +24,26 @@ needs_speedups = pytest.mark.skipif(marshal.speedups is None, reason="wire._spee
 
 
 def _readers(*handlers: Any, source_id: int = 0) -> tuple[rpc.MethodReader, rpc.MethodReader]:
-    fast = rpc.reader(None, *handlers, interfaces=[Events], source_id=source_id)
-    general = rpc.reader(None, *handlers, interfaces=[Events], source_id=source_id)
+    fast = rpc.reader(None, *handlers, interfaces=[Events], source_id=source_id, clock=lambda: 42)
+    general = rpc.reader(None, *handlers, interfaces=[Events], source_id=source_id, clock=lambda: 42)
     general._fast = {}
     return fast, general
 
 
 def _outcome(reader: rpc.MethodReader, handler: Recording, doc: bytes) -> Any:
     handler.calls.clear()
+    handler.histories.clear()
     try:
         reader.dispatch(doc, 5)
     except WireError as e:
         return ("error", str(e), e.offset, getattr(e, "__notes__", None))
-    return repr(handler.calls)  # repr: NaN prices compare equal
+    return repr(handler.calls), repr(handler.histories)  # repr: NaN prices compare equal
 
 
-def _documents(calls: list[tuple[str, Any]]) -> list[bytes]:
+def _documents(calls: list[tuple[str, Any]], source_id: int = 0) -> list[bytes]:
     """One document per call; a tuple argument means several arguments."""
     rec = Recorder()
-    w = rpc.writer(rec, Events)
+    w = rpc.writer(rec, Events, source_id=source_id, clock=lambda: 7)
     for name, arg in calls:
         getattr(w, name)(*(arg if isinstance(arg, tuple) else (arg,)))
     return [bytes(d) for d in rec.documents]
@@ -55,6 +56,7 @@ def test_structured_and_scalar_argument_events_are_in_the_fast_table() -> None:
 
 
 @needs_speedups
+@pytest.mark.parametrize(("writer_source", "reader_source"), [(0, 0), (3, 0), (3, 5)])
 @settings(max_examples=60, deadline=None)
 @given(
     st.integers(-(1 << 63), (1 << 63) - 1),
@@ -64,17 +66,17 @@ def test_structured_and_scalar_argument_events_are_in_the_fast_table() -> None:
     st.data(),
 )
 def test_fast_and_general_dispatch_agree_on_any_bytes(
-    n: int, price: float, flag: bool, text: str, data: st.DataObject
+    writer_source: int, reader_source: int, n: int, price: float, flag: bool, text: str, data: st.DataObject
 ) -> None:
     h = Recording()
-    fast, general = _readers(h)
+    fast, general = _readers(h, source_id=reader_source)
     calls = [
         ("method2", Message2(n, price, flag)),
         ("method1", Message1(text)),
         ("say", text),
         ("trade", (text, n, price)),
     ]
-    for doc in _documents(calls):
+    for doc in _documents(calls, writer_source):
         assert _outcome(fast, h, doc) == _outcome(general, h, doc)
         mutated = bytearray(doc)
         for _ in range(data.draw(st.integers(1, 3))):

@@ -263,4 +263,5 @@ def test_handler_errors_from_read_one_name_the_index_and_keep_the_traceback(
         assert "method1" in {f.name for f in err.traceback}  # the handler's frame is kept
         with pytest.raises(KeyError):
             r.read_one()
+        assert rpc.current_history() is None  # restored although the handlers raised
         assert r.read_one() and not r.read_one()

@@ -25,7 +25,8 @@ Write = Callable[[bytearray], Any]
 Clock = Callable[[], int]
 
 _classes: dict[tuple[type, str, WireType], type] = {}
-_RESERVED = frozenset({"self", "b_", "s_", "bytearray", "_seq_end"})  # names the generated code uses
+# names the generated code uses
+_RESERVED = frozenset({"self", "b_", "s_", "bytearray", "_seq_end", "_history_prefix"})
 
 
 def writer(
@@ -53,7 +54,7 @@ def writer(
     if source_id:
         cls = _class(proto, "history", wire)
         now = clock or time.monotonic_ns
-        return cls(write, lambda: history_prefix(now()))  # type: ignore[no-any-return]
+        return cls(write, now)  # type: ignore[no-any-return]  # `_start` is the clock here
     return _class(proto, "plain", wire)(write, None)  # type: ignore[no-any-return]
 
 
@@ -88,7 +89,7 @@ def _chained(proto: type, wire: WireType) -> Callable[[Write, bytearray], object
 def _generate(proto: type, mode: str, wire: WireType) -> type:
     spec = describe(proto)
     cls_name = f"{proto.__name__}Writer" if mode != "chain" else f"{proto.__name__}ChainedWriter"
-    namespace: dict[str, Any] = {"_seq_end": _codec.seq_end}
+    namespace: dict[str, Any] = {"_seq_end": _codec.seq_end, "_history_prefix": history_prefix}
     lines = [
         f"class {cls_name}:",
         f'    """Generated method writer for {proto.__module__}.{proto.__qualname__} ({mode})."""',
@@ -131,7 +132,7 @@ def _method_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any])
     if mode == "plain":
         body.append(f"        b_ = bytearray(_E_{m.name})")
     elif mode == "history":
-        body.append("        b_ = self._start()")
+        body.append("        b_ = _history_prefix(self._start())")
         body.append(f"        b_ += _E_{m.name}")
     else:
         body.append("        b_ = self._start")

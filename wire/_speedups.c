@@ -1182,25 +1182,31 @@ static PyObject *generic(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return result;
 }
 
-/* ------------------------------------------------------------------ Encode */
-/* Encode(function, plans, aliases): wire.binary.encode without its Python frame for a value whose
- * class has a plan in `plans` (wire.marshal.whole_encoders) and no `!alias` in `aliases` (the
- * registry's class -> name dict, looked up on every call, so a later registration takes effect);
- * any other value goes to `function`, the Python reference, which fills `plans`. */
+/* ------------------------------------------------------------------ Encode, Decode */
+/* wire.binary.encode and decode without their Python frame for the common calls. Both wrap
+ * `function`, the Python reference, which handles every other call and fills `table`:
+ *   Encode(function, plans, aliases): a value whose class has a plan in `plans`
+ *     (wire.marshal.whole_encoders) and no `!alias` in `aliases` (the registry's class -> name
+ *     dict, looked up on every call, so a later registration takes effect);
+ *   Decode(function, table): a call with `type`, found in `table` (wire.marshal.whole_decoders:
+ *     type -> callable(data), usually a class's Plan.decode, called without the bound method). */
 typedef struct {
     PyObject_HEAD
-    PyObject *function, *plans, *aliases;
+    PyObject *function, *table, *aliases; /* aliases: Encode only */
     vectorcallfunc vectorcall;
-} Encode;
+} Front;
 
-static PyObject *encode_vectorcall(Encode *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    if (!self->function) {
+static PyTypeObject EncodeType, DecodeType;
+static PyObject *str_type;
+
+static PyObject *encode_vectorcall(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (!self->function || !self->table || !self->aliases) {
         PyErr_SetString(PyExc_RuntimeError, "Encode was cleared");
         return NULL;
     }
     if (PyVectorcall_NARGS(nargsf) == 1 && !kwnames) {
         PyObject *cls = (PyObject *)Py_TYPE(args[0]);
-        PyObject *plan = PyDict_GetItemWithError(self->plans, cls); /* borrowed */
+        PyObject *plan = PyDict_GetItemWithError(self->table, cls); /* borrowed */
         if (!plan && PyErr_Occurred()) return NULL;
         if (plan && Py_IS_TYPE(plan, &PlanType)) {
             int aliased = PyDict_Contains(self->aliases, cls);
@@ -1216,75 +1222,7 @@ static PyObject *encode_vectorcall(Encode *self, PyObject *const *args, size_t n
     return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
 }
 
-static PyObject *encode_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *function, *plans, *aliases;
-    if (!PyArg_ParseTuple(args, "OO!O!", &function, &PyDict_Type, &plans, &PyDict_Type, &aliases)) return NULL;
-    Encode *self = (Encode *)type->tp_alloc(type, 0);
-    if (!self) return NULL;
-    self->function = Py_NewRef(function);
-    self->plans = Py_NewRef(plans);
-    self->aliases = Py_NewRef(aliases);
-    self->vectorcall = (vectorcallfunc)encode_vectorcall;
-    return (PyObject *)self;
-}
-
-static int encode_traverse(Encode *self, visitproc visit, void *arg) {
-    Py_VISIT(self->function);
-    Py_VISIT(self->plans);
-    Py_VISIT(self->aliases);
-    return 0;
-}
-
-static int encode_clear(Encode *self) {
-    Py_CLEAR(self->function);
-    Py_CLEAR(self->plans);
-    Py_CLEAR(self->aliases);
-    return 0;
-}
-
-static void encode_dealloc(Encode *self) {
-    PyObject_GC_UnTrack(self);
-    encode_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *encode_get_doc(Encode *self, void *c) {
-    return self->function ? PyObject_GetAttrString(self->function, "__doc__") : Py_NewRef(Py_None);
-}
-
-static PyGetSetDef encode_getset[] = {
-    {"__doc__", (getter)encode_get_doc, NULL, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject EncodeType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "wire._speedups.Encode",
-    .tp_basicsize = sizeof(Encode),
-    .tp_dealloc = (destructor)encode_dealloc,
-    .tp_vectorcall_offset = offsetof(Encode, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_traverse = (traverseproc)encode_traverse,
-    .tp_clear = (inquiry)encode_clear,
-    .tp_getset = encode_getset,
-    .tp_new = encode_new,
-};
-
-/* ------------------------------------------------------------------ Decode */
-/* Decode(function, table): wire.binary.decode without its Python frame when `type` is given. The
- * table (wire.marshal.whole_decoders) maps a type to a callable(data); any other call, and a type
- * not in the table yet, goes to `function`, the Python reference, which fills the table. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *function;
-    PyObject *table;
-    vectorcallfunc vectorcall;
-} Decode;
-
-static PyObject *str_type;
-
-static PyObject *decode_vectorcall(Decode *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+static PyObject *decode_vectorcall(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *type = NULL;
     if (!self->function || !self->table) {
@@ -1300,7 +1238,8 @@ static PyObject *decode_vectorcall(Decode *self, PyObject *const *args, size_t n
     }
     if (type && type != Py_None) {
         PyObject *decode = PyDict_GetItemWithError(self->table, type); /* borrowed */
-        if (decode && PyCFunction_Check(decode) && PyCFunction_GET_FUNCTION(decode) == (PyCFunction)(void (*)(void))plan_decode &&
+        if (decode && PyCFunction_Check(decode) &&
+            PyCFunction_GET_FUNCTION(decode) == (PyCFunction)(void (*)(void))plan_decode &&
             PyCFunction_GET_SELF(decode) && Py_IS_TYPE(PyCFunction_GET_SELF(decode), &PlanType)) {
             PyObject *plan = Py_NewRef(PyCFunction_GET_SELF(decode)); /* a class's Plan.decode: no method call */
             PyObject *result = plan_decode((Plan *)plan, args, 1);
@@ -1318,72 +1257,67 @@ static PyObject *decode_vectorcall(Decode *self, PyObject *const *args, size_t n
     return PyObject_Vectorcall(self->function, args, nargsf, kwnames);
 }
 
-static PyObject *decode_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *function, *table;
-    if (!PyArg_ParseTuple(args, "OO!", &function, &PyDict_Type, &table)) return NULL;
-    Decode *self = (Decode *)type->tp_alloc(type, 0);
+static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *function, *table, *aliases = NULL;
+    int encode = type == &EncodeType;
+    if (!PyArg_ParseTuple(args, encode ? "OO!O!" : "OO!", &function, &PyDict_Type, &table, &PyDict_Type, &aliases))
+        return NULL;
+    Front *self = (Front *)type->tp_alloc(type, 0);
     if (!self) return NULL;
     self->function = Py_NewRef(function);
     self->table = Py_NewRef(table);
-    self->vectorcall = (vectorcallfunc)decode_vectorcall;
+    self->aliases = Py_XNewRef(aliases);
+    self->vectorcall = (vectorcallfunc)(encode ? encode_vectorcall : decode_vectorcall);
     return (PyObject *)self;
 }
 
-static int decode_traverse(Decode *self, visitproc visit, void *arg) {
+static int front_traverse(Front *self, visitproc visit, void *arg) {
     Py_VISIT(self->function);
     Py_VISIT(self->table);
+    Py_VISIT(self->aliases);
     return 0;
 }
 
-static int decode_clear(Decode *self) {
+static int front_clear(Front *self) {
     Py_CLEAR(self->function);
     Py_CLEAR(self->table);
+    Py_CLEAR(self->aliases);
     return 0;
 }
 
-static void decode_dealloc(Decode *self) {
+static void front_dealloc(Front *self) {
     PyObject_GC_UnTrack(self);
-    decode_clear(self);
+    front_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *decode_call(Decode *self, PyObject *args, PyObject *kwds) {
-    if (!self->function) {
-        PyErr_SetString(PyExc_RuntimeError, "Decode was cleared");
-        return NULL;
-    }
-    return PyObject_Call(self->function, args, kwds);
-}
-
-static PyObject *decode_get_doc(Decode *self, void *c) {
+static PyObject *front_get_doc(Front *self, void *c) {
     return self->function ? PyObject_GetAttrString(self->function, "__doc__") : Py_NewRef(Py_None);
 }
 
-static PyMemberDef decode_members[] = {
-    {"__wrapped__", T_OBJECT, offsetof(Decode, function), READONLY, "the Python function (signature, docs)"},
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Decode, vectorcall), READONLY, NULL},
+static PyMemberDef front_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(Front, function), READONLY, "the Python function (signature, docs)"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Front, vectorcall), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyGetSetDef decode_getset[] = {
-    {"__doc__", (getter)decode_get_doc, NULL, NULL, NULL},
+static PyGetSetDef front_getset[] = {
+    {"__doc__", (getter)front_get_doc, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject DecodeType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "wire._speedups.Decode",
-    .tp_basicsize = sizeof(Decode),
-    .tp_dealloc = (destructor)decode_dealloc,
-    .tp_vectorcall_offset = offsetof(Decode, vectorcall),
-    .tp_call = (ternaryfunc)decode_call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_traverse = (traverseproc)decode_traverse,
-    .tp_clear = (inquiry)decode_clear,
-    .tp_members = decode_members,
-    .tp_getset = decode_getset,
-    .tp_new = decode_new,
-};
+#define FRONT_TYPE(NAME)                                                                 \
+    {                                                                                    \
+        PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wire._speedups." NAME,                 \
+        .tp_basicsize = sizeof(Front), .tp_dealloc = (destructor)front_dealloc,          \
+        .tp_vectorcall_offset = offsetof(Front, vectorcall), .tp_call = PyVectorcall_Call, \
+        .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL, \
+        .tp_traverse = (traverseproc)front_traverse, .tp_clear = (inquiry)front_clear,   \
+        .tp_members = front_members, .tp_getset = front_getset, .tp_new = front_new,     \
+    }
+
+static PyTypeObject EncodeType = FRONT_TYPE("Encode");
+static PyTypeObject DecodeType = FRONT_TYPE("Decode");
 
 /* ------------------------------------------------------------------ method events */
 /* The raised exception as one object (normalized), clearing it; PyErr_GetRaisedException from 3.12. */

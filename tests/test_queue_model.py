@@ -36,6 +36,7 @@ class Rollback(Exception):
 class TailerModel:
     next: int  # forward: the first index it may return; backward: the last
     backward: bool = False
+    at_start: bool = False  # placed on an empty queue: at its first excerpt, once written
 
 
 def stored(payload: bytes) -> bytes:
@@ -73,7 +74,13 @@ class QueueMachine(RuleBasedStateMachine):
 
     def expect_read(self, name: str) -> tuple[int, bytes] | None:
         m = self.models[name]
-        if m.backward:
+        if m.at_start and m.backward:  # at the first excerpt, whenever it was written
+            found = self.entries[:1]
+            m.at_start = not found
+            hit = found[-1] if found else None
+            if hit is not None:
+                m.next = hit[0] - 1
+        elif m.backward:
             found = [e for e in self.entries if e[0] <= m.next]
             hit = found[-1] if found else None
             if hit is not None:
@@ -165,6 +172,7 @@ class QueueMachine(RuleBasedStateMachine):
         t, m = self.tailers[name], self.models[name]
         t.direction = chronq.Direction.BACKWARD if backward else chronq.Direction.FORWARD
         m.backward = backward
+        m.at_start = not self.entries  # start or end of an empty queue: its first excerpt, once written
         if where == "start":
             t.to_start()
             m.next = self.entries[0][0] if self.entries else 0
@@ -183,7 +191,7 @@ class QueueMachine(RuleBasedStateMachine):
         t, m = self.tailers[name], self.models[name]
         t.direction = chronq.Direction.BACKWARD if backward else chronq.Direction.FORWARD
         assert t.move_to_index(index) is True
-        m.backward, m.next = backward, index
+        m.backward, m.next, m.at_start = backward, index, False
 
     @precondition(lambda self: any(n.startswith("plain") for n in self.models))
     @rule(data=st.data(), beyond=st.integers(2, 1000), cycle_offset=st.integers(-400, 400))

@@ -164,12 +164,16 @@ def _write_like_java(
     path: Path, roll_cycle: str, messages: list[tuple[bytes, bool]], clock: FixedClock
 ) -> None:
     with chronq.open(path, roll_cycle=roll_cycle, clock=clock, block_size=BLOCK) as q:
-        a = q.appender()
-        for body, meta in messages:
-            if meta:
-                a.write_meta(body)
-            else:
-                a.write(body)
+        _append_all(q, messages)
+
+
+def _append_all(q: chronq.Queue, messages: list[tuple[bytes, bool]]) -> None:
+    a = q.appender()
+    for body, meta in messages:
+        if meta:
+            a.write_meta(body)
+        else:
+            a.write(body)
 
 
 def _messages(folder: Path, cycle: int | None = None) -> list[tuple[bytes, bool]]:
@@ -248,12 +252,7 @@ def test_written_table_store_is_byte_identical_to_java(tmp_path: Path, name: str
     readers = 2 if name.endswith("/in") else 1
     with chronq.open(tmp_path, roll_cycle=roll_cycle, clock=FixedClock(BASE_MS), block_size=BLOCK,
                      source_id=source_id or 0) as q:
-        a = q.appender()
-        for body, meta in messages:
-            if meta:
-                a.write_meta(body)
-            else:
-                a.write(body)
+        _append_all(q, messages)
         for _ in range(readers):
             assert len(list(q.tailer())) == sum(1 for _, meta in messages if not meta)
     _assert_same_bytes(tmp_path / "metadata.cq4t", folder / "metadata.cq4t")

@@ -662,6 +662,13 @@ static int64_t seq_at_position(Geometry *g, Py_ssize_t wp) {
 
 /* ------------------------------------------------------------------ AppenderCore */
 
+/* An index entry to write once the data document at pos (sequence seq) is published; ip is the position
+   of the index array written inline after it for this entry's index2index slot (0: none). */
+typedef struct {
+    int64_t seq;
+    Py_ssize_t pos, ip;
+} IndexWork;
+
 typedef struct {
     PyObject_HEAD
     Geometry g;
@@ -687,6 +694,16 @@ typedef struct {
     int claimed;
     int claim_meta;
     int spin;
+    /* atomic block: documents are written behind an unpublished first header (the gate); writePosition
+       and index entries wait for the gate's publication, so a crash inside the block leaves nothing */
+    int atomic;
+    Py_ssize_t gate_pos; /* 0: no document yet */
+    uint32_t gate_header;
+    int64_t atomic_index2; /* index2index slot whose index array this block wrote (-1: none) */
+    Py_ssize_t last_data_pos;
+    int64_t last_data_seq;
+    IndexWork *deferred;
+    Py_ssize_t n_deferred, cap_deferred;
 } AppenderObject;
 
 static void App_clear_lock_view(AppenderObject *self) {
@@ -706,6 +723,7 @@ static int App_traverse(AppenderObject *self, visitproc visit, void *arg) {
 
 static void App_dealloc(AppenderObject *self) {
     PyObject_GC_UnTrack(self);
+    PyMem_Free(self->deferred);
     App_clear_lock_view(self);
     Py_CLEAR(self->g.map);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -983,6 +1001,46 @@ static Py_ssize_t write_index_doc(Geometry *g, Py_ssize_t pos, int64_t count) {
     return align_up(end, g->align);
 }
 
+/* Index entries for the published data document seq at pos; ip is the index array written inline for
+   its index2index slot (0: none). */
+static int App_index(AppenderObject *self, int64_t seq, Py_ssize_t pos, Py_ssize_t ip) {
+    Geometry *g = &self->g;
+    char *b = g->base;
+    int64_t count = (int64_t)1 << g->count_bits;
+    int64_t index2 = seq >> (g->count_bits + g->spacing_bits);
+    char *slot2 = b + g->i2i_arr + 16 + 8 * index2;
+    if (ip) {
+        cas64p(slot2, 0, ip);
+        setmax64p(b + g->i2i_arr + 8, index2 + 1);
+    }
+    int64_t sec = ld64(slot2);
+    Py_ssize_t arr = index_array_at(b, g->size, (Py_ssize_t)sec, count, g->map->name, slot2 - b);
+    if (arr < 0) return -1;
+    int64_t index1 = (seq >> g->spacing_bits) & (count - 1);
+    char *slot1 = b + arr + 16 + 8 * index1;
+    if (ld64(slot1) == 0) {
+        st64(slot1, pos);
+        setmax64p(b + arr + 8, index1 + 1);
+    }
+    if (g->li_off) setmax64p(b + g->li_off, seq + ((int64_t)1 << g->spacing_bits));
+    return 0;
+}
+
+static int App_defer_index(AppenderObject *self, int64_t seq, Py_ssize_t pos, Py_ssize_t ip) {
+    if (self->n_deferred == self->cap_deferred) {
+        Py_ssize_t cap = self->cap_deferred ? self->cap_deferred * 2 : 256;
+        IndexWork *w = PyMem_Realloc(self->deferred, (size_t)cap * sizeof(IndexWork));
+        if (!w) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->deferred = w;
+        self->cap_deferred = cap;
+    }
+    self->deferred[self->n_deferred++] = (IndexWork){seq, pos, ip};
+    return 0;
+}
+
 /* The body of one append, with the lock held and the end located. */
 static int64_t App_put(AppenderObject *self, const char *data, Py_ssize_t len, int meta) {
     Geometry *g;
@@ -997,7 +1055,7 @@ static int64_t App_put(AppenderObject *self, const char *data, Py_ssize_t len, i
         int64_t seq = self->next_seq;
         int64_t count = (int64_t)1 << g->count_bits;
         Py_ssize_t need = pos + 4 + blen + 8;
-        int new_index = 0;
+        int new_index = 0, boundary = 0;
         int64_t index2 = 0;
         if (!meta) {
             if (seq >> g->shift) {
@@ -1006,13 +1064,16 @@ static int64_t App_put(AppenderObject *self, const char *data, Py_ssize_t len, i
                 return -1;
             }
             index2 = seq >> (g->count_bits + g->spacing_bits);
-            if (g->i2i_arr && (seq & (((int64_t)1 << g->spacing_bits) - 1)) == 0) {
+            boundary = g->i2i_arr && (seq & (((int64_t)1 << g->spacing_bits) - 1)) == 0;
+            if (boundary) {
                 if (index2 >= count) {
                     raise_chronq("cycle %lld is full: the number of entries exceeds the index capacity",
                                  (long long)g->cycle);
                     return -1;
                 }
-                if (ld64(g->base + g->i2i_arr + 16 + 8 * index2) == 0) {
+                /* inside an atomic block the slot stays empty until publication: one array per slot */
+                if (ld64(g->base + g->i2i_arr + 16 + 8 * index2) == 0 &&
+                    !(self->atomic && index2 == self->atomic_index2)) {
                     new_index = 1;
                     Py_ssize_t ip = align_up(pos + 4 + blen, g->align);
                     need = ip + 4 + index_doc_len(ip, count) + 8;
@@ -1025,7 +1086,8 @@ static int64_t App_put(AppenderObject *self, const char *data, Py_ssize_t len, i
                 return -1;
             }
             if (App_ensure_room(self, pos, need) < 0) return -1;
-            if (App_locate_end(self) < 0) return -1;
+            /* an atomic block owns the end (its first header is still 0): nothing to locate */
+            if (!self->atomic && App_locate_end(self) < 0) return -1;
             continue;
         }
         char *b = g->base;
@@ -1038,44 +1100,43 @@ static int64_t App_put(AppenderObject *self, const char *data, Py_ssize_t len, i
         Py_ssize_t zero_end = end + 8 < g->size ? end + 8 : g->size;
         memset(b + end, 0, (size_t)(zero_end - end));
         uint32_t header = (uint32_t)blen | (meta ? HDR_META : 0);
-        if (!cas32p(b + pos, 0, header)) {
+        if (self->atomic && !self->gate_pos) {
+            self->gate_pos = pos; /* published when the block ends */
+            self->gate_header = header;
+        } else if (!cas32p(b + pos, 0, header)) {
             self->cache_valid = 0;
             raise_corrupt(g->map->name, pos, "header changed while the document was being written (0x%08x)",
                           ld32(b + pos));
             return -1;
         }
         Py_ssize_t next = align_up(end, g->align);
+        int64_t index = ((int64_t)g->cycle << g->shift) | seq;
         if (meta) {
             self->end_pos = next;
-            return ((int64_t)g->cycle << g->shift) | seq;
+            return index;
         }
-        raise64p(b + g->wp_off, pos); /* under the lock */
-        if (g->hint_ok) st64(b + g->wp_off + 8, (int64_t)(((uint64_t)pos << g->shift) + (uint64_t)seq));
-        if (g->i2i_arr && (seq & (((int64_t)1 << g->spacing_bits) - 1)) == 0 &&
-            (!g->li_off || seq >= ld64(b + g->li_off))) {
-            char *slot2 = b + g->i2i_arr + 16 + 8 * index2;
-            if (new_index) {
-                Py_ssize_t ip = next;
-                next = write_index_doc(g, ip, count);
-                cas64p(slot2, 0, ip);
-                setmax64p(b + g->i2i_arr + 8, index2 + 1);
-            }
-            int64_t sec = ld64(slot2);
-            Py_ssize_t arr = index_array_at(b, g->size, (Py_ssize_t)sec, count, g->map->name, slot2 - b);
-            if (arr < 0) return -1;
-            int64_t index1 = (seq >> g->spacing_bits) & (count - 1);
-            char *slot1 = b + arr + 16 + 8 * index1;
-            if (ld64(slot1) == 0) {
-                st64(slot1, pos);
-                setmax64p(b + arr + 8, index1 + 1);
-            }
-            if (g->li_off) setmax64p(b + g->li_off, seq + ((int64_t)1 << g->spacing_bits));
+        int indexed = boundary && (!g->li_off || seq >= ld64(b + g->li_off));
+        Py_ssize_t ip = 0;
+        if (indexed && new_index) {
+            ip = next;
+            next = write_index_doc(g, ip, count);
         }
         self->end_pos = next;
         self->next_seq = seq + 1;
+        if (self->atomic) {
+            if (indexed) {
+                if (App_defer_index(self, seq, pos, ip) < 0) return -1;
+                if (ip) self->atomic_index2 = index2;
+            }
+            self->last_data_pos = pos;
+            self->last_data_seq = seq;
+            return index;
+        }
+        raise64p(b + g->wp_off, pos); /* under the lock */
+        if (g->hint_ok) st64(b + g->wp_off + 8, (int64_t)(((uint64_t)pos << g->shift) + (uint64_t)seq));
+        if (indexed && App_index(self, seq, pos, ip) < 0) return -1;
         self->seen_wp = ld64(b + g->wp_off);
         self->cache_valid = (self->seen_wp == pos);
-        int64_t index = ((int64_t)g->cycle << g->shift) | seq;
         self->last_index = index;
         return index;
     }
@@ -1083,6 +1144,7 @@ static int64_t App_put(AppenderObject *self, const char *data, Py_ssize_t len, i
 
 static int App_prepare(AppenderObject *self) {
     if (App_lock(self) < 0) return -1;
+    if (self->atomic) return 0; /* the block pinned its cycle and owns the end */
     if (App_check_cycle(self) < 0 || App_locate_end(self) < 0) {
         App_unlock(self);
         return -1;
@@ -1152,8 +1214,11 @@ static PyObject *App_write_many(AppenderObject *self, PyObject *iterable) {
             data = v.buf;
             len = v.len;
         }
-        /* check the clock once per 1024 messages and whenever we have no file yet */
-        if ((n & 1023) == 0 || !self->g.map) {
+        /* check the clock once per 1024 messages and whenever we have no file yet (an atomic block
+           pinned its cycle and owns the end) */
+        if (self->atomic) {
+            /* nothing to check */
+        } else if ((n & 1023) == 0 || !self->g.map) {
             if (App_check_cycle(self) < 0 || App_locate_end(self) < 0) failed = 1;
         } else if (!self->cache_valid || ld64(self->g.base + self->g.wp_off) != self->seen_wp) {
             if (App_locate_end(self) < 0) failed = 1;
@@ -1212,6 +1277,72 @@ static PyObject *App_abort(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {
     Py_RETURN_NONE;
 }
 
+/* atomic blocks: _atomic_begin() takes the lock and finds the end; _atomic_end(publish) publishes the
+   first header, then writes the deferred index entries and writePosition, or drops the block. */
+static PyObject *App_atomic_begin(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->claimed || self->atomic) {
+        PyErr_SetString(PyExc_RuntimeError, "a document or an atomic block is already open on this appender");
+        return NULL;
+    }
+    if (App_prepare(self) < 0) return NULL;
+    self->atomic = 1;
+    self->gate_pos = 0;
+    self->atomic_index2 = -1;
+    self->last_data_pos = -1;
+    self->n_deferred = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *App_atomic_end(AppenderObject *self, PyObject *arg) {
+    int publish = PyObject_IsTrue(arg);
+    if (publish < 0) return NULL;
+    if (!self->atomic) {
+        if (!publish) Py_RETURN_NONE;
+        PyErr_SetString(PyExc_RuntimeError, "no atomic block is open on this appender");
+        return NULL;
+    }
+    if (self->claimed) { /* a writing_document left open inside the block goes with it */
+        self->claimed = 0;
+        App_unlock(self);
+    }
+    self->atomic = 0;
+    int failed = 0;
+    Geometry *g = &self->g;
+    if (publish && self->gate_pos) {
+        char *b = g->base;
+        if (!cas32p(b + self->gate_pos, 0, self->gate_header)) {
+            raise_corrupt(g->map->name, self->gate_pos,
+                          "the first header of an atomic block changed before it was published (0x%08x): "
+                          "another writer took the write lock",
+                          ld32(b + self->gate_pos));
+            failed = 1;
+        } else {
+            for (Py_ssize_t i = 0; i < self->n_deferred && !failed; i++) {
+                IndexWork *w = &self->deferred[i];
+                if (App_index(self, w->seq, w->pos, w->ip) < 0) failed = 1;
+            }
+            if (!failed && self->last_data_pos >= 0) {
+                raise64p(b + g->wp_off, self->last_data_pos);
+                if (g->hint_ok)
+                    st64(b + g->wp_off + 8,
+                         (int64_t)(((uint64_t)self->last_data_pos << g->shift) + (uint64_t)self->last_data_seq));
+                self->last_index = ((int64_t)g->cycle << g->shift) | self->last_data_seq;
+            }
+        }
+    }
+    self->gate_pos = 0;
+    self->n_deferred = 0;
+    if (publish && !failed && g->map) {
+        self->seen_wp = ld64(g->base + g->wp_off);
+        self->cache_valid = 1;
+    } else {
+        self->cache_valid = 0;
+    }
+    App_unlock(self);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* Called by Python slow paths that need the lock around their own work (e.g. EOF normalising). */
 static PyObject *App_lock_py(AppenderObject *self, PyObject *Py_UNUSED(ignored)) {
     if (App_lock(self) < 0) return NULL;
@@ -1235,6 +1366,8 @@ static PyMethodDef App_methods[] = {
     {"_begin", (PyCFunction)App_begin, METH_O, NULL},
     {"_commit", (PyCFunction)App_commit, METH_O, NULL},
     {"_abort", (PyCFunction)App_abort, METH_NOARGS, NULL},
+    {"_atomic_begin", (PyCFunction)App_atomic_begin, METH_NOARGS, NULL},
+    {"_atomic_end", (PyCFunction)App_atomic_end, METH_O, NULL},
     {"_attach", (PyCFunction)(void (*)(void))App_attach, METH_FASTCALL, NULL},
     {"_detach", (PyCFunction)App_detach, METH_NOARGS, NULL},
     {"_set_lock", (PyCFunction)App_set_lock, METH_VARARGS, NULL},

@@ -90,6 +90,24 @@ class Appender(_native.AppenderCore):
         if not metadata:
             dc.index = written
 
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[Appender]:
+        """Make the documents written in the block visible together on a clean exit, or never.
+
+        For all-or-nothing batches (a Spark commit, a replicated transaction): the first document's header
+        is published last, so readers see none of the block until then, and a process that dies inside
+        the block leaves nothing a reader can ever see (the next writer reuses the space). The write lock
+        is held for the whole block, so other writers wait (up to the queue's ``lock_timeout``), and the
+        block stays in the cycle it began in. Indexes returned inside the block are final.
+        """
+        self._atomic_begin()
+        try:
+            yield self
+        except BaseException:
+            self._atomic_end(False)
+            raise
+        self._atomic_end(True)
+
     def write_document(self, fields: object) -> int:
         """Append a self-describing document: a dict's items (or a registered object's fields) as
         top-level BINARY wire fields, as Java's ``writeDocument(w -> w.write("msg").text(...))``."""
@@ -105,6 +123,7 @@ class Appender(_native.AppenderCore):
         """Drop the lock/table references so the queue can close its table store."""
         if not self.closed:
             self.closed = True
+            self._atomic_end(False)
             self._abort()
             self._set_lock(None, 0, 0)
             self._detach()

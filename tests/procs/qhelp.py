@@ -33,6 +33,13 @@ def checked_payload(tag: int, n: int, extra: int) -> bytes:
     return body + struct.pack("<I", zlib.crc32(body))
 
 
+def block_len(tag: int, block: int) -> int:
+    """Length of block ``block`` of atomic writer ``tag``: deterministic, so a checker knows it."""
+    import random
+
+    return random.Random(tag * 100_003 + block).randint(1, 600)
+
+
 def parse_checked(data: bytes) -> tuple[int, int]:
     """(tag, n) of a message made by :func:`checked_payload`; ValueError if it is not one intact."""
     if len(data) < _CHECKED.size + 4:

@@ -14,7 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from rpc._history import current_history
-from rpc._interface import interface, method_id
+from rpc._interface import InterfaceSpec, MethodSpec, describe, interface, method_id
 from rpc._reader import MethodReader, reader
 from rpc._writer import writer
 
@@ -22,11 +22,14 @@ if TYPE_CHECKING:
     from rpc.service import Output, Service, Start
 
 __all__ = [
+    "InterfaceSpec",
     "MethodReader",
+    "MethodSpec",
     "Output",
     "Service",
     "Start",
     "current_history",
+    "describe",
     "interface",
     "method_id",
     "reader",

@@ -218,13 +218,10 @@ class InterfaceColumns:
 def interface_columns(spec: str) -> InterfaceColumns:
     """The typed ``args`` column of the Protocol ``spec`` names (cached per process: workers are reused)."""
     import rpc
-    from rpc._interface import describe, is_protocol
 
     proto = load(spec, "interface")
-    if not is_protocol(proto):
-        raise ChronqError(f"option interface: {spec!r} is not a typing.Protocol")
     try:
-        methods = describe(proto).methods
+        methods = rpc.describe(proto).methods
     except TypeError as e:
         raise ChronqError(f"option interface: {spec!r}: {e}") from e
     ddls: list[tuple[str, str]] = []

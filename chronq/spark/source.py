@@ -141,7 +141,7 @@ class ChronqDataSource(DataSource):
 
         if overwrite:
             raise ChronqError("a chronq queue is append-only: use outputMode('append')")
-        return QueueStreamWriter(self._opts.path, schema)
+        return QueueStreamWriter(self._opts.path, schema, self.options)
 
 
 # --------------------------------------------------------------------------------------------- reading

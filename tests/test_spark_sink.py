@@ -3,6 +3,7 @@ an identity appends each micro-batch exactly once (real streaming queries re-run
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -13,8 +14,11 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import chronq
 from chronq.rollcycles import FixedClock
@@ -25,6 +29,7 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.types import BinaryType, StructField, StructType  # noqa: E402
 
+from chronq.spark import sink  # noqa: E402
 from chronq.spark.sink import MARK_FIELD, QueueStreamWriter, QueueWriter, Staged  # noqa: E402
 from wire import binary  # noqa: E402
 
@@ -236,6 +241,66 @@ def test_a_driver_dying_at_either_hint_is_covered(tmp_path: Path, mode: str) -> 
     want = [b"b0", b"x1", b"x2", *batch1, b"x3"] if published else [b"b0", b"x1", b"x2", b"x3", *batch1]
     assert payloads(queue) == want
     assert [m["batch"] for m in markers(queue)] == [0, 1]
+
+
+class Interrupted(Exception):
+    """Stands for the driver dying at a point of the commit (real deaths: the SIGKILL tests above)."""
+
+
+def interrupted_at(point: str | None) -> contextlib.AbstractContextManager[Any]:
+    """"attempt": the scan-from hint is stored, then the block dies unpublished; "done": the block
+    published, the last-batch hint is never stored."""
+    if point is None:
+        return contextlib.nullcontext()
+    original = getattr(sink._Marks, point)
+
+    def dying(self: Any, *args: Any) -> None:
+        if point == "attempt":
+            original(self, *args)
+        raise Interrupted
+
+    return mock.patch.object(sink._Marks, point, dying)
+
+
+_STEPS = st.one_of(
+    st.tuples(st.just("commit"), st.sampled_from("AB"), st.sampled_from([None, "attempt", "done"])),
+    st.tuples(st.just("lose-log"), st.sampled_from("AB"), st.none()),  # Spark re-runs its last batch
+    st.tuples(st.just("other"), st.integers(0, 3), st.none()),  # an unrelated writer appends
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(_STEPS, max_size=14))
+def test_each_batch_is_appended_once_whatever_spark_re_runs(tmp_path_factory: Any, steps: list[Any]) -> None:
+    """A model of Spark's side (per stream: the next batch its commit log says to run) against the queue:
+    each batch is in the queue exactly once, where its first complete commit put it, whatever mix of
+    re-runs, interruptions before the block publishes ("attempt") or after it ("done"), and other
+    writers' appends happen."""
+    queue = tmp_path_factory.mktemp("q")
+    spark_next = {"A": 0, "B": 0}
+    appended: set[tuple[str, int]] = set()
+    expected: list[bytes] = []
+    for n, (op, arg, interrupt) in enumerate(steps):
+        if op == "other":
+            bodies = [b"other-%d-%d" % (n, i) for i in range(arg)]
+            with chronq.open(queue) as q:
+                q.appender().write_many(bodies)
+            expected += bodies
+        elif op == "lose-log":
+            spark_next[arg] = max(spark_next[arg] - 1, 0)
+        else:
+            batch = spark_next[arg]
+            bodies = [b"%s%d-%d" % (arg.encode(), batch, i) for i in range(batch % 3 + 1)]
+            writer = QueueStreamWriter(str(queue), SCHEMA, {"sinkId": f"stream-{arg}"})
+            with contextlib.suppress(Interrupted), interrupted_at(interrupt):
+                writer.commit(stage(queue, [bodies]), batch)
+            published = interrupt != "attempt"
+            if published and (arg, batch) not in appended:
+                appended.add((arg, batch))
+                expected += bodies
+            if interrupt is None:
+                spark_next[arg] = batch + 1
+        assert payloads(queue) == expected, f"after step {n}: {op, arg, interrupt}"
 
 
 @pytest.mark.spark

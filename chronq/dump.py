@@ -114,6 +114,8 @@ def _start(buf: mmap.mmap, f: _File) -> tuple[Document | None, int, bool, StoreL
     """(first header document or None, where the walk starts, aligned?, layout of a cycle file)."""
     file = str(f.path)
     if f.table:
+        if len(buf) < 4:
+            raise CorruptQueueError(file, 0, f"{len(buf)} bytes: too short for a header")
         header = load32(buf, 0)
         length = header & LENGTH_MASK
         if header & NOT_COMPLETE or not header & META_DATA or 4 + length > len(buf):

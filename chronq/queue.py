@@ -137,7 +137,7 @@ class Queue:
             if not self.path.is_dir():
                 raise ChronqError(f"{self.path}: no queue directory to open read-only")
         else:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir(mode=0o755, parents=True, exist_ok=True)  # as the files: never world-writable
             _refuse_headerless(self.path)
         table = self.path / TABLE_STORE_FILE
         if readonly and not table.exists() and (self.path / V4_TABLE_STORE_FILE).exists():

@@ -198,8 +198,10 @@ def test_tail_follow(tmp_path: Path) -> None:
     (["append", "{q}", "--hex"], "zz\n", 2, "stdin line 1 is not hex"),
     (["dump", "{tmp}/missing"], "", 1, "no such queue"),
     (["tail", "{tmp}/missing"], "", 1, "no queue directory"),
+    (["dump", "{tmp}/short.cq4t"], "", 1, "short.cq4t: at position 0: 3 bytes: too short for a header"),
 ])
 def test_exit_codes(tmp_path: Path, args: list[str], stdin: str, code: int, message: str) -> None:
+    (tmp_path / "short.cq4t").write_bytes(b"\x01\x02\x03")
     result = run(*(a.format(q=tmp_path / "q", tmp=tmp_path) for a in args), stdin=stdin)
     assert result.returncode == code
     assert message in result.stderr

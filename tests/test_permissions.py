@@ -1,4 +1,4 @@
-"""Files a queue creates are never world-writable, whatever the umask, and never looser than the umask."""
+"""Files and the directory a queue creates are never world-writable, whatever the umask, and never looser than the umask."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_new_files_are_not_world_writable(tmp_path: Path, umask: int) -> None:
     files = sorted(p for p in queue.rglob("*") if p.is_file())
     assert {p.suffix for p in files} >= {".cq4", ".cq4t"}
     assert len([p for p in files if p.suffix == ".cq4"]) == 2, "the roll should have made a second cycle file"
-    for p in files:
+    for p in [queue, *files]:
         mode = stat.S_IMODE(p.stat().st_mode)
         assert not mode & stat.S_IWOTH, f"{p.name} is world-writable: {mode:o} (umask {umask:o})"
         assert not mode & umask, f"{p.name} mode {mode:o} ignores umask {umask:o}"

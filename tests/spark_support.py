@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import shutil
 import tempfile
 from typing import Any
 
-import pytest
+from tests.conftest import skip_unless_strict
 
 _session: Any = None
 
@@ -18,10 +19,13 @@ def spark_session() -> Any:
     global _session
     if _session is not None:
         return _session
-    pytest.importorskip("pyspark")
-    pytest.importorskip("pyarrow")
+    for module in ("pyspark", "pyarrow"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            skip_unless_strict(f"Spark tests need {module} (pip install 'chronq[spark]')")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark tests need Java 17+ (no java on PATH, JAVA_HOME unset)")
+        skip_unless_strict("Spark tests need Java 17+ (no java on PATH, JAVA_HOME unset)")
     from chronq.spark.session import local_session
 
     local_dir = tempfile.mkdtemp(prefix="chronq-spark-local-")

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import os
 import uuid
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -239,6 +240,12 @@ class QueueStreamWriter(_Staging, DataSourceStreamArrowWriter):
 
     def __init__(self, path: str, schema: StructType, options: Mapping[str, str] | None = None) -> None:
         super().__init__(path, schema, stream_id(options or {}))
+        if self.sink_id is None:
+            warnings.warn(
+                f"{path}: the stream has no checkpointLocation option or sinkId, so the chronq sink is "
+                "at-least-once (a batch Spark re-runs is appended again)",
+                stacklevel=2,
+            )
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         self._append(messages, batchId)

@@ -24,6 +24,7 @@ from tests.procs.qhelp import (
     parse_checked,
     read_all,
     script,
+    wait_line,
 )
 
 SMALL_INDEX = "TEST4_DAILY"  # 4 messages per index entry, 128 per index array: blocks cross many
@@ -134,13 +135,15 @@ def test_writer_killed_inside_a_block_leaves_nothing_and_the_next_writer_proceed
         argv = [*script("atomic_writer"), str(queue), str(tag), str(tag), "65536", "5" if last else "1000"]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         if last:
-            out = finish(proc, 60).encode()
+            lines = finish(proc, 60).splitlines()
         else:
-            time.sleep(0.3 + rng.random() * 0.4)  # interpreter start-up, then a random point of the work
+            lines = wait_line(proc, "ready", 60)
+            time.sleep(rng.random() * 0.3)  # a random point of the work
             proc.send_signal(signal.SIGKILL)
             out, err = proc.communicate()
             assert proc.returncode == -signal.SIGKILL, err.decode(errors="replace")[-800:]
-        acked[tag] = [int(line.split()[0]) for line in out.decode().splitlines() if line]
+            lines += out.decode().splitlines()
+        acked[tag] = [int(line.split()[0]) for line in lines if line and line != "ready"]
     assert len(acked[11]) == 5, "the writer after the crashes did not get through"
     blocks: dict[tuple[int, int], list[int]] = defaultdict(list)
     order = []

@@ -3,7 +3,7 @@
 argv: queue_dir tag seed block_size [blocks]
 Writer ``tag`` writes in its own day's cycle (the roll closes the previous writer's cycle with EOF).
 Block ``b`` holds ``block_len(tag, b)`` messages ``checked_payload(tag, b * 1000 + i, ...)``; after each
-block is published it prints ``b first_index``.
+block is published it prints ``b first_index`` (and ``ready`` before the first block).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def main() -> None:
     with chronq.open(path, "TEST8_DAILY", clock=FixedClock(BASE_MS + DAY_MS * tag), block_size=block_size,
                      lock_timeout=0.2) as q:
         a = q.appender()
+        print("ready", flush=True)
         for b in range(blocks):
             n = block_len(tag, b)
             with a.atomic():  # messages are made inside the block, so most kills land inside one

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from chronq.errors import ChronqError
+from chronq.errors import ChronqError, IndexNotFoundError
 from wire.errors import WireError
 
 __all__ = ["main"]
@@ -48,8 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="one JSON object per document")
     a = sub.add_parser("append", help="append each stdin line as one message; prints each index")
     a.add_argument("path", type=Path)
-    a.add_argument("--roll-cycle", default="FAST_DAILY", metavar="NAME",
-                   help="roll cycle of a new queue (an existing queue keeps its own)")
+    a.add_argument("--roll-cycle", default=None, metavar="NAME",
+                   help="roll cycle of a new queue (default FAST_DAILY; an existing queue keeps its own)")
     a.add_argument("--hex", action="store_true", help="lines are hex-encoded bytes")
     t = sub.add_parser("tail", help="print messages with their index")
     t.add_argument("path", type=Path)
@@ -99,26 +99,30 @@ def _dump(path: Path, as_json: bool) -> None:
     out.flush()
 
 
-def _append(path: Path, roll_cycle: str, as_hex: bool) -> None:
+def _append(path: Path, roll_cycle: str | None, as_hex: bool) -> None:
+    """All of stdin is one atomic commit: a bad line (or an interrupted run) writes nothing."""
     import chronq
     from chronq import rollcycles
 
-    try:
-        rollcycles.by_name(roll_cycle)
-    except ValueError as e:
-        raise _UsageError(str(e)) from None
+    if roll_cycle is not None:
+        try:
+            rollcycles.by_name(roll_cycle)
+        except ValueError as e:
+            raise _UsageError(str(e)) from None
+    payloads = []
+    for number, line in enumerate(sys.stdin.buffer, 1):
+        line = line.rstrip(b"\r\n")
+        if as_hex:
+            try:
+                line = bytes.fromhex(line.decode("ascii"))
+            except (UnicodeDecodeError, ValueError):
+                raise _UsageError(f"stdin line {number} is not hex: {line[:40]!r}") from None
+        payloads.append(line)
     with chronq.open(path, roll_cycle=roll_cycle) as q:
         appender = q.appender()
-        for number, line in enumerate(sys.stdin.buffer, 1):
-            line = line.rstrip(b"\r\n")
-            if as_hex:
-                try:
-                    payload = bytes.fromhex(line.decode("ascii"))
-                except (UnicodeDecodeError, ValueError):
-                    raise _UsageError(f"stdin line {number} is not hex: {line[:40]!r}") from None
-            else:
-                payload = line
-            print(f"0x{appender.write(payload):x}", flush=True)
+        with appender.atomic():
+            indexes = [appender.write(p) for p in payloads]
+    sys.stdout.writelines(f"0x{i:x}\n" for i in indexes)
 
 
 def _tail(path: Path, follow: bool, start: int | None, named: str | None, as_json: bool) -> None:
@@ -129,7 +133,7 @@ def _tail(path: Path, follow: bool, start: int | None, named: str | None, as_jso
     with chronq.open(path, readonly=named is None) as q:
         tailer = q.tailer(named) if named else q.tailer()
         if start is not None and not tailer.move_to_index(start):
-            raise ChronqError(f"{path}: index 0x{start:x} is not in the queue")
+            raise IndexNotFoundError(f"{path}: index 0x{start:x} is not in the queue")
         while True:
             excerpt = tailer.read()
             if excerpt is None:

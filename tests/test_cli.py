@@ -147,6 +147,14 @@ def test_append_and_tail(tmp_path: Path) -> None:
     assert "hello" in run("dump", str(q)).stdout
 
 
+def test_append_with_a_bad_line_writes_nothing(tmp_path: Path) -> None:
+    q = tmp_path / "q"
+    assert run("append", str(q), stdin="kept\n").returncode == 0
+    bad = run("append", str(q), "--hex", stdin="41\n42\nzz\n43\n")
+    assert bad.returncode == 2 and "stdin line 3 is not hex" in bad.stderr and bad.stdout == ""
+    assert [line.split("\t", 1)[1] for line in run("tail", str(q)).stdout.splitlines()] == ["kept"]
+
+
 def test_named_tailer_resumes(vectors: Path, tmp_path: Path) -> None:
     q = tmp_path / "q"
     shutil.copytree(vectors / GEN / "named_tailer", q)  # index.myTailer = 0x4d1900000003: m3 is next

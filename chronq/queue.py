@@ -40,6 +40,7 @@ __all__ = ["CycleFile", "Queue", "open"]
 K = TypeVar("K")
 Listener = Callable[[int, Path], None]
 DEFAULT_BLOCK_SIZE = 64 << 20
+DEFAULT_ROLL_CYCLE = "FAST_DAILY"  # for a new queue opened without a roll cycle, as Java's default
 MAX_OPEN_FILES = 16
 
 
@@ -106,7 +107,7 @@ class Queue:
     def __init__(
         self,
         path: str | os.PathLike[str],
-        roll_cycle: str | RollCycle = "FAST_DAILY",
+        roll_cycle: str | RollCycle | None = None,
         source_id: int = 0,
         clock: Clock | None = None,
         block_size: int | None = None,
@@ -132,13 +133,15 @@ class Queue:
         self._cycles_mod = -1
         self._closed = False
         self._named: weakref.WeakSet[Any] = weakref.WeakSet()  # tailers mapping a table-store value
-        requested = by_name(roll_cycle)
+        requested = by_name(roll_cycle or DEFAULT_ROLL_CYCLE)
         if readonly:
             if not self.path.is_dir():
                 raise ChronqError(f"{self.path}: no queue directory to open read-only")
         else:
             self.path.mkdir(mode=0o755, parents=True, exist_ok=True)  # as the files: never world-writable
             _refuse_headerless(self.path)
+            if not (self.path / TABLE_STORE_FILE).exists():
+                _refuse_foreign_names(self.path, requested, epoch)
         table = self.path / TABLE_STORE_FILE
         if readonly and not table.exists() and (self.path / V4_TABLE_STORE_FILE).exists():
             table = self.path / V4_TABLE_STORE_FILE
@@ -156,7 +159,7 @@ class Queue:
         if stored is not None:
             rc = _stored_roll_cycle(stored, table)
             differs = (rc.format, rc.length_ms) != (requested.format, requested.length_ms)
-            if differs and roll_cycle != "FAST_DAILY":  # the default means "whatever the queue has"
+            if differs and roll_cycle is not None:  # None means "whatever the queue has"
                 warnings.warn(
                     f"{self.path}: queue was created with roll cycle {rc.name}; "
                     f"using it instead of {requested.name}",
@@ -534,6 +537,23 @@ def _refuse_headerless(directory: Path) -> None:
                 raise _headerless_error(Path(entry.path))
 
 
+def _refuse_foreign_names(directory: Path, rc: RollCycle, epoch: int) -> None:
+    """Without a table store, the roll cycle that wrote existing cycle files is unknown: if none of their
+    names is one of `rc`'s, appending with `rc` would start a second, unrelated series of files."""
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".cq4") and not n.startswith("."))
+    for name in names:
+        try:
+            rc.parse_file_name(name, epoch)
+            return
+        except ValueError:
+            continue
+    if names:
+        raise RollCycleMismatchError(
+            f"{directory / names[0]}: not a file name of roll cycle {rc.name} and {directory} has no "
+            f"{TABLE_STORE_FILE}; open it with the roll cycle that wrote it"
+        )
+
+
 def _first_hole(fd: int, size: int) -> int:
     """Offset of the first unallocated range (touching one in a mapping can SIGBUS on a full tmpfs)."""
     try:
@@ -544,7 +564,7 @@ def _first_hole(fd: int, size: int) -> int:
 
 def open(
     path: str | os.PathLike[str],
-    roll_cycle: str | RollCycle = "FAST_DAILY",
+    roll_cycle: str | RollCycle | None = None,
     source_id: int = 0,
     clock: Clock | None = None,
     block_size: int | None = None,
@@ -553,10 +573,8 @@ def open(
 ) -> Queue:
     """Open (creating unless `readonly`) the queue directory at `path`.
 
-    A roll cycle already stored in the queue wins over `roll_cycle` (with a warning if they differ).
+    `roll_cycle` (default FAST_DAILY) is for a new queue: one already stored in the queue wins (with a
+    warning if `roll_cycle` was given and differs).
     Options: ``epoch`` (ms), ``lock_timeout`` (s), ``on_acquired``/``on_released`` (cycle, path) listeners.
     """
-    try:
-        return Queue(path, roll_cycle, source_id, clock, block_size, readonly, **options)
-    except RollCycleMismatchError:
-        raise
+    return Queue(path, roll_cycle, source_id, clock, block_size, readonly, **options)

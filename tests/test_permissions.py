@@ -1,4 +1,4 @@
-"""Files and the directory a queue creates are never world-writable, whatever the umask, and never looser than the umask."""
+"""A queue's files and directory are never world-writable, whatever the umask, nor looser than it."""
 
 from __future__ import annotations
 

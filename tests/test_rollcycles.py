@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import warnings
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import chronq
 from chronq import rollcycles
 from chronq.rollcycles import FAST_DAILY, ROLL_CYCLES, WEEKLY, FixedClock, RollCycle, SystemClock
 
@@ -138,3 +140,27 @@ def test_index_split(rc: RollCycle, data: st.DataObject) -> None:
     assert rc.to_index(cycle, 0) <= index
     if cycle + 1 < 1 << (63 - rc.cycle_shift):
         assert index < rc.to_index(cycle + 1, 0)
+
+
+def test_roll_cycle_given_explicitly_warns_when_the_queue_has_another(tmp_path: Path) -> None:
+    with chronq.open(tmp_path, "HOURLY"):
+        pass
+    for name in ("FAST_DAILY", "DAILY"):
+        with pytest.warns(UserWarning, match=f"instead of {name}"), chronq.open(tmp_path, name) as q:
+            assert q.roll_cycle.name == "HOURLY"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with chronq.open(tmp_path) as q:  # no roll cycle given: whatever the queue has, quietly
+            assert q.roll_cycle.name == "HOURLY"
+
+
+def test_cycle_files_of_another_roll_cycle_without_a_table_store_are_refused(tmp_path: Path) -> None:
+    with chronq.open(tmp_path, "HOURLY", clock=FixedClock(1_705_312_800_000)) as q:
+        q.appender().write(b"x")
+    (tmp_path / "metadata.cq4t").unlink()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(chronq.RollCycleMismatchError, match=r"-10\.cq4: not a file name of roll cycle"):
+        chronq.open(tmp_path, "FAST_DAILY")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "a refused open must not write anything"
+    with chronq.open(tmp_path, "HOURLY") as q:  # the right one opens and reads it
+        assert [bytes(ex.payload) for ex in q.tailer()] == [b"x"]

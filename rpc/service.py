@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from chronq.errors import IndexNotFoundError
 from chronq.pausers import Pauser, SleepingPauser
 from chronq.tailer import Direction
 from rpc import _codec
@@ -123,7 +124,7 @@ class Service:
             self.replay_until = last_source_index(self.output, self.input_source_id)
         elif isinstance(start, int) and not isinstance(start, bool):
             if not self.tailer.move_to_index(start):
-                raise ValueError(f"start index {start:#x} is not in the input queue")
+                raise IndexNotFoundError(f"{self.input.path}: start index {start:#x} is not in the queue")
         else:
             raise TypeError(f"start must be a Start or an index, not {start!r}")
         self.out.enabled = self.replay_until is None

@@ -110,7 +110,7 @@ def test_new_and_from_index(queues):
     assert s.run(until_idle=True) == 2
     s2 = rpc.Service(inq, outq, make_handler, 2, start=idx[8])
     assert s2.run(until_idle=True) == 4
-    with pytest.raises(ValueError, match="not in the input queue"):
+    with pytest.raises(chronq.IndexNotFoundError, match=r"start index 0x[0-9a-f]+ is not in the queue"):
         rpc.Service(inq, outq, make_handler, 2, start=idx[0] + 10_000)
 
 

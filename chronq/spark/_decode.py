@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import struct
 from typing import Any
 
 import pyarrow as pa
@@ -16,8 +17,9 @@ import wire
 from chronq.errors import ChronqError
 from chronq.spark import _typed
 from chronq.spark._files import Walk
-from wire import text
+from wire import binary, text
 
+_U32 = struct.Struct("<I")
 HISTORY_SOURCE = pa.struct([pa.field("source_id", pa.int32()), pa.field("index", pa.int64())])
 
 # option decode=<group,...> -> the columns it adds (Spark DDL), and their Arrow types
@@ -34,19 +36,60 @@ COLUMNS: dict[str, pa.DataType] = {
 
 
 def decode_row(body: bytes) -> tuple[str | None, str | None, wire.MessageHistory | None]:
-    """(method, args as JSON, history) of one message; method/args are None when it is not a call."""
+    """(method, args as JSON, history) of one message; method/args are None when it is not a call.
+
+    A call without arguments has null ``args``: Java writes it as an empty text, so a one-argument
+    call given ``""`` reads the same (and writes back the same bytes). A chained call (several events
+    in one document, ``to("fx").say("hi")``) is the method ``"to.say"`` with a JSON array of each
+    step's argument value (``["fx", "hi"]``; ``""`` for a step without arguments), which
+    `encode_call` writes back to the same events.
+    """
     try:
         history, at = wire.read_history(body, 0)
     except (wire.WireError, IndexError, ValueError):
         history, at = None, 0
     try:
-        value = text.json_value(body[at:]) if at < len(body) else None
+        steps = _steps(body, at)
     except (wire.WireError, IndexError, ValueError, UnicodeDecodeError):
         return None, None, history
-    if isinstance(value, dict) and len(value) == 1:
-        ((method, args),) = value.items()
-        return str(method), json.dumps(args, ensure_ascii=False), history
-    return None, None, history
+    if not steps:
+        return None, None, history
+    if len(steps) == 1:
+        method, value = steps[0]
+        return method, None if value == "" else json.dumps(value, ensure_ascii=False), history
+    return ".".join(m for m, _ in steps), json.dumps([v for _, v in steps], ensure_ascii=False), history
+
+
+def _steps(body: bytes, at: int) -> list[tuple[str, Any]]:
+    """(event name, value as JSON-compatible data) of each event, in order; [] for a body of bare values.
+
+    The whole document decodes in one go as a dict; only a chain that repeats a step (which the dict
+    would collapse) is decoded again event by event.
+    """
+    value = text.json_value(body[at:]) if at < len(body) else None
+    if not isinstance(value, dict):
+        return []
+    spans = _event_spans(body, at)
+    if len(spans) == len(value):
+        return list(value.items())
+    return [(name, text.json_value(body[start:end])) for name, start, end in spans]
+
+
+def _event_spans(body: bytes, at: int) -> list[tuple[str, int, int]]:
+    """(event name, value start, value end) of each event of a document (values skipped, not decoded)."""
+    r = binary.Reader(body, at)
+    spans = []
+    while r.has_more():
+        key = r.read_field()
+        start = r.pos
+        if r.peek_code() == binary.BYTES_LENGTH32 and start + 5 <= len(body):  # a DTO or list: by its length
+            r.pos = start + 5 + _U32.unpack_from(body, start + 1)[0]
+            if r.pos > len(body):
+                raise wire.WireError("value overruns the document", start)
+        else:
+            r.skip_value()
+        spans.append((str(int(key)) if isinstance(key, int) else str(key), start, r.pos))
+    return spans
 
 
 def columns(buf: mmap.mmap, w: Walk, names: list[str], types: dict[str, pa.DataType],
@@ -133,7 +176,9 @@ def encode_call(method: str | None, args: Any) -> bytes:
 
     ``args`` is either JSON text (an object for one DTO argument, an array for several arguments, a
     scalar for one plain argument, null/absent for none) or, from a typed ``args`` struct column, the
-    row's struct as a dict: ``{method: {param: value, ...}, other_method: None, ...}``.
+    row's struct as a dict: ``{method: {param: value, ...}, other_method: None, ...}``. A dotted
+    method (``"to.say"``, as `decode_row` reads a chained call) takes a JSON array with one value per
+    step and writes one document holding every step.
     """
     if not method:
         raise ChronqError("a row to write as a method call has no method name")
@@ -142,10 +187,23 @@ def encode_call(method: str | None, args: Any) -> bytes:
         if params is None:
             raise ChronqError(f"the typed args of a {method!r} row hold no {method!r} arguments")
         values = list(params.values())
-        value: Any = None if not values else values[0] if len(values) == 1 else values
+        value = "" if not values else values[0] if len(values) == 1 else values
+        steps: list[tuple[str, Any]] = [(method, value)]
     else:
-        value = "" if args is None else json.loads(args)
+        try:
+            value = "" if args is None else json.loads(args)  # no arguments: Java writes an empty text
+        except ValueError as e:
+            raise ChronqError(f"the args of a {method!r} row are not JSON: {e}") from None
+        names = method.split(".")
+        if len(names) == 1:
+            steps = [(method, value)]
+        elif isinstance(value, list) and len(value) == len(names):
+            steps = list(zip(names, value, strict=True))
+        else:
+            raise ChronqError(f"the chained call {method!r} has {len(names)} steps: its args must be a JSON "
+                              f"array of {len(names)} values")
     w = wire.binary.Writer()
-    w.event_name(method)
-    w.value("" if value is None else value)
+    for name, step_value in steps:
+        w.event_name(name)
+        w.value(step_value)
     return w.getvalue()

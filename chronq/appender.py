@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["Appender", "DocumentContext"]
 
 ALLOCATE_AHEAD = 1 << 20  # disk space reserved ahead of the write position, per slow-path call
+DEAD_HOLDER_GRACE = 1.0  # s the write lock stays busy before its holder's pid is checked (then every second)
 
 
 class DocumentContext:
@@ -261,12 +262,16 @@ class Appender(_native.AppenderCore):
         table = q.table
         assert table is not None
         buf, off, me = table.buffer, self._lock_off, os.getpid()
-        deadline = time.monotonic() + q.lock_timeout
+        start = time.monotonic()
+        deadline = start + q.lock_timeout
+        # a holder that died is taken over once the lock has been busy this long, not only at the deadline
+        check_dead_at = start + min(DEAD_HOLDER_GRACE, q.lock_timeout)
         sleep = 1e-5
         while True:
             if _native.cas64(buf, off, UNLOCKED, me):
                 return
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > check_dead_at:
                 holder = _native.load64(buf, off)
                 pid = holder & 0xFFFF_FFFF
                 if holder != UNLOCKED and not process_alive(pid):
@@ -276,6 +281,9 @@ class Appender(_native.AppenderCore):
                         )
                     deadline = time.monotonic() + q.lock_timeout
                     continue
+                check_dead_at = now + DEAD_HOLDER_GRACE
+            if now > deadline:
+                pid = _native.load64(buf, off) & 0xFFFF_FFFF
                 raise QueueLockedError(
                     f"{table.path}: {WRITE_LOCK} held by live process {pid} for more than {q.lock_timeout} s"
                 )

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -214,6 +215,19 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path) -> None:
             assert q.appender().write(b"x") == FIRST
         assert any("dead process" in str(x.message) for x in w)
         assert _lock_value(q) == _native.UNLOCKED
+
+
+def test_dead_holder_is_taken_over_long_before_the_lock_timeout(tmp_path: Path) -> None:
+    """A crashed writer must not stall every other writer for the whole lock_timeout."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with open_q(tmp_path, lock_timeout=120) as q:
+        assert q.table is not None
+        q.table.set(WRITE_LOCK, dead.pid)
+        start = time.monotonic()
+        with pytest.warns(UserWarning, match="dead process"):
+            assert q.appender().write(b"x") == FIRST
+        assert time.monotonic() - start < 60, "waited for the lock timeout instead of checking the holder"
 
 
 def test_lock_held_by_a_live_process_times_out(tmp_path: Path) -> None:

@@ -72,7 +72,9 @@ class _Staging:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         task = f"{ctx.stageId()}-{partition}-{ctx.attemptNumber()}" if ctx is not None else "driver"
-        os.makedirs(self.staging, exist_ok=True)
+        for d in (os.path.dirname(self.staging), self.staging):  # as the queue's own: not world-writable
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d, 0o755)
         file = os.path.join(self.staging, f"part-{task}.arrow")
         rows = 0
         schema = pa.schema([pa.field("body", pa.binary())])

@@ -81,6 +81,19 @@ def test_every_vector_reads_like_the_java_and_chronq_tailers(spark: Any) -> None
         check_rows(queue, [r.asDict() for r in got])
 
 
+def test_every_other_vector_directory_reads_like_the_chronq_tailer(spark: Any) -> None:
+    """Queue directories without excerpts.txt too: the upstream 4.x queue (roll in its cycle header, no
+    table store), a table store without cycle files, a snapshot taken mid-write, a default block size."""
+    base = require_vectors()
+    with_excerpts = set(vector_queues())
+    queues = {p.parent for pattern in ("*.cq4", "*.cq4t") for p in base.rglob(pattern)}
+    others = sorted(queues - with_excerpts)
+    assert base / "upstream" / "chronicle-queue" / "tr2" in others
+    for queue in others:
+        rows = spark.read.format("chronq").load(str(queue)).orderBy("index").collect()
+        assert [(r["index"], bytes(r.payload)) for r in rows] == chronq_tailer(queue), queue
+
+
 def test_tiny_partitions_and_batches_split_nothing_twice() -> None:
     """Executor-side reads without Spark: ranges of 3 messages and batches of 5 rows, metadata included."""
     names = ("index", "cycle", "seq", "position", "metadata", "payload")

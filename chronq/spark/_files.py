@@ -89,16 +89,49 @@ class CycleFile:
 
 
 def read_roll(queue_dir: str) -> RollMetadata:
-    """The roll cycle persisted in the queue's table store: what names its cycle files."""
+    """The roll cycle that names the queue's cycle files.
+
+    A v5 queue keeps it in ``metadata.cq4t``; Chronicle 4.x kept it in every cycle file's header
+    (its ``directory-listing.cq4t``, when there is one, holds none), so the first cycle file that
+    has a complete header tells.
+    """
     found = table.find_table_store(queue_dir)
-    if found is None:
-        hint = "" if os.path.isabs(queue_dir) else "; Spark workers resolve relative paths: use absolute ones"
-        raise ChronqError(f"{queue_dir}: not a queue directory (no metadata.cq4t){hint}")
-    with table.TableStore.open(found, readonly=True) as ts:
-        roll = ts.roll
+    roll = None
+    if found is not None:
+        with table.TableStore.open(found, readonly=True) as ts:
+            roll = ts.roll
     if roll is None:
-        raise CorruptQueueError(str(found), 0, "table store holds no roll cycle (format/length)")
-    return roll
+        roll = _roll_in_cycle_header(queue_dir)
+    if roll is not None:
+        return roll
+    if found is not None:
+        raise CorruptQueueError(str(found), 0, "table store holds no roll cycle (format/length), and no "
+                                               "cycle file header names one")
+    hint = "" if os.path.isabs(queue_dir) else "; Spark workers resolve relative paths: use absolute ones"
+    raise ChronqError(f"{queue_dir}: not a queue directory (no metadata.cq4t, and no cycle file with a "
+                      f"4.x header naming its roll cycle){hint}")
+
+
+def _roll_in_cycle_header(queue_dir: str) -> RollMetadata | None:
+    """The roll a Chronicle 4.x cycle header holds, from the first file that has one."""
+    try:
+        names = sorted(n for n in os.listdir(queue_dir) if n.endswith(".cq4") and not n.startswith("."))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    for name in names:
+        path = os.path.join(queue_dir, name)
+        buf = open_map(path)
+        if buf is None:
+            continue
+        try:
+            roll = store.read_layout(buf, path).roll
+        except CorruptQueueError:  # still being created, or not a cycle file: try the next one
+            continue
+        finally:
+            close_map(buf)
+        if roll is not None:
+            return RollMetadata(roll.format, roll.length_ms, roll.epoch)
+    return None
 
 
 def cycle_of_name(name: str, roll: RollMetadata) -> int | None:

@@ -120,6 +120,15 @@ def throughput(n: int, tmp: Path) -> list[tuple[str, float, float, float, str]]:
     rows.append(("write_many 40 B", c, rate(n, naive_many), rate(n, sqlite_many), ">= 15 M/s"))
     assert naive.read_all() == total
 
+    with chronq.open(tmp / "atomic") as qa:  # its own queue: the reads below stay the same size
+        aa = qa.appender()
+
+        def atomic_many() -> None:
+            with aa.atomic():  # all n visible at once, or none: sqlite's one transaction is the peer
+                aa.write_many(batch)
+
+        rows.append(("write_many in one atomic() block", rate(n, atomic_many), rows[-1][2], rows[-1][3], ""))
+
     def chronq_read() -> None:
         r = q.tailer().read
         while r() is not None:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chronq.errors import ChronqError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -48,7 +50,7 @@ class LatencyReport:
     csv_path: Path
     parquet_path: Path
     throughput_path: Path
-    png_path: Path
+    png_path: Path | None  # None when the report was asked for without a plot
     files: list[Path] = field(default_factory=list)
 
 
@@ -102,12 +104,17 @@ def report(
     *,
     spark: SparkSession | None = None,
     names: Sequence[str] | None = None,
+    plot: bool = True,
 ) -> LatencyReport:
     """Latency percentiles per hop and throughput per minute for a chain ``queues[0] -> ... -> queues[-1]``.
 
-    Writes ``latency.csv`` and ``latency.parquet`` (one row per hop and metric), ``throughput.csv`` and
-    ``latency.png`` into ``out_dir``. A local session is started when ``spark`` is None.
+    Writes ``latency.csv`` and ``latency.parquet`` (one row per hop and metric), ``throughput.csv`` and,
+    with ``plot``, ``latency.png`` into ``out_dir``. A local session is started when ``spark`` is None.
+    The plot needs matplotlib (the ``plot`` extra), which is checked first, so a missing one fails in a
+    second rather than after the Spark job.
     """
+    if plot:
+        _require_matplotlib()
     from pyspark.sql import functions as F
 
     if len(queues) < 2:
@@ -151,9 +158,17 @@ def report(
         tw = csv.writer(tf)
         tw.writerow(["hop", "minute", "messages"])
         tw.writerows(throughput)
-    png_path = _plot(hops, throughput, out / "latency.png")
-    return LatencyReport(hops, throughput, csv_path, parquet_path, throughput_path, png_path,
-                         [csv_path, parquet_path, throughput_path, png_path])
+    png_path = _plot(hops, throughput, out / "latency.png") if plot else None
+    files = [csv_path, parquet_path, throughput_path] + ([png_path] if png_path is not None else [])
+    return LatencyReport(hops, throughput, csv_path, parquet_path, throughput_path, png_path, files)
+
+
+def _require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        raise ChronqError(f"the latency plot needs matplotlib, which is not installed ({e}): "
+                          "pip install 'chronq[plot]', or call report(..., plot=False)") from None
 
 
 def _stats(hop: str, row: Any) -> HopStats:

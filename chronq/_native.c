@@ -606,6 +606,16 @@ static int seek_seq(Geometry *g, int64_t seq, Py_ssize_t *pos_out) {
                     }
                     pos = (Py_ssize_t)p;
                     cur = (k << (g->count_bits + g->spacing_bits)) + (slot << g->spacing_bits);
+                    if (seq - cur > 8 && slot + 1 < count) {
+                        /* the walk below is a chain of dependent loads: start fetching the lines it will
+                           cross all at once (the next entry bounds the stretch) */
+                        int64_t pn = ld64(g->base + arr + 16 + 8 * (slot + 1));
+                        if (pn > p && pn <= g->size) {
+                            int64_t est = p + (pn - p) * (seq - cur) / ((int64_t)1 << g->spacing_bits) + 128;
+                            if (est > pn) est = pn;
+                            for (int64_t a = p & ~(int64_t)63; a < est; a += 64) __builtin_prefetch(g->base + a, 0, 3);
+                        }
+                    }
                     goto scan;
                 }
             }

@@ -459,6 +459,8 @@ bad:
     return -1;
 }
 
+#define ARRAY_CACHE 16
+
 /* The store-level geometry shared by appender and tailer cores. */
 typedef struct {
     MapObject *map; /* strong ref or NULL */
@@ -475,8 +477,9 @@ typedef struct {
     Py_ssize_t li_off;  /* lastIndex (nextEntryToBeIndexed) value offset, 0 = none */
     Py_ssize_t data_start; /* where the first document after the store header starts */
     int hint_ok;           /* the store has a 2-long writePosition */
-    int64_t cached_sec;    /* last secondary index document looked up, and its array */
-    Py_ssize_t cached_arr;
+    /* secondary index documents looked up, by index2index slot (direct-mapped): their arrays */
+    int64_t cached_sec[ARRAY_CACHE];
+    Py_ssize_t cached_arr[ARRAY_CACHE];
 } Geometry;
 
 static int parse_geometry(Geometry *g, PyObject *const *args, Py_ssize_t nargs, const char *fname) {
@@ -546,9 +549,21 @@ static int parse_geometry(Geometry *g, PyObject *const *args, Py_ssize_t nargs, 
     g->i2i_arr = i2i_arr;
     g->li_off = (Py_ssize_t)li_off;
     g->data_start = (Py_ssize_t)data_start;
-    g->cached_sec = 0;
-    g->cached_arr = 0;
+    memset(g->cached_sec, 0, sizeof g->cached_sec);
     return 0;
+}
+
+/* The array of the secondary index document sec that index2index slot k names (checked once, then
+   cached: random access would otherwise re-parse a document header, one more cache miss, per seek). */
+static Py_ssize_t secondary_array(Geometry *g, int64_t k, int64_t sec) {
+    int c = (int)(k & (ARRAY_CACHE - 1));
+    if (g->cached_sec[c] == sec) return g->cached_arr[c];
+    Py_ssize_t arr = index_array_at(g->base, g->size, (Py_ssize_t)sec, (int64_t)1 << g->count_bits, g->map->name,
+                                    g->i2i_arr + 16 + 8 * k);
+    if (arr < 0) return -1;
+    g->cached_sec[c] = sec;
+    g->cached_arr[c] = arr;
+    return arr;
 }
 
 /* The index entry for seq (0 if none yet); -1 with an exception on a damaged index. */
@@ -559,14 +574,9 @@ static int index_entry(Geometry *g, int64_t seq, int64_t *out) {
     if (!g->i2i_arr || index2 >= count) return 0;
     int64_t sec = ld64(g->base + g->i2i_arr + 16 + 8 * index2);
     if (!sec) return 0;
-    if (sec != g->cached_sec) {
-        Py_ssize_t arr = index_array_at(g->base, g->size, (Py_ssize_t)sec, count, g->map->name,
-                                        g->i2i_arr + 16 + 8 * index2);
-        if (arr < 0) return -1;
-        g->cached_sec = sec;
-        g->cached_arr = arr;
-    }
-    *out = ld64(g->base + g->cached_arr + 16 + 8 * ((seq >> g->spacing_bits) & (count - 1)));
+    Py_ssize_t arr = secondary_array(g, index2, sec);
+    if (arr < 0) return -1;
+    *out = ld64(g->base + arr + 16 + 8 * ((seq >> g->spacing_bits) & (count - 1)));
     return 0;
 }
 
@@ -585,8 +595,7 @@ static int seek_seq(Geometry *g, int64_t seq, Py_ssize_t *pos_out) {
         for (int64_t k = index2; k >= 0; k--) {
             int64_t sec = ld64(g->base + g->i2i_arr + 16 + 8 * k);
             if (sec == 0) continue;
-            Py_ssize_t arr =
-                index_array_at(g->base, g->size, (Py_ssize_t)sec, count, g->map->name, g->i2i_arr + 16 + 8 * k);
+            Py_ssize_t arr = secondary_array(g, k, sec);
             if (arr < 0) return -2;
             for (int64_t slot = (k == index2 ? index1 : count - 1); slot >= 0; slot--) {
                 int64_t p = ld64(g->base + arr + 16 + 8 * slot);

@@ -9,6 +9,7 @@ which is the use they are made for (resume after restart), and their position mu
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -128,6 +129,23 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.appender.write_many(batch) == len(batch)
         if batch:
             assert self.appender.last_index_appended == expected[-1][0]
+
+    @rule(batch=st.lists(payloads(), max_size=12), meta_first=st.booleans(), abandon=st.booleans())
+    def append_atomic(self, batch: list[bytes], meta_first: bool, abandon: bool) -> None:
+        """A block's excerpts appear together when it ends, or (it raised) never; its indexes are final."""
+        expected = []
+        for p in batch:
+            expected.append((self.next_index() + len(expected), stored(p)))
+        with contextlib.suppress(Rollback), self.appender.atomic():
+            if meta_first:
+                self.appender.write_meta(b"block")
+            got = [self.appender.write(p) for p in batch[:1]]
+            self.appender.write_many(batch[1:])
+            assert got == [i for i, _ in expected[:1]]
+            if abandon:
+                raise Rollback
+        if not abandon:
+            self.entries.extend(expected)
 
     @rule(payload=payloads())
     def append_metadata(self, payload: bytes) -> None:

@@ -118,6 +118,14 @@ def test_a_chain_with_a_repeated_step_keeps_every_step() -> None:
     assert encode_call(method, args) == body
 
 
+def test_a_damaged_call_reads_as_no_call() -> None:
+    body = written_by_rpc(lambda w: w.pair(3, "x"))
+    for cut in range(1, len(body)):
+        method, args, _ = decode_row(body[:cut])
+        assert args is None or method is not None, cut  # never args without a method, never an exception
+    assert decode_row(body[:-1])[:2] == (None, None)
+
+
 def test_chained_write_refuses_args_that_do_not_match_the_steps() -> None:
     with pytest.raises(ChronqError, match="2 steps"):
         encode_call("to.say", '["fx"]')

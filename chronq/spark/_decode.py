@@ -69,10 +69,35 @@ def _steps(body: bytes, at: int) -> list[tuple[str, Any]]:
     value = text.json_value(body[at:]) if at < len(body) else None
     if not isinstance(value, dict):
         return []
+    if len(value) == 1 and _one_event(body, at):
+        return list(value.items())
     spans = _event_spans(body, at)
     if len(spans) == len(value):
         return list(value.items())
     return [(name, text.json_value(body[start:end])) for name, start, end in spans]
+
+
+def _one_event(body: bytes, at: int) -> bool:
+    """True when the document is exactly one event and one value (a DTO, an argument list, a short text
+    or a small int), seen from the two headers alone: the common case needs no walk."""
+    end = len(body)
+    code = body[at]
+    if 0xC0 <= code < 0xE0:  # a short field name
+        at += 1 + code - 0xC0
+    elif code == binary.EVENT_NAME and at + 1 < end and body[at + 1] < 0x80:  # an event name, one-byte length
+        at += 2 + body[at + 1]
+    else:
+        return False
+    if at >= end:
+        return False
+    code = body[at]
+    if code >= 0xE0:  # a short text
+        return at + 1 + code - 0xE0 == end
+    if code < 0x80:  # a small int
+        return at + 1 == end
+    if code == binary.BYTES_LENGTH32 and at + 5 <= end:  # a DTO or an argument list
+        return at + 5 + int(_U32.unpack_from(body, at + 1)[0]) == end
+    return False
 
 
 def _event_spans(body: bytes, at: int) -> list[tuple[str, int, int]]:
@@ -82,12 +107,7 @@ def _event_spans(body: bytes, at: int) -> list[tuple[str, int, int]]:
     while r.has_more():
         key = r.read_field()
         start = r.pos
-        if r.peek_code() == binary.BYTES_LENGTH32 and start + 5 <= len(body):  # a DTO or list: by its length
-            r.pos = start + 5 + _U32.unpack_from(body, start + 1)[0]
-            if r.pos > len(body):
-                raise wire.WireError("value overruns the document", start)
-        else:
-            r.skip_value()
+        r.skip_value()
         spans.append((str(int(key)) if isinstance(key, int) else str(key), start, r.pos))
     return spans
 

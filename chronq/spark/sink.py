@@ -72,7 +72,8 @@ class _Staging:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         task = f"{ctx.stageId()}-{partition}-{ctx.attemptNumber()}" if ctx is not None else "driver"
-        for d in (os.path.dirname(self.staging), self.staging):  # as the queue's own: not world-writable
+        os.makedirs(self.path, 0o755, exist_ok=True)  # the queue may not exist yet: made as chronq.open would
+        for d in (os.path.dirname(self.staging), self.staging):  # not world-writable, whatever the umask
             with contextlib.suppress(FileExistsError):
                 os.mkdir(d, 0o755)
         file = os.path.join(self.staging, f"part-{task}.arrow")

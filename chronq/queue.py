@@ -32,6 +32,7 @@ from chronq.store import (
     load32,
     read_layout,
     remove_abandoned_files,
+    roll_in_cycle_headers,
 )
 from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore
 
@@ -134,10 +135,15 @@ class Queue:
         self._closed = False
         self._named: weakref.WeakSet[Any] = weakref.WeakSet()  # tailers mapping a table-store value
         requested = by_name(roll_cycle or DEFAULT_ROLL_CYCLE)
+        v4_roll = None if (self.path / TABLE_STORE_FILE).exists() else roll_in_cycle_headers(self.path)
         if readonly:
             if not self.path.is_dir():
                 raise ChronqError(f"{self.path}: no queue directory to open read-only")
         else:
+            if v4_roll is not None:
+                raise ChronqError(f"{self.path}: a Chronicle 4.x queue (the roll cycle is in its cycle file "
+                                  "headers): chronq reads such queues but does not append to them; open the "
+                                  "queue with readonly=True")
             self.path.mkdir(mode=0o755, parents=True, exist_ok=True)  # as the files: never world-writable
             _refuse_headerless(self.path)
             if not (self.path / TABLE_STORE_FILE).exists():
@@ -155,6 +161,8 @@ class Queue:
         if not readonly:
             remove_abandoned_files(self.path)
         stored = self.table.roll if self.table is not None else None
+        if stored is None and v4_roll is not None:
+            stored = RollMetadata(v4_roll.format, v4_roll.length_ms, v4_roll.epoch)
         self.epoch = epoch
         if stored is not None:
             rc = _stored_roll_cycle(stored, table)

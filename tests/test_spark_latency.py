@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -10,6 +13,7 @@ import pytest
 
 import chronq
 import rpc
+from chronq.errors import ChronqError
 from chronq.spark.latency import PERCENTILES, report
 from tests.spark_support import spark_session
 
@@ -63,3 +67,44 @@ def test_report_joins_hops_by_history(spark: Any, tmp_path: Path) -> None:
     assert pairs >= {("gateway->pricer", "queue_us"), ("end_to_end", "hop_us")}
     assert rep.png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert spark.read.parquet(str(rep.parquet_path)).count() == len(rows)
+
+
+# ------------------------------------------------------------------------------ the plot extra (chronq[plot])
+
+
+def test_a_plot_without_matplotlib_fails_before_any_spark_work(tmp_path: Path) -> None:
+    """In a real interpreter where matplotlib cannot be imported (as with only ``chronq[spark]``)."""
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["matplotlib"] = None  # what an interpreter without it gives: ImportError
+        from pyspark import SparkContext
+        from chronq.errors import ChronqError
+        from chronq.spark.latency import report
+        try:
+            report(["in", "out"], sys.argv[1])
+        except ChronqError as e:
+            print("error:", e)
+        print("spark started:", SparkContext._active_spark_context is not None)
+    """)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert "error:" in done.stdout and "chronq[plot]" in done.stdout, done.stdout + done.stderr
+    assert "spark started: False" in done.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_without_plot_needs_no_matplotlib(spark: Any, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = [tmp_path / "in", tmp_path / "out"]
+    with chronq.open(paths[0], source_id=1) as q0, chronq.open(paths[1], source_id=2) as q1:
+        w = rpc.writer(q0, Ticks)
+        for n in range(50):
+            w.tick(n)
+        assert rpc.Service(q0, q1, Forward, 2, start=rpc.Start.ALL).run(until_idle=True) == 50
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(ChronqError, match=r"chronq\[plot\]"):
+        report(paths, tmp_path / "rep", spark=spark)
+    rep = report(paths, tmp_path / "rep", spark=spark, plot=False)
+    assert rep.png_path is None and rep.hops[0].messages == rep.hops[0].matched == 50
+    assert sorted(p.name for p in rep.files) == ["latency.csv", "latency.parquet", "throughput.csv"]
+    assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == sorted(p.name for p in rep.files)

@@ -113,25 +113,8 @@ def read_roll(queue_dir: str) -> RollMetadata:
 
 
 def _roll_in_cycle_header(queue_dir: str) -> RollMetadata | None:
-    """The roll a Chronicle 4.x cycle header holds, from the first file that has one."""
-    try:
-        names = sorted(n for n in os.listdir(queue_dir) if n.endswith(".cq4") and not n.startswith("."))
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    for name in names:
-        path = os.path.join(queue_dir, name)
-        buf = open_map(path)
-        if buf is None:
-            continue
-        try:
-            roll = store.read_layout(buf, path).roll
-        except CorruptQueueError:  # still being created, or not a cycle file: try the next one
-            continue
-        finally:
-            close_map(buf)
-        if roll is not None:
-            return RollMetadata(roll.format, roll.length_ms, roll.epoch)
-    return None
+    roll = store.roll_in_cycle_headers(queue_dir)
+    return None if roll is None else RollMetadata(roll.format, roll.length_ms, roll.epoch)
 
 
 def cycle_of_name(name: str, roll: RollMetadata) -> int | None:

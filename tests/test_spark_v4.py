@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 import chronq
-import wire
 from chronq.errors import ChronqError
 from chronq.spark import _files, _plan
 from chronq.spark.source import _arrow_field, read_range
 from tests.conftest import require_vectors
+from tests.procs.qhelp import v4_listing_header
 
 # --------------------------------------------------------------------------------------------- 3: v4 queues
 
@@ -37,15 +37,7 @@ def v4_queue(tmp_path: Path, listing: bool) -> tuple[Path, list[int]]:
         at += 4 + len(stored)
     (queue / "20170320.cq4").write_bytes(bytes(data))
     if listing:
-        w = wire.binary.Writer(base=4)
-        w.event_name("header")
-        w.type_prefix("STStore")
-        token = w.begin()
-        w.field("wireType")
-        w.type_prefix("WireType")
-        w.text("BINARY_LIGHT")
-        w.end(token)
-        doc = (0x4000_0000 | len(w)).to_bytes(4, "little") + w.getvalue()
+        doc = v4_listing_header()
         (queue / "directory-listing.cq4t").write_bytes(doc + bytes(65536 - len(doc)))
     return queue, positions
 

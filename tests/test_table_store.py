@@ -28,6 +28,7 @@ from chronq.table import (
     tailer_lock_key,
     tailer_version_key,
 )
+from tests.procs.qhelp import v4_listing_header
 from wire.binary import Writer
 
 TABLES = [
@@ -124,22 +125,13 @@ def test_roll_time_round_trip(tmp_path: Path) -> None:
 
 def test_v4_directory_listing(tmp_path: Path) -> None:
     """4.x kept only the listing in `directory-listing.cq4t`; its header has no SCQMeta."""
-    w = Writer(base=4)
-    w.event_name("header")
-    w.type_prefix("STStore")
-    token = w.begin()
-    w.field("wireType")
-    w.type_prefix("WireType")
-    w.text("BINARY_LIGHT")
-    w.align_to(4)
-    w.end(token)
-    entry = Writer(base=4 + len(w) + 4)
+    header = v4_listing_header()
+    entry = Writer(base=len(header) + 4)
     entry.event_name(HIGHEST_CYCLE)
     entry.int64_binding(17245)
     data = bytearray(65536)
-    data[0:4] = (0x4000_0000 | len(w)).to_bytes(4, "little")
-    data[4:4 + len(w)] = w.getvalue()
-    at = 4 + len(w)
+    data[0:len(header)] = header
+    at = len(header)
     data[at:at + 4] = len(entry).to_bytes(4, "little")
     data[at + 4:at + 4 + len(entry)] = entry.getvalue()
     (tmp_path / "directory-listing.cq4t").write_bytes(bytes(data))

@@ -40,6 +40,22 @@ def block_len(tag: int, block: int) -> int:
     return random.Random(tag * 100_003 + block).randint(1, 600)
 
 
+def v4_listing_header() -> bytes:
+    """The header document of a Chronicle 4.x ``directory-listing.cq4t`` (an ``STStore``, no SCQMeta)."""
+    from wire.binary import Writer
+
+    w = Writer(base=4)
+    w.event_name("header")
+    w.type_prefix("STStore")
+    token = w.begin()
+    w.field("wireType")
+    w.type_prefix("WireType")
+    w.text("BINARY_LIGHT")
+    w.align_to(4)
+    w.end(token)
+    return (0x4000_0000 | len(w)).to_bytes(4, "little") + w.getvalue()
+
+
 def parse_checked(data: bytes) -> tuple[int, int]:
     """(tag, n) of a message made by :func:`checked_payload`; ValueError if it is not one intact."""
     if len(data) < _CHECKED.size + 4:

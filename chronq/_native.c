@@ -1327,7 +1327,10 @@ static PyObject *App_atomic_end(AppenderObject *self, PyObject *arg) {
     self->atomic = 0;
     int failed = 0;
     Geometry *g = &self->g;
-    if (publish && self->gate_pos) {
+    if (publish && self->gate_pos && !g->map) { /* the file was lost inside the block (a failed remap) */
+        raise_chronq("the atomic block's cycle file is no longer mapped: nothing of the block was published");
+        failed = 1;
+    } else if (publish && self->gate_pos) {
         char *b = g->base;
         if (!cas32p(b + self->gate_pos, 0, self->gate_header)) {
             raise_corrupt(g->map->name, self->gate_pos,

@@ -13,6 +13,7 @@ import pytest
 
 import chronq
 from chronq.rollcycles import FixedClock
+from chronq.store import read_layout
 from tests.procs.qhelp import (
     BASE_MS,
     block_len,
@@ -171,3 +172,24 @@ def test_writer_killed_inside_a_block_leaves_nothing_and_the_next_writer_proceed
                            stderr=subprocess.PIPE, env=env)
     finish(nxt, 60)
     assert [parse_checked(p)[0] for _, p in read_all(queue)[-3:]] == [99, 99, 99]
+
+
+def test_block_whose_file_is_lost_inside_it_publishes_nothing(tmp_path: Path) -> None:
+    """The cycle file is damaged under the writer inside the block (its writePosition points outside the
+    file), so the growth the block needs fails; the caller carries on and ends the block cleanly: it must
+    say that nothing was published, not publish into a file it no longer maps."""
+    with open_q(tmp_path) as q:
+        a = q.appender()
+        kept = a.write(b"kept")
+        (path,) = tmp_path.glob("*.cq4")
+        wp_off = read_layout(path.read_bytes(), path).write_position_offset
+        with pytest.raises(chronq.ChronqError, match="no longer mapped"), a.atomic():
+            a.write(b"in the block")
+            with open(path, "r+b") as f:
+                f.seek(wp_off)
+                f.write((1 << 40).to_bytes(8, "little"))
+            with pytest.raises(chronq.CorruptQueueError, match="writePosition"):
+                for _ in range(100):  # soon needs a bigger mapping: the remap re-checks the file
+                    a.write(b"g" * 3000)
+    with chronq.open(tmp_path, readonly=True) as q:
+        assert [ex.index for ex in q.tailer()] == [kept]

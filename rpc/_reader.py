@@ -14,18 +14,21 @@ from rpc import _codec
 from rpc._codec import event_call as _event_call
 from rpc._history import Pending, current
 from rpc._interface import MethodSpec, describe, is_protocol
-from wire import WireType
+from wire import WireType, unknown_types
 
 log = logging.getLogger("rpc")
 
 UnknownHook = Callable[[str | int, int], None]
+UnknownTypeHook = Callable[[str, str | int, int], None]
 MetadataHandler = Callable[[memoryview, int], None]
-
-
 
 
 def _log_unknown(event: str | int, index: int) -> None:
     log.debug("no handler for event %r at index %#x; skipped", event, index)
+
+
+def _log_unknown_type(type_name: str, event: str | int, index: int) -> None:
+    log.debug("unregistered type !%s in event %r at index %#x; kept undecoded", type_name, event, index)
 
 
 @dataclass
@@ -33,6 +36,7 @@ class _Entry:
     """How to decode one event's arguments and whom to call with them."""
 
     name: str
+    event: str | int
     decode: Callable[[Any, int], tuple[tuple[Any, ...], int]]
     chain: type | None
     targets: list[Callable[..., Any]] = field(default_factory=list)
@@ -136,8 +140,11 @@ class MethodReader:
     """Reads documents from a tailer and calls the handlers' methods named by each document's event.
 
     Unknown events never stop the reader: they go to `on_unknown(event, index)` (default: a debug log)
-    and nothing is instantiated for them. With a `source_id` (default: the tailer's queue's), the
-    message's history gains (source_id, index) and the read time, as Chronicle's readers do.
+    and nothing is instantiated for them. An argument whose `!type` names no registered class is kept
+    (as a `wire.Typed`, or read field by field as the declared class), the handlers still run, and
+    the name goes to `on_unknown_type(type_name, event, index)` first. With a `source_id` (default:
+    the tailer's queue's), the message's history gains (source_id, index) and the read time, as
+    Chronicle's readers do.
     """
 
     read_one: Callable[[], bool]
@@ -150,6 +157,7 @@ class MethodReader:
         *handlers: object,
         interfaces: Sequence[type] = (),
         on_unknown: UnknownHook | None = None,
+        on_unknown_type: UnknownTypeHook | None = None,
         metadata_handler: MetadataHandler | None = None,
         source_id: int | None = None,
         clock: Callable[[], int] | None = None,
@@ -159,6 +167,7 @@ class MethodReader:
             raise TypeError("rpc.reader needs at least one handler")
         self.tailer = tailer
         self.on_unknown = on_unknown or _log_unknown
+        self.on_unknown_type = on_unknown_type or _log_unknown_type
         if source_id is None:
             source_id = int(getattr(getattr(tailer, "queue", None), "source_id", 0) or 0)
         self.clock = clock or time.monotonic_ns
@@ -168,7 +177,7 @@ class MethodReader:
             for name, m in _handler_specs(h, interfaces).items():
                 entry = self._entries.get(m.event)
                 if entry is None:
-                    entry = _Entry(name, _decoder(m.params, m.defaults, wire), m.chain)
+                    entry = _Entry(name, m.event, _decoder(m.params, m.defaults, wire), m.chain)
                     self._entries[m.event] = entry
                     if m.chain is None and isinstance(m.event, str):
                         plan = _codec.fast_plan(m.params, wire)
@@ -305,7 +314,7 @@ class MethodReader:
         token = current.set(history)
         try:
             if args is None:
-                args, pos = entry.decode(payload, pos)
+                args, pos = self._decode(entry, payload, pos, index)
             if entry.chain is None:
                 for t in entry.targets:
                     t(*args)
@@ -316,6 +325,15 @@ class MethodReader:
             raise
         finally:
             current.reset(token)
+
+    def _decode(self, entry: _Entry, payload: Any, pos: int, index: int) -> tuple[tuple[Any, ...], int]:
+        """`entry`'s arguments at `pos`, reporting any unregistered `!type` in them. (The C fast paths
+        give up on type prefixes, so every such document is decoded here.)"""
+        with unknown_types() as names:
+            decoded = entry.decode(payload, pos)
+        for name in names:
+            self.on_unknown_type(name, entry.event, index)
+        return decoded
 
     def _chain(self, payload: Any, pos: int, entry: _Entry, results: list[Any], index: int) -> None:
         """Continue a chained call (`a.b().c()` in one document) on what each handler returned."""
@@ -331,7 +349,7 @@ class MethodReader:
             if table is None:
                 wire = self.wire
                 table = {
-                    m.event: _Entry(m.name, _decoder(m.params, m.defaults, wire), m.chain)
+                    m.event: _Entry(m.name, m.event, _decoder(m.params, m.defaults, wire), m.chain)
                     for m in describe(chain).methods
                 }
                 self._chains[chain] = table
@@ -339,7 +357,7 @@ class MethodReader:
             if step is None:
                 self.on_unknown(event, index)
                 return
-            args, pos = step.decode(payload, pos)
+            args, pos = self._decode(step, payload, pos, index)
             steps = [f for x in nexts if callable(f := getattr(x, step.name, None))]
             if not steps:  # what the handlers returned does not take this step
                 self.on_unknown(event, index)
@@ -353,6 +371,7 @@ def reader(
     *handlers: object,
     interfaces: Sequence[type] = (),
     on_unknown: UnknownHook | None = None,
+    on_unknown_type: UnknownTypeHook | None = None,
     metadata_handler: MetadataHandler | None = None,
     source_id: int | None = None,
     clock: Callable[[], int] | None = None,
@@ -364,6 +383,7 @@ def reader(
         *handlers,
         interfaces=interfaces,
         on_unknown=on_unknown,
+        on_unknown_type=on_unknown_type,
         metadata_handler=metadata_handler,
         source_id=source_id,
         clock=clock,

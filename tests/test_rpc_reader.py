@@ -67,13 +67,38 @@ def test_unknown_events_are_reported_skipped_and_never_stop_the_reader(tmp_path)
                 self.got.append(m)
 
         h = Plain()
-        r = rpc.reader(q.tailer(), h, on_unknown=lambda ev, i: unknown.append((ev, i)))
+        types: list[tuple[str, object, int]] = []
+        r = rpc.reader(
+            q.tailer(), h, on_unknown=lambda ev, i: unknown.append((ev, i)),
+            on_unknown_type=lambda name, ev, i: types.append((name, ev, i)),
+        )
         while r.read_one():
             pass
+        typed_index = q.last_index
     assert [ev for ev, _ in unknown] == [7]
     assert h.got[0] == {"text": "x"}  # no annotation: the generic value
     assert h.got[1] == "still here"
     assert isinstance(h.got[2], Typed) and h.got[2].type_name == "gen.Msg$Message1"  # not instantiated
+    assert types == [("gen.Msg$Message1", "method1", typed_index)]  # reported, and the reader went on
+
+
+def test_an_unregistered_type_read_as_the_declared_class_is_reported(tmp_path):
+    """A `!type` naming no registered class, where the parameter declares one: the fields are read
+    into the declared class (what the handler asked for), and the name still reaches the hook."""
+    types: list[tuple[str, object, int]] = []
+    with chronq.open(tmp_path / "q") as q:
+        a = q.appender()
+        with a.writing_document() as dc:  # method1(!com.example.Other { text: hello })
+            dc.write(b"\xb9\x07method1\xb6\x11com.example.Other")
+            dc.write(bytes.fromhex("820b000000c474657874e568656c6c6f"))
+        rpc.writer(q, Events).method1(Message1("plain"))
+        h = Recording()
+        r = rpc.reader(q.tailer(), h, on_unknown_type=lambda name, ev, i: types.append((name, ev, i)))
+        while r.read_one():
+            pass
+        first = q.first_index
+    assert h.calls == [("method1", (Message1("hello"),)), ("method1", (Message1("plain"),))]
+    assert types == [("com.example.Other", "method1", first)]
 
 
 def test_metadata_documents_go_to_the_metadata_handler(tmp_path):

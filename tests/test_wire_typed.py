@@ -136,6 +136,20 @@ def test_unregistered_type_names_never_instantiate() -> None:
     assert decode(w.getvalue()) == Typed("os.system", {"command": "echo hi"})
 
 
+def test_unregistered_type_names_are_collected_where_asked() -> None:
+    w = wire.binary.Writer()
+    w.value({"outer": Typed("a.B", {"inner": Typed("c.D", 1)})})
+    data = w.getvalue()
+    assert decode(data) == {"outer": Typed("a.B", {"inner": Typed("c.D", 1)})}  # nobody asked: no error
+    with wire.unknown_types() as names:
+        decode(data)
+        decode(b"\xb6\x05x.Y.Z\x82\x08\x00\x00\x00\xc4text\xe2hi", type=Message1)  # read as declared
+    assert names == ["a.B", "c.D", "x.Y.Z"]
+    with wire.unknown_types() as inner:
+        decode(data)
+    assert inner == ["a.B", "c.D"] and len(names) == 3  # each block collects its own
+
+
 def test_fields_match_by_name_in_any_order_with_defaults_and_unknowns() -> None:
     class V2(msgspec.Struct):
         flag: bool

@@ -3,7 +3,7 @@
 from wire import binary, text
 from wire.errors import WireError
 from wire.history import MessageHistory, read_history
-from wire.registry import register
+from wire.registry import register, unknown_types
 from wire.types import EventName, FieldNumber, Float32, HistoryBytes, Int64Array, Int64Hex, Typed, TypeLiteral
 from wire.wiretype import WireType
 
@@ -23,4 +23,5 @@ __all__ = [
     "read_history",
     "register",
     "text",
+    "unknown_types",
 ]

@@ -1074,6 +1074,7 @@ class Reader:
     def _typed(self, name: str) -> Any:
         cls = registry.lookup(name)
         if cls is None:
+            registry.note_unknown(name)
             return Typed(name, self._nested(Reader.read_value))
         return self._nested(marshal.decoder_for(cls))
 

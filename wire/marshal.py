@@ -688,8 +688,11 @@ def _structured_decoder(cls: Any, fields_dec: Decoder, native: bool = True) -> D
         code = r.peek_code()
         if code == binary.TYPE_PREFIX:
             r.pos += 1
-            named = registry.lookup(r._utf8(r.read_stop_bit()))
-            if named is not None and named is not cls and isinstance(named, type):
+            name = r._utf8(r.read_stop_bit())
+            named = registry.lookup(name)
+            if named is None:
+                registry.note_unknown(name)  # read as the declared class, field by field
+            elif named is not cls and isinstance(named, type):
                 return decoder_for(named)(r)
             code = r.peek_code()
         if code == binary.NULL:

@@ -6,6 +6,7 @@ Decoding never imports or instantiates anything by name; an unregistered name st
 from __future__ import annotations
 
 import threading
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 T = TypeVar("T", bound=type[Any])
@@ -41,3 +42,33 @@ def lookup(name: str) -> type[Any] | None:
 def alias_of(cls: type[Any]) -> str | None:
     """The name `cls` is written under, or None if it was never registered."""
     return _by_class.get(cls)
+
+
+_unknown: ContextVar[list[str] | None] = ContextVar("wire_unknown_types", default=None)
+
+
+def note_unknown(name: str) -> None:
+    """Record that a `!type` named `name` was decoded without a registered class (see `unknown_types`)."""
+    seen = _unknown.get()
+    if seen is not None:
+        seen.append(name)
+
+
+class unknown_types:
+    """Collects the unregistered `!type` names decoded inside the `with` block, in the order met.
+
+    Decoding keeps such a value (a `wire.Typed`, or the declared class read field by field) and
+    carries on; this lets a caller that knows the context, like a method reader, report them.
+    """
+
+    __slots__ = ("_token", "names")
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def __enter__(self) -> list[str]:
+        self._token = _unknown.set(self.names)
+        return self.names
+
+    def __exit__(self, *exc: object) -> None:
+        _unknown.reset(self._token)

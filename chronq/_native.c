@@ -630,7 +630,8 @@ static int seek_seq(Geometry *g, int64_t seq, Py_ssize_t *pos_out) {
             }
         }
     }
-scan:
+scan:;
+    int runs = 1; /* documents of one size are skipped in runs until a run turns out to be one long */
     for (;;) {
         if (pos > g->size - 4) {
             *pos_out = pos;
@@ -645,14 +646,31 @@ scan:
             *pos_out = pos;
             return cur == seq ? 0 : -1;
         }
+        Py_ssize_t step = align_up(4 + (Py_ssize_t)(h & HDR_LENGTH_MASK), g->align);
         if (!(h & HDR_META)) {
             if (cur == seq) {
                 *pos_out = pos;
                 return 1;
             }
             cur++;
+            if (runs) {
+                /* Walking is a chain of dependent loads (each header gives the next position). When the
+                   next headers are this same complete data header, each `step` apart, the walk would
+                   visit exactly those positions: checking them is independent loads, several per cycle. */
+                Py_ssize_t next = pos + step, n = 0;
+                while (cur + n < seq && next <= g->size - 4 && ld32(g->base + next) == h) {
+                    next += step;
+                    n++;
+                }
+                if (n) {
+                    cur += n;
+                    pos = next;
+                    continue;
+                }
+                runs = 0; /* sizes vary here: the plain walk costs less than testing every step */
+            }
         }
-        pos = align_up(pos + 4 + (Py_ssize_t)(h & HDR_LENGTH_MASK), g->align);
+        pos += step;
     }
 }
 

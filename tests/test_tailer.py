@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import chronq
 from chronq.rollcycles import FixedClock
@@ -82,6 +84,37 @@ def test_move_to_index_everywhere(tmp_path: Path) -> None:
         assert not t.move_to_index((19738 << 32) + 300)  # just past the end: stays there for the next write
         assert t.read() is None
         assert t.index == (19738 << 32) + 300
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    runs=st.lists(
+        st.tuples(st.integers(0, 70), st.integers(1, 300), st.booleans()), min_size=1, max_size=8
+    )
+)
+def test_move_to_index_across_runs_of_equal_sizes(
+    tmp_path_factory: pytest.TempPathFactory, runs: list[tuple[int, int, bool]]
+) -> None:
+    """The seek skips runs of same-size documents with independent loads: runs of any length, sizes
+    that change, metadata of the run's length (only a flag differs) in between."""
+    payloads = []
+    with open_q(tmp_path_factory.mktemp("q")) as q:
+        a = q.appender()
+        for size, count, metadata_after in runs:
+            for _ in range(count):
+                seq = len(payloads)
+                body = (b"%d," % seq * size)[:size]  # (ASCII: a lone 0x8F byte reads back as empty)
+                a.write(body)
+                payloads.append(body)
+            if metadata_after:
+                with a.writing_document(metadata=True) as dc:  # its length is the run's: only a flag differs
+                    dc.write(b"m" * size)
+        t = q.tailer()
+        for seq in [*range(0, len(payloads), 7), len(payloads) - 1]:
+            assert t.move_to_index(FIRST + seq)
+            ex = t.read()
+            assert ex is not None and ex.index == FIRST + seq and bytes(ex.payload) == payloads[seq]
+        assert not t.move_to_index(FIRST + len(payloads) + 1)
 
 
 def test_to_start_to_end_and_move_to_cycle(tmp_path: Path) -> None:

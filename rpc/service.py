@@ -17,7 +17,7 @@ from chronq.errors import IndexNotFoundError
 from chronq.pausers import Pauser, SleepingPauser
 from chronq.tailer import Direction
 from rpc import _codec
-from rpc._reader import MethodReader
+from rpc._reader import MethodReader, UnknownHook, UnknownTypeHook
 
 __all__ = ["Output", "Service", "Start", "last_source_index"]
 
@@ -80,6 +80,7 @@ class Service:
 
     `input_source_id` (default: the input queue's source id) is what output histories record as the
     origin; it must be non-zero for `Start.MISSED`. `stop()` is graceful: the current message finishes.
+    `on_unknown` and `on_unknown_type` are the method reader's hooks (see `rpc.MethodReader`).
     """
 
     def __init__(
@@ -92,6 +93,8 @@ class Service:
         start: Start | int = Start.MISSED,
         input_source_id: int | None = None,
         pauser: Pauser | None = None,
+        on_unknown: UnknownHook | None = None,
+        on_unknown_type: UnknownTypeHook | None = None,
     ) -> None:
         if not source_id:
             raise ValueError("a service needs a non-zero source_id to record history in its output")
@@ -107,7 +110,10 @@ class Service:
         self.out = Output(output.appender(), source_id)
         self.handler = handler_factory(self.out)
         self.tailer = input.tailer()
-        self.reader = MethodReader(self.tailer, self.handler, source_id=input_source_id)
+        self.reader = MethodReader(
+            self.tailer, self.handler, source_id=input_source_id, on_unknown=on_unknown,
+            on_unknown_type=on_unknown_type,
+        )
         self.pauser: Pauser = pauser or SleepingPauser(max_sleep=0.001)
         self._stop = threading.Event()
         self.replay_until: int | None = None  # outputs are suppressed up to this input index

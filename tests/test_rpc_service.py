@@ -173,3 +173,22 @@ def test_idle_strategy_is_the_callers_choice(queues):
     s = rpc.Service(inq, outq, make_handler, 2, start=rpc.Start.ALL, pauser=pauser)
     assert s.run() == 3
     assert pauser.resets == 3 and pauser.pauses == 50
+
+
+def test_unknown_events_and_types_reach_the_services_hooks(queues):
+    inq, outq = queues
+    feed(inq, commands(1))
+    with inq.appender().writing_document() as dc:  # an event the handler does not have
+        dc.write(b"\xb9\x05audit\xe2ok")
+    fields = b"\xc7account\xe2A9\xc5owner\xe1z"
+    with inq.appender().writing_document() as dc:  # open(!x.Open {...}): a type nobody registered
+        dc.write(b"\xb9\x04open\xb6\x06x.Open\x82" + len(fields).to_bytes(4, "little") + fields)
+    events: list[object] = []
+    types: list[tuple[str, object]] = []
+    s = rpc.Service(
+        inq, outq, make_handler, 2, start=rpc.Start.ALL,
+        on_unknown=lambda ev, i: events.append(ev), on_unknown_type=lambda t, ev, i: types.append((t, ev)),
+    )
+    assert s.run(until_idle=True) == 3
+    assert events == ["audit"] and types == [("x.Open", "open")]
+    assert "A9" in repr(outputs(outq)[-1][1])  # the handler still ran: the account was opened

@@ -30,6 +30,11 @@ class Calls(Protocol):
     def to(self, desk: str) -> Say: ...
 
 
+class Ids(Protocol):
+    @rpc.method_id(7)
+    def halt(self, symbol: str) -> None: ...
+
+
 class Heard:
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
@@ -116,6 +121,28 @@ def test_a_damaged_call_reads_as_no_call() -> None:
     assert decode_row(body[:-1])[:2] == (None, None)
 
 
+def test_a_method_id_call_reads_as_its_number_and_writes_back_as_a_method_id() -> None:
+    with tempfile.TemporaryDirectory() as d, chronq.open(d) as q:
+        rpc.writer(q, Ids).halt("GBPUSD")
+        ex = q.tailer().read()
+        assert ex is not None
+        body = bytes(ex.payload)
+    method, args, _ = decode_row(body)
+    assert (method, args) == ("7", '"GBPUSD"')
+    assert encode_call(method, args) == body  # FIELD_NUMBER 7, which a Java reader dispatches by id
+
+    class Halts:
+        def __init__(self) -> None:
+            self.halted: list[str] = []
+
+        def halt(self, symbol: str) -> None:
+            self.halted.append(symbol)
+
+    h = Halts()
+    rpc.reader(None, h, interfaces=[Ids]).dispatch(encode_call(method, args))
+    assert h.halted == ["GBPUSD"]
+
+
 def test_chained_write_refuses_args_that_do_not_match_the_steps() -> None:
     with pytest.raises(ChronqError, match="2 steps"):
         encode_call("to.say", '["fx"]')
@@ -130,7 +157,8 @@ _SCALARS = (st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.te
 _VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
                        | st.dictionaries(st.text(st.characters(codec="ascii", exclude_characters="\0"),
                                                  min_size=1, max_size=4), inner, max_size=3), max_leaves=6)
-_NAMES = st.text(st.characters(categories=("Ll",), max_codepoint=0x7F), min_size=1, max_size=6)
+_NAMES = (st.text(st.characters(categories=("Ll",), max_codepoint=0x7F), min_size=1, max_size=6)
+          | st.integers(0, 2**31).map(str))  # method ids: FIELD_NUMBER events
 
 
 @settings(max_examples=150, deadline=None)
@@ -138,7 +166,7 @@ _NAMES = st.text(st.characters(categories=("Ll",), max_codepoint=0x7F), min_size
 def test_decoded_method_rows_write_back_to_the_same_bytes(events: list[tuple[str, Any]]) -> None:
     w = wire.binary.Writer()
     for name, value in events:
-        w.event_name(name)
+        w.field_number(int(name)) if name.isdigit() else w.event_name(name)
         w.value(value)
     body = w.getvalue()
     method, args, _ = decode_row(body)

@@ -198,7 +198,8 @@ def encode_call(method: str | None, args: Any) -> bytes:
     scalar for one plain argument, null/absent for none) or, from a typed ``args`` struct column, the
     row's struct as a dict: ``{method: {param: value, ...}, other_method: None, ...}``. A dotted
     method (``"to.say"``, as `decode_row` reads a chained call) takes a JSON array with one value per
-    step and writes one document holding every step.
+    step and writes one document holding every step. A method of digits only (no Java name is one)
+    is a method id, read from a FIELD_NUMBER event, and is written back as one.
     """
     if not method:
         raise ChronqError("a row to write as a method call has no method name")
@@ -224,6 +225,9 @@ def encode_call(method: str | None, args: Any) -> bytes:
                               f"array of {len(names)} values")
     w = wire.binary.Writer()
     for name, step_value in steps:
-        w.event_name(name)
+        if name.isascii() and name.isdigit():  # a method id (`@MethodId`), read back as its number
+            w.field_number(int(name))
+        else:
+            w.event_name(name)
         w.value(step_value)
     return w.getvalue()

@@ -86,7 +86,11 @@ static int put_code_le(Out *o, unsigned char code, uint64_t v, int width) {
     char *p = reserve(o, 1 + width);
     if (!p) return -1;
     p[0] = (char)code;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p + 1, &v, (size_t)width); /* the low `width` bytes */
+#else
     for (int i = 0; i < width; i++) p[1 + i] = (char)(unsigned char)(v >> (8 * i));
+#endif
     return 0;
 }
 
@@ -239,16 +243,36 @@ typedef struct {
     Py_ssize_t pos, end;
 } In;
 
-static int need(In *in, Py_ssize_t n) { return n >= 0 && in->end - in->pos >= n; }
+#define HOT static inline __attribute__((always_inline))
 
-static uint64_t le(const unsigned char *p, int width) {
+HOT int need(In *in, Py_ssize_t n) { return n >= 0 && in->end - in->pos >= n; }
+
+/* A little-endian unsigned integer of `width` (1, 2, 4 or 8) bytes; one load on little-endian hosts. */
+static inline uint64_t le(const unsigned char *p, int width) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (width == 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
+    if (width == 4) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    if (width == 2) {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+#endif
     uint64_t v = 0;
     for (int i = 0; i < width; i++) v |= (uint64_t)p[i] << (8 * i);
     return v;
 }
 
 /* 1 ok, 0 give up */
-static int read_stop_bit(In *in, int64_t *out) {
+HOT int read_stop_bit(In *in, int64_t *out) {
     uint64_t v = 0;
     int shift = 0;
     for (;;) {
@@ -286,7 +310,7 @@ static inline void skip_pad(In *in) {
 }
 
 /* A numeric value as int (is_int) or double; 1 ok, 0 give up. */
-static int read_number(In *in, int *is_int, int64_t *iv, double *dv) {
+HOT int read_number(In *in, int *is_int, int64_t *iv, double *dv) {
     if (!need(in, 1)) return 0;
     unsigned c = in->p[in->pos++];
     const unsigned char *q = in->p + in->pos;
@@ -710,7 +734,7 @@ static inline int same(const char *a, const unsigned char *b, Py_ssize_t n) {
 }
 
 /* The next value as a new reference of the field's kind, or NULL with no error set to give up. */
-static PyObject *read_kind(In *in, Field *f) {
+HOT PyObject *read_kind(In *in, Field *f) {
     skip_pad(in);
     if (!need(in, 1)) return NULL;
     unsigned c = in->p[in->pos];
@@ -771,8 +795,19 @@ static PyObject *read_kind(In *in, Field *f) {
 
 /* Reads the fields in in->pos..in->end into vals[] (new references, NULL where absent).
  * Returns 1 on success, 0 to give up (the Python path re-reads and reports), -1 on a Python error. */
-static int scan_fields(In *in, Plan *plan, PyObject **vals) {
+HOT int scan_fields_in(In *in, Plan *plan, PyObject **vals) {
     Py_ssize_t n = plan->n, expect = 0;
+    /* The usual layout first: every field in declaration order, nothing between them. Anything else
+       (padding, another order, a missing or unknown field) continues in the general loop below. */
+    for (; expect < n; expect++) {
+        Field *f = &plan->fields[expect];
+        if (in->end - in->pos <= f->kn || !same(f->kp, in->p + in->pos, f->kn)) break;
+        in->pos += f->kn;
+        PyObject *value = read_kind(in, f);
+        if (!value) return PyErr_Occurred() ? -1 : 0;
+        vals[expect] = value; /* (each slot is still empty: this is the first value for it) */
+    }
+    if (expect == n) expect = 0;
     for (;;) {
         skip_pad(in);
         if (in->pos >= in->end) return 1;
@@ -797,6 +832,14 @@ static int scan_fields(In *in, Plan *plan, PyObject **vals) {
         Py_XSETREF(vals[found], value);
         expect = found + 1 < n ? found + 1 : 0;
     }
+}
+
+/* scan_fields_in on a local copy of the input position */
+static int scan_fields(In *at, Plan *plan, PyObject **vals) {
+    In local = *at;
+    int rc = scan_fields_in(&local, plan, vals);
+    *at = local;
+    return rc;
 }
 
 static int get_range(PyObject *const *args, Py_buffer *view, Py_ssize_t *start, Py_ssize_t *end) {
@@ -1115,7 +1158,7 @@ static PyObject *g_value(In *in, Kinds *k, int depth) {
     }
     if (c < 0x80 || (c >= 0xA1 && c <= 0xA9)) {
         int is_int;
-        int64_t iv;
+        int64_t iv = 0;
         double dv;
         if (!read_number(in, &is_int, &iv, &dv)) return GIVE_UP;
         if (c == 0xA3) return PyLong_FromUnsignedLongLong((uint64_t)(uint32_t)iv);

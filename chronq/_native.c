@@ -1927,6 +1927,39 @@ static PyObject *Tl_read_impl(TailerObject *self, int want_meta, int commit, Py_
     return (PyObject *)ex;
 }
 
+/* The document-source protocol of wire._speedups.ReadOne (a method reader's read_one), exported as the
+   capsule DOCUMENT_SOURCE: read(tailer, &data, &len, &metadata) is read() without its Python call,
+   plus the payload's address, length and metadata flag, so the reader neither asks the excerpt for
+   them nor exports its buffer. It returns a new reference to what keeps the data alive (the excerpt),
+   None when there is nothing to read yet, NULL with an exception; *metadata is -1 when the excerpt
+   is not a plain one (the caller then asks it). */
+typedef struct {
+    int version;
+    PyObject *(*read)(PyObject *source, const char **data, Py_ssize_t *len, int *metadata);
+} DocumentSource;
+
+static PyTypeObject TailerType;
+
+static PyObject *Tl_read_document(PyObject *source, const char **data, Py_ssize_t *len, int *metadata) {
+    *data = NULL;
+    *len = 0;
+    *metadata = -1;
+    if (!PyObject_TypeCheck(source, &TailerType)) {
+        PyErr_SetString(PyExc_TypeError, "DOCUMENT_SOURCE reads a chronq tailer");
+        return NULL;
+    }
+    PyObject *r = Tl_read_impl((TailerObject *)source, 0, 1, 1);
+    if (r && Py_IS_TYPE(r, &ExcerptType) && ((ExcerptObject *)r)->map) {
+        ExcerptObject *ex = (ExcerptObject *)r;
+        *data = ex->map->base + ex->position + 4;
+        *len = ex_payload_len(ex);
+        *metadata = ex->metadata;
+    }
+    return r;
+}
+
+static DocumentSource tailer_document_source = {1, Tl_read_document};
+
 static PyObject *Tl_read(TailerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     int want_meta = 0;
     if (nargs > 1 || (kwnames && PyTuple_GET_SIZE(kwnames) > 1)) {
@@ -2398,6 +2431,12 @@ PyMODINIT_FUNC PyInit__native(void) {
         PyModule_AddObjectRef(m, "AppenderCore", (PyObject *)&AppenderType) < 0 ||
         PyModule_AddObjectRef(m, "Excerpt", (PyObject *)&ExcerptType) < 0 ||
         PyModule_AddObjectRef(m, "TailerCore", (PyObject *)&TailerType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyObject *source = PyCapsule_New(&tailer_document_source, "wire._speedups.DocumentSource", NULL);
+    if (!source || PyModule_AddObject(m, "DOCUMENT_SOURCE", source) < 0) {
+        Py_XDECREF(source);
         Py_DECREF(m);
         return NULL;
     }

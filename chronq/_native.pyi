@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing_extensions import Buffer
 
 UNLOCKED: int  # value of an unlocked chronicle.write.lock (Long.MIN_VALUE)
+DOCUMENT_SOURCE: object  # capsule: TailerCore.read for wire._speedups.ReadOne, without a Python call
 
 def load32(buf: Buffer, off: int, /) -> int: ...
 def load64(buf: Buffer, off: int, /) -> int: ...

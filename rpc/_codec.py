@@ -83,12 +83,15 @@ def read_one(
     pending: Callable[[bytes | None, tuple[int, int] | None, int], Any],
     clock: Callable[[], int],
     source_id: int,
+    source: tuple[Any, Any] | None = None,
 ) -> Callable[[], bool]:
     """A method reader's `read_one()`: `read()`, then the excerpt's arguments decoded by `table` and
     delivered to its handlers: directly, or, when the document carried a history, the reader has a
     `source_id`, or `current` holds a history, with `current` set to `pending(history payload,
     (source_id, index), clock())` (or None) while they run. `slow(got)` decides the rest: the excerpt
-    when the fast path does not take it, or (excerpt, exception) when a handler raised.
+    when the fast path does not take it, or (excerpt, exception) when a handler raised. `source`,
+    (tailer, its DocumentSource capsule), lets the native one read without calling `read` from C
+    through Python and without asking the excerpt for its bytes.
     Native: one C call per message, no Python frame."""
 
     def read_one() -> bool:

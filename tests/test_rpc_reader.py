@@ -8,6 +8,7 @@ import pytest
 
 import chronq
 import rpc
+from rpc.testing import Recorder
 from tests.rpc_support import Events, Message1, Message2, Recording
 from wire import WireError
 from wire.types import Typed
@@ -168,3 +169,37 @@ def test_dispatch_accepts_any_buffer(wrap):
     r.dispatch(wrap(b"\xb9\x03say\xe2hi"))
     r.dispatch(wrap(b"\xba\x07\xa1\x05"))
     assert h.calls == [("say", ("hi",)), ("ping", (5,))]
+
+
+def test_chronq_tailers_are_read_natively_in_either_direction_and_wrappers_still_work(tmp_path):
+    """A chronq tailer is read through its C document source (no Python call per message); a
+    BACKWARD one, metadata and a tailer-like wrapper take the other routes, with the same calls."""
+    with chronq.open(tmp_path / "q") as q:
+        w = rpc.writer(q, Events)
+        rec = Recorder()
+        rpc.writer(rec, Events).method1(Message1("metadata"))  # a call, but in metadata: never dispatched
+        for i in range(5):
+            w.method1(Message1(f"m{i}"))
+            with q.appender().writing_document(metadata=True) as dc:
+                dc.write(rec.documents[0])
+
+        def calls(tailer: Any) -> list[object]:
+            h = Recording()
+            r = rpc.reader(tailer, h)
+            while r.read_one():
+                pass
+            return [args[0].text for _, args in h.calls]
+
+        class Wrapper:  # not a chronq tailer: read() is called from C through Python
+            def __init__(self, t: Any) -> None:
+                self.read = t.read
+
+        backward = q.tailer()
+        backward.direction = chronq.Direction.BACKWARD
+        backward.to_end()
+        assert calls(q.tailer()) == [f"m{i}" for i in range(5)]
+        assert calls(backward) == [f"m{i}" for i in reversed(range(5))]
+        assert calls(Wrapper(q.tailer())) == [f"m{i}" for i in range(5)]
+        named = q.tailer("reader")
+        assert calls(named) == [f"m{i}" for i in range(5)]
+        assert q.tailer("reader").index == named.index  # the named position advanced as it read

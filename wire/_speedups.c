@@ -1487,21 +1487,15 @@ static Py_ssize_t skip_history(const unsigned char *p, Py_ssize_t size, PyObject
 
 /* 1 decoded (into *d, new references), 0 give up, -1 error; `handlers` asks for a third item in the
  * table value. The table value is held while the class is called, which may run any Python code. */
-static int event_decode(PyObject *document, PyObject *table, int handlers, Decoded *d) {
+static int event_decode_at(const unsigned char *p, Py_ssize_t size, PyObject *table, int handlers, Decoded *d) {
     memset(d, 0, sizeof(*d));
     if (!PyDict_Check(table)) {
         PyErr_SetString(PyExc_TypeError, "the event table must be a dict");
         return -1;
     }
-    Py_buffer view;
-    if (PyObject_GetBuffer(document, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear(); /* not a buffer (or a closed one): the general path reports it */
-        return 0;
-    }
-    const unsigned char *p = (const unsigned char *)view.buf;
-    Py_ssize_t start = skip_history(p, view.len, &d->history), pos = 0;
+    Py_ssize_t start = skip_history(p, size, &d->history), pos = 0;
     int rc = 0;
-    PyObject *hit = start < 0 ? NULL : event_lookup(p + start, view.len - start, table, &pos);
+    PyObject *hit = start < 0 ? NULL : event_lookup(p + start, size - start, table, &pos);
     if (start == -2) {
         rc = -1;
     } else if (!hit) {
@@ -1512,7 +1506,7 @@ static int event_decode(PyObject *document, PyObject *table, int handlers, Decod
         PyErr_SetString(PyExc_TypeError, "event table values must be (entry, Plan or decoder, handler tuple)");
         rc = -1;
     } else {
-        In in = {p, start + pos, view.len};
+        In in = {p, start + pos, size};
         PyObject *how = PyTuple_GET_ITEM(hit, 1);
         d->hit = Py_NewRef(hit);
         d->spread = Py_IS_TYPE(how, &PlanType) && ((Plan *)how)->arguments;
@@ -1521,14 +1515,33 @@ static int event_decode(PyObject *document, PyObject *table, int handlers, Decod
                                           : read_framed(&in, how, &d->obj);
         d->end = in.pos;
     }
-    PyBuffer_Release(&view);
     if (rc != 1) decoded_clear(d);
+    return rc;
+}
+
+/* event_decode_at on the buffer `document` exports */
+static int event_decode(PyObject *document, PyObject *table, int handlers, Decoded *d) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(document, &view, PyBUF_SIMPLE) < 0) {
+        memset(d, 0, sizeof(*d));
+        PyErr_Clear(); /* not a buffer (or a closed one): the general path reports it */
+        return 0;
+    }
+    int rc = event_decode_at((const unsigned char *)view.buf, view.len, table, handlers, d);
+    PyBuffer_Release(&view);
     return rc;
 }
 
 /* handler(obj), or handler(*obj) when obj holds the arguments */
 static PyObject *deliver(PyObject *handler, PyObject *obj, int spread) {
-    if (!spread) return PyObject_CallOneArg(handler, obj);
+    if (!spread) {
+        if (PyMethod_Check(handler)) { /* a bound method: its function with (self, obj), no method object call */
+            PyObject *call[3] = {NULL, PyMethod_GET_SELF(handler), obj};
+            return PyObject_Vectorcall(PyMethod_GET_FUNCTION(handler), call + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                       NULL);
+        }
+        return PyObject_CallOneArg(handler, obj);
+    }
     return PyObject_Vectorcall(handler, PySequence_Fast_ITEMS(obj), (size_t)PyTuple_GET_SIZE(obj), NULL);
 }
 
@@ -1590,9 +1603,19 @@ static PyObject *event_call(PyObject *module, PyObject *const *args, Py_ssize_t 
  * index) | None, clock() | 0)` (or None when there is nothing to record) while they run. Everything
  * else goes to `slow(got)`, whose result is returned: the excerpt when the fast path does not take
  * it, or (excerpt, exception) when a handler raised, so the caller can name the document. */
+/* What a document source (chronq's tailer) exports in a capsule named "wire._speedups.DocumentSource":
+   read(source, &data, &len, &metadata) is its read() plus the payload's address, length and metadata
+   flag (-1: ask the returned object), returning what keeps the data alive, None or NULL. */
+typedef struct {
+    int version;
+    PyObject *(*read)(PyObject *source, const char **data, Py_ssize_t *len, int *metadata);
+} DocumentSource;
+
 typedef struct {
     PyObject_HEAD
     PyObject *read, *table, *current, *slow, *pending, *clock, *source_id;
+    PyObject *source;                 /* with source_read: what read() is read from (keeps it alive) */
+    const DocumentSource *source_api; /* NULL: call `read` */
     int has_source;
     vectorcallfunc vectorcall;
     PyTypeObject *ex_type; /* the excerpt class last seen, and its `metadata` data descriptor (or NULL) */
@@ -1650,17 +1673,26 @@ static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_
         PyErr_SetString(PyExc_RuntimeError, "ReadOne was cleared");
         return NULL;
     }
-    PyObject *ex = PyObject_CallNoArgs(self->read);
+    const char *data = NULL;
+    Py_ssize_t len = 0;
+    int metadata = -1;
+    PyObject *ex = self->source_api ? self->source_api->read(self->source, &data, &len, &metadata)
+                                    : PyObject_CallNoArgs(self->read);
     if (!ex) return NULL;
     if (ex == Py_None) {
         Py_DECREF(ex);
         Py_RETURN_FALSE;
     }
-    int metadata = read_one_metadata(self, ex);
+    if (metadata < 0) {
+        data = NULL;
+        metadata = read_one_metadata(self, ex);
+    }
     Decoded d;
     int rc = 0;
     if (metadata < 0) PyErr_Clear(); /* no such attribute: the general path reports it */
-    else if (metadata == 0) rc = event_decode(ex, self->table, 1, &d);
+    else if (metadata == 0)
+        rc = data ? event_decode_at((const unsigned char *)data, len, self->table, 1, &d)
+                  : event_decode(ex, self->table, 1, &d);
     if (rc < 0) {
         Py_DECREF(ex);
         return NULL;
@@ -1714,10 +1746,25 @@ done:
 }
 
 static PyObject *read_one_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *read, *table, *current, *slow, *pending, *clock, *source_id;
-    if (!PyArg_ParseTuple(args, "OO!OOOOO!", &read, &PyDict_Type, &table, &current, &slow, &pending, &clock,
-                          &PyLong_Type, &source_id))
+    PyObject *read, *table, *current, *slow, *pending, *clock, *source_id, *source = Py_None;
+    if (!PyArg_ParseTuple(args, "OO!OOOOO!|O", &read, &PyDict_Type, &table, &current, &slow, &pending, &clock,
+                          &PyLong_Type, &source_id, &source))
         return NULL;
+    const DocumentSource *api = NULL;
+    PyObject *source_obj = NULL;
+    if (source != Py_None) { /* (object, DocumentSource capsule): read() through the capsule */
+        if (!PyTuple_Check(source) || PyTuple_GET_SIZE(source) != 2) {
+            PyErr_SetString(PyExc_TypeError, "source must be (object, DocumentSource capsule) or None");
+            return NULL;
+        }
+        api = PyCapsule_GetPointer(PyTuple_GET_ITEM(source, 1), "wire._speedups.DocumentSource");
+        if (!api) return NULL;
+        if (api->version != 1 || !api->read) {
+            PyErr_SetString(PyExc_ValueError, "unknown DocumentSource version");
+            return NULL;
+        }
+        source_obj = PyTuple_GET_ITEM(source, 0);
+    }
     if (!PyContextVar_CheckExact(current)) {
         PyErr_SetString(PyExc_TypeError, "current must be a ContextVar");
         return NULL;
@@ -1733,6 +1780,8 @@ static PyObject *read_one_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     self->pending = Py_NewRef(pending);
     self->clock = Py_NewRef(clock);
     self->source_id = Py_NewRef(source_id);
+    self->source = Py_XNewRef(source_obj);
+    self->source_api = api;
     self->has_source = has_source;
     self->vectorcall = (vectorcallfunc)read_one_vectorcall;
     return (PyObject *)self;
@@ -1746,6 +1795,7 @@ static int read_one_traverse(ReadOne *self, visitproc visit, void *arg) {
     Py_VISIT(self->pending);
     Py_VISIT(self->clock);
     Py_VISIT(self->source_id);
+    Py_VISIT(self->source);
     Py_VISIT(self->ex_type);
     Py_VISIT(self->ex_metadata);
     return 0;
@@ -1759,6 +1809,8 @@ static int read_one_clear(ReadOne *self) {
     Py_CLEAR(self->pending);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->source_id);
+    Py_CLEAR(self->source);
+    self->source_api = NULL;
     Py_CLEAR(self->ex_type);
     Py_CLEAR(self->ex_metadata);
     return 0;
@@ -1780,7 +1832,8 @@ static PyTypeObject ReadOneType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_traverse = (traverseproc)read_one_traverse,
     .tp_clear = (inquiry)read_one_clear,
-    .tp_doc = "ReadOne(read, table, current, slow, pending, clock, source_id): a method reader's read_one().",
+    .tp_doc = "ReadOne(read, table, current, slow, pending, clock, source_id, source=None): a method reader's "
+              "read_one(); source=(object, DocumentSource capsule) reads through the capsule instead of read().",
     .tp_new = read_one_new,
 };
 

@@ -7,11 +7,13 @@ setup(
         Extension(
             "chronq._native",
             ["chronq/_native.c"],
+            depends=["wire/_document_source.h"],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
         Extension(
             "wire._speedups",
             ["wire/_speedups.c"],
+            depends=["wire/_document_source.h"],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),
     ]

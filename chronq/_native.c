@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "../wire/_document_source.h"
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -1927,17 +1928,7 @@ static PyObject *Tl_read_impl(TailerObject *self, int want_meta, int commit, Py_
     return (PyObject *)ex;
 }
 
-/* The document-source protocol of wire._speedups.ReadOne (a method reader's read_one), exported as the
-   capsule DOCUMENT_SOURCE: read(tailer, &data, &len, &metadata) is read() without its Python call,
-   plus the payload's address, length and metadata flag, so the reader neither asks the excerpt for
-   them nor exports its buffer. It returns a new reference to what keeps the data alive (the excerpt),
-   None when there is nothing to read yet, NULL with an exception; *metadata is -1 when the excerpt
-   is not a plain one (the caller then asks it). */
-typedef struct {
-    int version;
-    PyObject *(*read)(PyObject *source, const char **data, Py_ssize_t *len, int *metadata);
-} DocumentSource;
-
+/* DocumentSource (wire/_document_source.h) for method readers: read() with the payload's address. */
 static PyTypeObject TailerType;
 
 static PyObject *Tl_read_document(PyObject *source, const char **data, Py_ssize_t *len, int *metadata) {
@@ -1958,7 +1949,7 @@ static PyObject *Tl_read_document(PyObject *source, const char **data, Py_ssize_
     return r;
 }
 
-static DocumentSource tailer_document_source = {1, Tl_read_document};
+static DocumentSource tailer_document_source = {DOCUMENT_SOURCE_VERSION, Tl_read_document};
 
 static PyObject *Tl_read(TailerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     int want_meta = 0;
@@ -2434,7 +2425,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_DECREF(m);
         return NULL;
     }
-    PyObject *source = PyCapsule_New(&tailer_document_source, "wire._speedups.DocumentSource", NULL);
+    PyObject *source = PyCapsule_New(&tailer_document_source, DOCUMENT_SOURCE_CAPSULE, NULL);
     if (!source || PyModule_AddObject(m, "DOCUMENT_SOURCE", source) < 0) {
         Py_XDECREF(source);
         Py_DECREF(m);

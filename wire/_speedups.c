@@ -16,6 +16,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "_document_source.h"
 #include <float.h>
 #include <stddef.h>
 #include <structmember.h>
@@ -1595,26 +1596,19 @@ static PyObject *event_call(PyObject *module, PyObject *const *args, Py_ssize_t 
     return result;
 }
 
-/* ReadOne(read, table, current, slow, pending, clock, source_id): a method reader's read_one() in one C
- * call. `read()` gives None (False: nothing to read) or an excerpt. A data excerpt the fast path
+/* ReadOne(read, table, current, slow, pending, clock, source_id, source=None): a method reader's
+ * read_one() in one C call. `read()` gives None (False: nothing to read) or an excerpt; with `source`,
+ * (object, DocumentSource capsule), the capsule's read is used instead (_document_source.h). A data excerpt the fast path
  * decodes is delivered (True) to the table value's handlers: directly, or, when the document carried
  * a history, the reader has a source id, or the ContextVar `current` holds a history already (a
  * reader inside a handler), with `current` set to `pending(history payload | None, (source_id,
  * index) | None, clock() | 0)` (or None when there is nothing to record) while they run. Everything
  * else goes to `slow(got)`, whose result is returned: the excerpt when the fast path does not take
  * it, or (excerpt, exception) when a handler raised, so the caller can name the document. */
-/* What a document source (chronq's tailer) exports in a capsule named "wire._speedups.DocumentSource":
-   read(source, &data, &len, &metadata) is its read() plus the payload's address, length and metadata
-   flag (-1: ask the returned object), returning what keeps the data alive, None or NULL. */
-typedef struct {
-    int version;
-    PyObject *(*read)(PyObject *source, const char **data, Py_ssize_t *len, int *metadata);
-} DocumentSource;
-
 typedef struct {
     PyObject_HEAD
     PyObject *read, *table, *current, *slow, *pending, *clock, *source_id;
-    PyObject *source;                 /* with source_read: what read() is read from (keeps it alive) */
+    PyObject *source;                 /* with source_api: what is read (held alive) */
     const DocumentSource *source_api; /* NULL: call `read` */
     int has_source;
     vectorcallfunc vectorcall;
@@ -1757,9 +1751,9 @@ static PyObject *read_one_new(PyTypeObject *type, PyObject *args, PyObject *kwds
             PyErr_SetString(PyExc_TypeError, "source must be (object, DocumentSource capsule) or None");
             return NULL;
         }
-        api = PyCapsule_GetPointer(PyTuple_GET_ITEM(source, 1), "wire._speedups.DocumentSource");
+        api = PyCapsule_GetPointer(PyTuple_GET_ITEM(source, 1), DOCUMENT_SOURCE_CAPSULE);
         if (!api) return NULL;
-        if (api->version != 1 || !api->read) {
+        if (api->version != DOCUMENT_SOURCE_VERSION || !api->read) {
             PyErr_SetString(PyExc_ValueError, "unknown DocumentSource version");
             return NULL;
         }

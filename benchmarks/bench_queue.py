@@ -1,6 +1,7 @@
 """Queue throughput, latency and reader memory, with baselines measured in the same run.
 
-Baselines: a naive pure-Python mmap log (struct + slice assignment) and sqlite3 in WAL mode.
+Baselines: a naive pure-Python mmap log (struct + slice assignment) and sqlite3 in WAL mode; for
+latency, the machine's floor: the same hand-off in C (latency_floor.c, built here with $CC or cc).
 Run: ``python benchmarks/bench_queue.py [--n 1000000] [--latency-samples 200000] [--replay-mb 256]``.
 Numbers depend on the machine and its load; the ratios are what to compare.
 """
@@ -173,28 +174,59 @@ def throughput(n: int, tmp: Path) -> list[tuple[str, float, float, float, str]]:
 
 
 LATENCY_READER = r"""
-import gc, sys, time, struct, chronq
+import gc, resource, sys, time, struct, chronq
 gc.disable()  # what a latency-sensitive service does: no collector pauses on the hot path
 q = chronq.open(sys.argv[1], readonly=True)
 n = int(sys.argv[2])
 t = q.tailer().to_end()
 read, now = t.read, time.perf_counter_ns
-out = []
+out = [0] * n  # allocated up front: growing a list of n reallocates (and copies) it in the loop
+i = 0
+preempted = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
 sys.stdout.write("ready\n"); sys.stdout.flush()
-while len(out) < n:
+while i < n:
     ex = read()
     if ex is None:
         continue
-    out.append(now() - struct.unpack_from("<q", ex.payload)[0])
+    out[i] = now() - struct.unpack_from("<q", ex.payload)[0]
+    i += 1
+preempted = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw - preempted
 out.sort()
 pick = lambda p: out[min(len(out) - 1, int(p * len(out)))]
-print(pick(0.5), pick(0.99), pick(0.999), out[-1])
+print(pick(0.5), pick(0.99), pick(0.999), out[-1], preempted)
 """
 
+# p50, p99, p99.9, max (ns), steal (% of all CPU time), the reader's involuntary context switches
+LatencyRow = tuple[int, int, int, int, float, int]
 
-def latency(
-    samples: int, tmp: Path, rate_hz: int = 100_000, pinned: bool = False
-) -> tuple[int, int, int, int]:
+
+def cpu_steal() -> tuple[int, int] | None:
+    """(steal, total) jiffies of all CPUs from /proc/stat: the time the hypervisor ran something else
+    while this VM's vCPUs wanted to run. None where the kernel does not report it."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if fields[:1] != ["cpu"] or len(fields) < 9:
+        return None
+    jiffies = [int(x) for x in fields[1:9]]  # guest time is already counted in user time
+    return jiffies[7], sum(jiffies)
+
+
+def steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float:
+    if before is None or after is None or after[1] <= before[1]:
+        return float("nan")
+    return 100 * (after[0] - before[0]) / (after[1] - before[1])
+
+
+def latency_cpus(pinned: bool) -> tuple[int, int] | None:
+    """The writer's and the reader's CPU when pinned (the same for chronq and the C floor)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[0], cpus[1]) if pinned and len(cpus) >= 2 else None
+
+
+def latency(samples: int, tmp: Path, rate_hz: int = 100_000, pinned: bool = False) -> LatencyRow:
     """One-way latency writer -> busy-spinning reader in another process (CLOCK_MONOTONIC stamps).
 
     `pinned`: the writer and the reader each on a CPU of their own, as latency-sensitive deployments
@@ -203,21 +235,23 @@ def latency(
     path = tmp / ("lat-pinned" if pinned else "lat")
     with chronq.open(path) as q:
         q.appender().write(struct.pack("<q", 0) + b"w" * 32)  # create the cycle before the reader starts
-    cpus = sorted(os.sched_getaffinity(0))
-    pin = pinned and len(cpus) >= 2
+    cpus = os.sched_getaffinity(0)
+    pin = latency_cpus(pinned)
     reader = subprocess.Popen(
         [sys.executable, "-c", LATENCY_READER, str(path), str(samples)],
         stdout=subprocess.PIPE,
         text=True,
-        preexec_fn=(lambda: os.sched_setaffinity(0, {cpus[1]})) if pin else None,
+        preexec_fn=(lambda: os.sched_setaffinity(0, {pin[1]})) if pin else None,
     )
     assert reader.stdout is not None
     reader.stdout.readline()
     gc.disable()  # as in the reader: no collector pauses while pacing the writes
     if pin:
-        os.sched_setaffinity(0, {cpus[0]})
+        os.sched_setaffinity(0, {pin[0]})
     try:
-        return _paced_writes(path, samples, rate_hz, reader)
+        before = cpu_steal()
+        p50, p99, p999, worst, preempted = _paced_writes(path, samples, rate_hz, reader)
+        return p50, p99, p999, worst, steal_pct(before, cpu_steal()), preempted
     finally:
         gc.enable()
         if pin:
@@ -226,7 +260,7 @@ def latency(
 
 def _paced_writes(
     path: Path, samples: int, rate_hz: int, reader: subprocess.Popen[str]
-) -> tuple[int, int, int, int]:
+) -> tuple[int, int, int, int, int]:
     with chronq.open(path) as q:
         w = q.appender().write
         now = time.perf_counter_ns
@@ -243,8 +277,42 @@ def _paced_writes(
             stamp(msg, 0, now())
             w(msg)
         out, _ = reader.communicate(timeout=120)
-    p50, p99, p999, worst = (int(x) for x in out.split())
-    return p50, p99, p999, worst
+    p50, p99, p999, worst, preempted = (int(x) for x in out.split())
+    return p50, p99, p999, worst, preempted
+
+
+FLOOR_SRC = Path(__file__).with_name("latency_floor.c")
+
+
+def build_floor(tmp: Path) -> Path | str:
+    """latency_floor.c compiled with the machine's C compiler, or why there is no floor."""
+    exe = tmp / "latency_floor"
+    cc = (os.environ.get("CC") or "cc").split()  # may carry flags, as in make
+    try:
+        r = subprocess.run([*cc, "-O2", "-o", str(exe), str(FLOOR_SRC)], capture_output=True, text=True)
+    except OSError:
+        return "n/a (no C compiler)"
+    if r.returncode != 0:
+        print(f"latency_floor.c did not compile:\n{r.stderr}", file=sys.stderr)
+        return "n/a (the C compiler failed)"
+    return exe
+
+
+def latency_floor(exe: Path, samples: int, tmp: Path, rate_hz: int, pinned: bool) -> LatencyRow:
+    """The same hand-off in C, run on the same CPUs: what any implementation gets on this machine."""
+    pin = latency_cpus(pinned) or (-1, -1)
+    cmd = [str(exe), str(tmp / "floor.dat"), str(samples), str(rate_hz), *map(str, pin)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 2 * samples / rate_hz)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    p50, p99, p999, worst, steal, preempted = r.stdout.split()
+    return int(p50), int(p99), int(p999), int(worst), float(steal), int(preempted)
+
+
+def latency_row(name: str, row: LatencyRow) -> str:
+    *percentiles, steal, preempted = row
+    shown = [f"{ns / 1e3:.2f} us" if ns < 10_000 else f"{ns / 1e3:,.0f} us" for ns in percentiles]
+    return f"| {name} | {' | '.join(shown)} | {steal:.1f}% | {preempted} |"
 
 
 RSS_READER = r"""
@@ -320,14 +388,25 @@ def main() -> None:
                 f"\n## One-way latency, 2 processes, 40 B at {args.latency_rate:,} msg/s, "
                 f"{args.latency_samples:,} samples (busy-spinning reader)\n"
             )
-            print("| processes | p50 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|")
+            print(
+                "| processes | p50 | p99 | p99.9 | max | steal | reader preempted |\n"
+                "|---|---:|---:|---:|---:|---:|---:|"
+            )
+            floor = build_floor(tmp)
             for how, pinned in (("one CPU each (pinned)", True), ("placed by the scheduler", False)):
-                p50, p99, p999, worst = latency(args.latency_samples, tmp, args.latency_rate, pinned)
-                print(
-                    f"| {how} | {p50 / 1e3:.1f} us | {p99 / 1e3:.1f} us | {p999 / 1e3:.1f} us "
-                    f"| {worst / 1e3:.0f} us |"
-                )
-            print("\n(targets: p50 <= 1 us, p99 <= 10 us, p99.9 <= 40 us)")
+                # chronq, then the floor right after it on the same CPUs: both rows see the same machine
+                print(latency_row(how, latency(args.latency_samples, tmp, args.latency_rate, pinned)))
+                name = f"C floor, same hand-off without Python ({'pinned' if pinned else how})"
+                if isinstance(floor, str):
+                    print(f"| {name} | {floor} | | | | | |")
+                else:
+                    row = latency_floor(floor, args.latency_samples, tmp, args.latency_rate, pinned)
+                    print(latency_row(name, row))
+            print(
+                "\n(targets: p50 <= 1 us, p99 <= 10 us, p99.9 <= 40 us; steal: the hypervisor's steal time "
+                "during the row, % of all CPU time; reader preempted: the reader's involuntary context "
+                "switches)"
+            )
         if "rss" not in skip:
             print(f"\n## Reader RSS while replaying a {args.replay_mb} MiB queue (MiB)\n")
             print("| reader | RSS at start | peak during | at end | excerpts |\n|---|---:|---:|---:|---:|")

@@ -6,6 +6,7 @@ Their figures are not asserted: speed is read from the full runs (`make bench`),
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,11 @@ def test_bench_queue() -> None:
     out = run("bench_queue.py", "--n", "20000", "--latency-samples", "2000", "--replay-mb", "8")
     rows = ("append 40 B, Python loop", "move_to_index + read", "one CPU each (pinned)", "plain iteration")
     assert all(row in out for row in rows), out
+    # the C floor rows: measured figures, or why there are none (a machine without a C compiler)
+    figures = r"(\d[\d,.]* us \| ){4}(\d+\.\d|nan)% \| \d+ \|"
+    for where in ("pinned", "placed by the scheduler"):
+        row = rf"\| C floor, same hand-off without Python \({where}\) \| ({figures}|n/a \(.+\) \|)"
+        assert re.search(row, out), out
 
 
 def test_bench_rpc() -> None:

@@ -1,0 +1,259 @@
+/* The latency floor of this machine for bench_queue's one-way latency table: the same hand-off as a
+ * chronq writer and a busy-spinning tailer in two processes, with no Python and no queue format.
+ *
+ * A writer process paces messages at RATE per second (CLOCK_MONOTONIC busy wait), copies each
+ * 40-byte message (its first 8 bytes the send time) into the next 64-byte slot of a shared file
+ * mapping and publishes it with a release store of the slot's header word; a forked reader spins with
+ * acquire loads on the next slot's header and records receive time - send time. The slots are
+ * append-only, as in a queue, so every message lands on memory the other side has not seen yet.
+ * Both sides fault the whole mapping in before the run: the floor leaves out page faults (chronq
+ * prefaults its writer's pages too).
+ *
+ * Whatever this program gets is what any implementation of the hand-off gets on this machine, so
+ * the percentiles it prints above a target are the machine's, not the queue's.
+ *
+ * Usage: latency_floor FILE SAMPLES RATE [WRITER_CPU READER_CPU]   (a CPU of -1: not pinned)
+ * Prints one line: p50 p99 p99.9 max (ns), the hypervisor's steal time during the run as a
+ * percentage of all CPU time (from /proc/stat; "nan" where that is not available), and how often the
+ * guest's scheduler preempted the reader (involuntary context switches). Linux only.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { SLOT = 64, MSG = 40 };
+#define MAX_SAMPLES 100000000L /* 6.4 GB of slots: far beyond any sensible run */
+
+/* The first slot-sized block is the control block shared by both processes; message i is in slot
+ * i + 1. The mapping is page aligned, so every field here and every slot header is aligned. */
+struct control {
+    uint32_t reader_ready; /* set (release) once the reader has faulted in the mapping and spins */
+    uint32_t done;         /* set (release) by the reader once the results below are written */
+    int64_t p50, p99, p999, max;
+    int64_t preempted; /* the reader's involuntary context switches during the run */
+};
+_Static_assert(sizeof(struct control) <= SLOT, "control block must fit in a slot");
+
+static void die(const char *what) {
+    fprintf(stderr, "latency_floor: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static void usage(const char *why) {
+    fprintf(stderr,
+            "latency_floor: %s\nusage: latency_floor FILE SAMPLES RATE [WRITER_CPU READER_CPU]\n",
+            why);
+    exit(2);
+}
+
+static long parse_long(const char *s, const char *name, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s must be an integer in [%ld, %ld], got '%s'", name, lo, hi, s);
+        usage(msg);
+    }
+    return v;
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        die("clock_gettime(CLOCK_MONOTONIC)");
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void pin(long cpu, const char *who) {
+    if (cpu < 0)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET((size_t)cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) {
+        char what[64];
+        snprintf(what, sizeof what, "sched_setaffinity(%s to CPU %ld)", who, cpu);
+        die(what);
+    }
+}
+
+/* The aggregate "cpu" line of /proc/stat: steal and total jiffies (guest time is already part of
+ * user time, so the total is the first eight fields). Returns 0 when unavailable. */
+static int read_steal(unsigned long long *steal, unsigned long long *total) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (f == NULL)
+        return 0;
+    unsigned long long v[8];
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    if (n != 8)
+        return 0;
+    *total = 0;
+    for (int i = 0; i < 8; i++)
+        *total += v[i];
+    *steal = v[7];
+    return 1;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Same pick as bench_queue's Python reader: the sorted sample at floor(p * n). */
+static int64_t pick(const int64_t *sorted, size_t n, size_t per, size_t of) {
+    size_t i = n / of * per + n % of * per / of;
+    return sorted[i < n ? i : n - 1];
+}
+
+static void fault_in(volatile unsigned char *base, size_t size, int write) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0)
+        page = 4096;
+    for (size_t off = 0; off < size; off += (size_t)page) {
+        if (write)
+            base[off] = 0;
+        else
+            (void)base[off];
+    }
+}
+
+static void reader(unsigned char *base, size_t size, size_t samples, long cpu) {
+    /* Dies with the writer: never left spinning on a CPU if the parent goes away. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        die("prctl(PR_SET_PDEATHSIG)");
+    if (getppid() == 1)
+        _exit(1);
+    pin(cpu, "reader");
+    int64_t *lat = malloc(samples * sizeof *lat);
+    if (lat == NULL)
+        die("malloc(samples)");
+    memset(lat, 0, samples * sizeof *lat); /* allocated and touched before the run, like the writer */
+    fault_in(base, size, 0);
+    struct control *ctl = (struct control *)base;
+    struct rusage before, after;
+    if (getrusage(RUSAGE_SELF, &before) != 0)
+        die("getrusage");
+    __atomic_store_n(&ctl->reader_ready, 1, __ATOMIC_RELEASE);
+
+    for (size_t i = 0; i < samples; i++) {
+        unsigned char *slot = base + (i + 1) * SLOT;
+        while (__atomic_load_n((uint32_t *)slot, __ATOMIC_ACQUIRE) == 0) {
+        }
+        int64_t sent;
+        memcpy(&sent, slot + 8, sizeof sent);
+        lat[i] = now_ns() - sent;
+    }
+
+    if (getrusage(RUSAGE_SELF, &after) != 0)
+        die("getrusage");
+    ctl->preempted = after.ru_nivcsw - before.ru_nivcsw;
+    qsort(lat, samples, sizeof *lat, cmp_i64);
+    ctl->p50 = pick(lat, samples, 50, 100);
+    ctl->p99 = pick(lat, samples, 99, 100);
+    ctl->p999 = pick(lat, samples, 999, 1000);
+    ctl->max = lat[samples - 1];
+    __atomic_store_n(&ctl->done, 1, __ATOMIC_RELEASE);
+    free(lat);
+    _exit(0);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4 && argc != 6)
+        usage("wrong number of arguments");
+    const char *path = argv[1];
+    size_t samples = (size_t)parse_long(argv[2], "SAMPLES", 1, MAX_SAMPLES);
+    long rate = parse_long(argv[3], "RATE", 1, 1000000000L);
+    long wcpu = -1, rcpu = -1;
+    if (argc == 6) {
+        wcpu = parse_long(argv[4], "WRITER_CPU", -1, CPU_SETSIZE - 1);
+        rcpu = parse_long(argv[5], "READER_CPU", -1, CPU_SETSIZE - 1);
+    }
+
+    size_t size = (samples + 1) * SLOT;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        die(path);
+    if (ftruncate(fd, (off_t)size) != 0)
+        die("ftruncate");
+    unsigned char *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED)
+        die("mmap");
+    if (close(fd) != 0)
+        die("close");
+    fault_in(base, size, 1); /* allocates the file's pages: the reader then only maps them */
+    struct control *ctl = (struct control *)base;
+
+    fflush(stdout);
+    pid_t child = fork();
+    if (child < 0)
+        die("fork");
+    if (child == 0)
+        reader(base, size, samples, rcpu);
+
+    pin(wcpu, "writer");
+    int status = 0, reaped = 0;
+    while (__atomic_load_n(&ctl->reader_ready, __ATOMIC_ACQUIRE) == 0) {
+        pid_t r = waitpid(child, &status, WNOHANG); /* the reader may fail before it gets ready */
+        if (r < 0)
+            die("waitpid");
+        if (r == child) {
+            reaped = 1;
+            break;
+        }
+    }
+
+    unsigned long long steal0 = 0, total0 = 0, steal1 = 0, total1 = 0;
+    int have_steal = read_steal(&steal0, &total0);
+    unsigned char msg[MSG];
+    memset(msg, 'p', sizeof msg);
+    int64_t period = 1000000000L / rate, next = now_ns();
+    for (size_t i = 0; i < samples && !reaped; i++) {
+        while (now_ns() < next) {
+        }
+        next += period;
+        unsigned char *slot = base + (i + 1) * SLOT;
+        int64_t sent = now_ns();
+        memcpy(msg, &sent, sizeof sent);
+        memcpy(slot + 8, msg, sizeof msg);
+        __atomic_store_n((uint32_t *)slot, (uint32_t)MSG, __ATOMIC_RELEASE);
+    }
+    while (!reaped && waitpid(child, &status, 0) < 0) {
+        if (errno != EINTR)
+            die("waitpid");
+    }
+    have_steal = have_steal && read_steal(&steal1, &total1);
+
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+        !__atomic_load_n(&ctl->done, __ATOMIC_ACQUIRE)) {
+        fprintf(stderr, "latency_floor: the reader process failed (%s %d)\n",
+                WIFSIGNALED(status) ? "signal" : "exit status",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        return 1;
+    }
+    double steal = NAN;
+    if (have_steal && total1 > total0)
+        steal = 100.0 * (double)(steal1 - steal0) / (double)(total1 - total0);
+    printf("%lld %lld %lld %lld %.1f %lld\n", (long long)ctl->p50, (long long)ctl->p99,
+           (long long)ctl->p999, (long long)ctl->max, steal, (long long)ctl->preempted);
+    if (munmap(base, size) != 0)
+        die("munmap");
+    return 0;
+}

@@ -116,9 +116,9 @@ def test_positional_construction_only_where_the_signature_allows_it() -> None:
         block = binary.encode(v)
         assert marshal._native_plan(cls).decode_object(block, 0, len(block)) == (v, len(block))
     names = ("n", "s", "side")
-    assert marshal._positional(StructDto, names) and marshal._positional(AttrsDto, names)
-    assert not marshal._positional(KwOnlyDto, names)  # `s` is keyword-only
-    assert not marshal._positional(StructDto, ("s", "n", "side"))
+    assert marshal.positional(StructDto, names) and marshal.positional(AttrsDto, names)
+    assert not marshal.positional(KwOnlyDto, names)  # `s` is keyword-only
+    assert not marshal.positional(StructDto, ("s", "n", "side"))
     block = binary.encode(KwOnlyDto(3, s="x", side=Side.SELL))
     assert binary.decode(block, type=KwOnlyDto) == KwOnlyDto(3, s="x", side=Side.SELL)
 

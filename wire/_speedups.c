@@ -379,6 +379,7 @@ typedef struct {
     int decodable; /* every field has a short name and a scalar kind */
     int arguments; /* a method's arguments, not a class: 1 one bare value, 2 a sequence of values */
     int positional; /* cls(*values) means cls(**fields): calls without keywords are about 2x cheaper */
+    int msgpack;    /* the plan reads and writes msgspec's MessagePack (WireType.MSGSPEC), not BINARY */
     unsigned int version; /* cls's type version when the slot offsets were taken; 0: none */
     PyObject *cls;
     PyObject *kwnames;
@@ -464,16 +465,20 @@ static int slots_valid(Plan *plan, PyObject *obj) {
            tp->tp_version_tag == plan->version && tp->tp_getattro == PyObject_GenericGetAttr;
 }
 
-/* Plan(entries, cls, kwnames, positional=False): entries are (key, attr, kind, type, fallback,
- * members) tuples; `positional` when cls takes the field values in plan order without keywords. */
+/* Plan(entries, cls, kwnames, positional=False, arguments=0, msgpack=False): entries are (key, attr,
+ * kind, type, fallback, members) tuples; `positional` when cls takes the field values in plan order
+ * without keywords. A `msgpack` plan's keys are MessagePack str encodings and its enum members are
+ * (value, member) pairs: msgspec writes enums by value. */
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     PyObject *entries, *cls, *kwnames;
-    int positional = 0, arguments = 0;
-    if (!PyArg_ParseTuple(args, "O!OO!|pi", &PyTuple_Type, &entries, &cls, &PyTuple_Type, &kwnames, &positional,
-                          &arguments))
+    int positional = 0, arguments = 0, msgpack = 0;
+    if (!PyArg_ParseTuple(args, "O!OO!|pip", &PyTuple_Type, &entries, &cls, &PyTuple_Type, &kwnames, &positional,
+                          &arguments, &msgpack))
         return NULL;
-    if (arguments < 0 || arguments > 2 || (arguments == 1 && PyTuple_GET_SIZE(entries) != 1)) {
-        PyErr_SetString(PyExc_ValueError, "arguments: 0 (a class), 1 (one bare value) or 2 (a sequence)");
+    if (arguments < 0 || arguments > 2 || (arguments == 1 && PyTuple_GET_SIZE(entries) != 1) ||
+        (msgpack && arguments)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "arguments: 0 (a class), 1 (one bare value) or 2 (a sequence); a msgpack plan: 0");
         return NULL;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(entries);
@@ -494,6 +499,7 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->decodable = n <= MAX_FIELDS;
     self->positional = positional;
     self->arguments = arguments;
+    self->msgpack = msgpack;
     int slotted = PyType_Check(cls) && ((PyTypeObject *)cls)->tp_getattro == PyObject_GenericGetAttr;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PyTuple_GET_ITEM(entries, i);
@@ -522,7 +528,9 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             Py_DECREF(self);
             return NULL;
         }
-        if (f->kind == K_OTHER || code < 0xC0 || code >= 0xE0) self->decodable = 0;
+        if (f->kind == K_OTHER || (msgpack ? f->kind == K_FLOAT32 || code < 0xA0 || code >= 0xC0 || f->kn != 1 + (code & 0x1F)
+                                           : code < 0xC0 || code >= 0xE0))
+            self->decodable = 0;
         if (f->kind == K_ENUM) {
             int ok = PyTuple_Check(f->members);
             for (Py_ssize_t k = 0; ok && k < PyTuple_GET_SIZE(f->members); k++) {
@@ -540,15 +548,24 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 }
 
 /* ----- encoding */
-/* A member of the field's enum written from the plan's (name, member) table, found by identity:
- * 1 handled (*rc the put result), 0 not in the table (aliases, a cleared plan). */
-static int enum_name(Out *o, Field *f, PyObject *x, int *rc) {
-    if (!f->members || !PyTuple_Check(f->members)) return 0;
+/* The bytes the plan's enum table gives member x, found by identity (borrowed), or NULL: not in it
+ * (aliases, a cleared plan) */
+static PyObject *member_text(Field *f, PyObject *x) {
+    if (!f->members || !PyTuple_Check(f->members)) return NULL;
     for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(f->members); k++) {
         PyObject *pair = PyTuple_GET_ITEM(f->members, k);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || PyTuple_GET_ITEM(pair, 1) != x) continue;
         PyObject *name = PyTuple_GET_ITEM(pair, 0);
-        if (!PyBytes_Check(name)) return 0;
+        return PyBytes_Check(name) ? name : NULL;
+    }
+    return NULL;
+}
+
+/* A member of the field's enum written from the plan's (name, member) table: 1 handled (*rc the
+ * put result), 0 not in the table. */
+static int enum_name(Out *o, Field *f, PyObject *x, int *rc) {
+    PyObject *name = member_text(f, x);
+    if (name) {
         Py_ssize_t n = PyBytes_GET_SIZE(name);
         if (n >= 32) return 0;
         char *p = reserve(o, 1 + n);
@@ -630,7 +647,14 @@ static int write_fields(Out *o, Plan *plan, PyObject **buf, PyObject *obj) {
 }
 
 /* encode(buf, obj) / encode_block(buf, obj): appends (block) `82 <u32 length>`, then obj's fields. */
+static int binary_only(Plan *plan) {
+    if (!plan->msgpack) return 0;
+    PyErr_SetString(PyExc_TypeError, "a MessagePack plan writes no BINARY");
+    return -1;
+}
+
 static PyObject *encode_common(Plan *plan, PyObject *const *args, Py_ssize_t nargs, int block) {
+    if (binary_only(plan) < 0) return NULL;
     if (nargs != 2 || !PyByteArray_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "expected (bytearray, value)");
         return NULL;
@@ -680,6 +704,7 @@ static PyObject *plan_encode_block(Plan *self, PyObject *const *args, Py_ssize_t
  * in the scratch buffer and copied once, unless a Python writer had to run for some field (then
  * through a bytearray). */
 static PyObject *plan_block_bytes(Plan *plan, PyObject *prefix, PyObject *obj) {
+    if (binary_only(plan) < 0) return NULL;
     Out o;
     out_init(&o);
     PyObject *buf = NULL, *result = NULL;
@@ -734,6 +759,27 @@ static inline int same(const char *a, const unsigned char *b, Py_ssize_t n) {
     return n <= 0 || (unsigned char)a[0] == b[0];
 }
 
+/* A K_STR or K_ENUM field's value from its n UTF-8 bytes at s (new reference), or NULL with no
+ * error set to give up: an enum constant not in the plan's table, bad or CESU-8 bytes. */
+HOT PyObject *text_value(Field *f, const unsigned char *s, Py_ssize_t n) {
+    if (f->kind == K_ENUM) {
+        Py_ssize_t m = PyTuple_GET_SIZE(f->members);
+        for (Py_ssize_t i = 0; i < m; i++) {
+            PyObject *pair = PyTuple_GET_ITEM(f->members, i);
+            PyObject *name = PyTuple_GET_ITEM(pair, 0);
+            if (PyBytes_GET_SIZE(name) == n && same(PyBytes_AS_STRING(name), s, n))
+                return Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+        }
+        return NULL;
+    }
+    PyObject *last = f->last;
+    if (last && PyUnicode_GET_LENGTH(last) == n && same(PyUnicode_DATA(last), s, n)) return Py_NewRef(last);
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)s, n, NULL);
+    if (!text) PyErr_Clear();
+    else if (n < 32 && PyUnicode_IS_ASCII(text)) Py_XSETREF(f->last, Py_NewRef(text));
+    return text;
+}
+
 /* The next value as a new reference of the field's kind, or NULL with no error set to give up. */
 HOT PyObject *read_kind(In *in, Field *f) {
     skip_pad(in);
@@ -771,25 +817,8 @@ HOT PyObject *read_kind(In *in, Field *f) {
             return NULL;
         }
         if (!need(in, n)) return NULL;
-        const char *s = (const char *)in->p + in->pos;
         in->pos += n;
-        if (kind == K_ENUM) {
-            Py_ssize_t m = PyTuple_GET_SIZE(f->members);
-            for (Py_ssize_t i = 0; i < m; i++) {
-                PyObject *pair = PyTuple_GET_ITEM(f->members, i);
-                PyObject *name = PyTuple_GET_ITEM(pair, 0);
-                if (PyBytes_GET_SIZE(name) == n && same(PyBytes_AS_STRING(name), (const unsigned char *)s, n))
-                    return Py_NewRef(PyTuple_GET_ITEM(pair, 1));
-            }
-            return NULL; /* unknown constant: Python reports it */
-        }
-        PyObject *last = f->last;
-        if (last && PyUnicode_GET_LENGTH(last) == n && same(PyUnicode_DATA(last), (const unsigned char *)s, n))
-            return Py_NewRef(last);
-        PyObject *text = PyUnicode_DecodeUTF8(s, n, NULL);
-        if (!text) PyErr_Clear(); /* CESU-8 surrogates or bad bytes: Python decides */
-        else if (n < 32 && PyUnicode_IS_ASCII(text)) Py_XSETREF(f->last, Py_NewRef(text));
-        return text;
+        return text_value(f, in->p + in->pos - n, n);
     }
     return NULL;
 }
@@ -858,7 +887,7 @@ static PyObject *plan_decode_fields(Plan *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "expected (buf, start, end, missing)");
         return NULL;
     }
-    if (!self->decodable) Py_RETURN_NONE;
+    if (!self->decodable || self->msgpack) Py_RETURN_NONE;
     Py_buffer view;
     Py_ssize_t start, end;
     if (get_range(args, &view, &start, &end) < 0) return NULL;
@@ -897,10 +926,18 @@ static Py_ssize_t enter_block(In *in) {
     return len;
 }
 
+/* cls(*vals) or cls(**fields) from one new reference per field: 1 ok, -1 a Python error */
+static int build(Plan *self, PyObject **vals, PyObject **out) {
+    Py_ssize_t n = self->n;
+    *out = self->positional ? PyObject_Vectorcall(self->cls, vals, (size_t)n, NULL)
+                            : PyObject_Vectorcall(self->cls, vals, 0, self->kwnames);
+    return *out ? 1 : -1;
+}
+
 /* Reads the length-prefixed block at in->pos as a `cls` into *out (in->pos then follows the block).
  * 1 ok; 0 give up (type prefix, null, defaults needed, unusual bytes); -1 a Python error. */
 static int read_block(In *in, Plan *self, PyObject **out) {
-    if (!self->decodable || self->arguments) return 0;
+    if (!self->decodable || self->arguments || self->msgpack) return 0;
     Py_ssize_t n = self->n, len = enter_block(in);
     if (len < 0) return 0;
     In sub = {in->p, in->pos, in->pos + len};
@@ -910,9 +947,7 @@ static int read_block(In *in, Plan *self, PyObject **out) {
     for (Py_ssize_t i = 0; rc == 1 && i < n; i++)
         if (!vals[i]) rc = 0; /* defaults are the Python path's business */
     if (rc == 1) {
-        *out = self->positional ? PyObject_Vectorcall(self->cls, vals, (size_t)n, NULL)
-                                : PyObject_Vectorcall(self->cls, vals, 0, self->kwnames);
-        if (!*out) rc = -1;
+        rc = build(self, vals, out);
         in->pos = sub.end;
     }
     for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(vals[i]);
@@ -941,23 +976,259 @@ static PyObject *plan_decode_object(Plan *self, PyObject *const *args, Py_ssize_
     return Py_BuildValue("(Nn)", obj, in.pos);
 }
 
-/* decode(data) -> object: the whole of `data` is one block of this class; anything the fast path
- * does not take (or trailing bytes) goes to the `fallback` callable, which reports errors. */
+/* ----- MessagePack (WireType.MSGSPEC) */
+/* A `msgpack` plan reads and writes msgspec's MessagePack form of a Struct: a map from each field's
+ * name to its value, enums by value. The fast paths take only the usual shape (each field once, a
+ * value of its declared scalar type) and leave everything else to msgspec, so every result is the
+ * one msgspec gives: the plan is an accelerator, not a second definition of the format. */
+
+/* A big-endian unsigned integer of `width` (1, 2, 4 or 8) bytes. */
+static inline uint64_t be(const unsigned char *p, int width) {
+    if (width == 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return __builtin_bswap64(v);
+    }
+    if (width == 4) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return __builtin_bswap32(v);
+    }
+    if (width == 2) {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return __builtin_bswap16(v);
+    }
+    return p[0];
+}
+
+/* The next value as a new reference of the field's kind, or NULL with no error set to give up. */
+HOT PyObject *mp_read_kind(In *in, Field *f) {
+    if (!need(in, 1)) return NULL;
+    const unsigned char *p = in->p + in->pos;
+    unsigned c = p[0];
+    if (f->kind == K_INT) {
+        if (c <= 0x7F || c >= 0xE0) { /* fixints */
+            in->pos++;
+            return PyLong_FromLong(c <= 0x7F ? (long)c : (long)c - 256);
+        }
+        if (c < 0xCC || c > 0xD3) return NULL;
+        int width = 1 << ((c - 0xCC) & 3);
+        if (!need(in, 1 + width)) return NULL;
+        uint64_t v = be(p + 1, width);
+        in->pos += 1 + width;
+        if (c <= 0xCF) return PyLong_FromUnsignedLongLong(v);
+        int shift = 64 - 8 * width; /* sign-extend the signed forms */
+        return PyLong_FromLongLong((int64_t)(v << shift) >> shift);
+    }
+    if (f->kind == K_FLOAT) {
+        if (c == 0xCB && need(in, 9)) {
+            uint64_t bits = be(p + 1, 8);
+            double d;
+            memcpy(&d, &bits, 8);
+            in->pos += 9;
+            return PyFloat_FromDouble(d);
+        }
+        if (c == 0xCA && need(in, 5)) {
+            uint32_t bits = (uint32_t)be(p + 1, 4);
+            float d;
+            memcpy(&d, &bits, 4);
+            in->pos += 5;
+            return PyFloat_FromDouble((double)d);
+        }
+        return NULL; /* (an int for a float field: msgspec converts it) */
+    }
+    if (f->kind == K_BOOL) {
+        if (c != 0xC2 && c != 0xC3) return NULL;
+        in->pos++;
+        return Py_NewRef(c == 0xC3 ? Py_True : Py_False);
+    }
+    if (f->kind == K_STR || f->kind == K_ENUM) {
+        Py_ssize_t n, head;
+        if ((c & 0xE0) == 0xA0) {
+            n = c & 0x1F;
+            head = 1;
+        } else if (c >= 0xD9 && c <= 0xDB) {
+            int width = 1 << (c - 0xD9);
+            if (!need(in, 1 + width)) return NULL;
+            n = (Py_ssize_t)be(p + 1, width);
+            head = 1 + width;
+        } else {
+            return NULL;
+        }
+        if (!need(in, head + n)) return NULL;
+        in->pos += head + n;
+        return text_value(f, p + head, n);
+    }
+    return NULL;
+}
+
+/* Reads the map at in->pos as a `cls` into *out. 1 ok; 0 give up (a missing, unknown or repeated
+ * key, another value type, bad bytes); -1 a Python error. */
+static int read_map(In *in, Plan *self, PyObject **out) {
+    if (!self->decodable || !self->msgpack || !need(in, 1)) return 0;
+    Py_ssize_t n = self->n, count;
+    unsigned c = in->p[in->pos];
+    if ((c & 0xF0) == 0x80) {
+        count = c & 0x0F;
+        in->pos += 1;
+    } else if (c == 0xDE && need(in, 3)) {
+        count = (Py_ssize_t)be(in->p + in->pos + 1, 2);
+        in->pos += 3;
+    } else {
+        return 0;
+    }
+    if (count != n) return 0; /* defaults to fill in or unknown fields to skip: msgspec does that */
+    PyObject *vals[MAX_FIELDS];
+    memset(vals, 0, (size_t)n * sizeof(PyObject *));
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t j = i; /* writers put the fields in declaration order */
+        Field *f = &self->fields[i];
+        if (in->end - in->pos <= f->kn || !same(f->kp, in->p + in->pos, f->kn)) {
+            unsigned k = need(in, 1) ? in->p[in->pos] : 0;
+            Py_ssize_t len = 1 + (Py_ssize_t)(k & 0x1F);
+            if ((k & 0xE0) != 0xA0 || !need(in, len)) break;
+            for (j = 0; j < n; j++)
+                if (self->fields[j].kn == len && same(self->fields[j].kp, in->p + in->pos, len)) break;
+        }
+        if (j >= n || vals[j]) break; /* unknown or repeated */
+        in->pos += self->fields[j].kn;
+        vals[j] = mp_read_kind(in, &self->fields[j]);
+        if (!vals[j]) break;
+        if (i == n - 1) rc = 1;
+    }
+    if (rc == 1) rc = build(self, vals, out);
+    else if (PyErr_Occurred()) rc = -1;
+    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(vals[i]);
+    return rc;
+}
+
+static char *put_be(Out *o, unsigned char code, uint64_t v, int width) {
+    char *p = reserve(o, 1 + width);
+    if (!p) return NULL;
+    p[0] = (char)code;
+    for (int i = 0; i < width; i++) p[1 + i] = (char)(v >> (8 * (width - 1 - i)));
+    return p;
+}
+
+/* An int in the shortest form, as msgspec writes it: 1 written, 0 give up, -1 error */
+static int mp_put_int(Out *o, PyObject *x) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow > 0) {
+        unsigned long long u = PyLong_AsUnsignedLongLong(x);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear(); /* beyond 64 bits: msgspec's error */
+            return 0;
+        }
+        return put_be(o, 0xCF, u, 8) ? 1 : -1;
+    }
+    if (overflow < 0) return 0;
+    char *p;
+    if (v >= 0) {
+        p = v < 0x80 ? put_be(o, (unsigned char)v, 0, 0)
+            : v <= 0xFF ? put_be(o, 0xCC, (uint64_t)v, 1)
+            : v <= 0xFFFF ? put_be(o, 0xCD, (uint64_t)v, 2)
+            : v <= 0xFFFFFFFFLL ? put_be(o, 0xCE, (uint64_t)v, 4)
+            : put_be(o, 0xCF, (uint64_t)v, 8);
+    } else {
+        p = v >= -32 ? put_be(o, (unsigned char)(v & 0xFF), 0, 0)
+            : v >= INT8_MIN ? put_be(o, 0xD0, (uint64_t)v, 1)
+            : v >= INT16_MIN ? put_be(o, 0xD1, (uint64_t)v, 2)
+            : v >= INT32_MIN ? put_be(o, 0xD2, (uint64_t)v, 4)
+            : put_be(o, 0xD3, (uint64_t)v, 8);
+    }
+    return p ? 1 : -1;
+}
+
+/* 1 written, 0 give up, -1 error */
+static int mp_put_text(Out *o, const char *s, Py_ssize_t n) {
+    char *p = n < 32 ? put_be(o, (unsigned char)(0xA0 | n), 0, 0)
+              : n <= 0xFF ? put_be(o, 0xD9, (uint64_t)n, 1)
+              : n <= 0xFFFF ? put_be(o, 0xDA, (uint64_t)n, 2)
+              : n <= 0xFFFFFFFFLL ? put_be(o, 0xDB, (uint64_t)n, 4)
+              : NULL;
+    if (!p) return n > 0xFFFFFFFFLL ? 0 : -1;
+    return put(o, s, n) < 0 ? -1 : 1;
+}
+
+/* obj's map: 1 written, 0 give up (a value of another type, an enum member not in the table, an
+ * unset or changed slot), -1 error */
+static int mp_write_fields(Out *o, Plan *plan, PyObject *obj) {
+    Py_ssize_t n = plan->n;
+    if (!plan->msgpack || !slots_valid(plan, obj) || n > 0xFFFF) return 0;
+    if (!(n < 16 ? put_be(o, (unsigned char)(0x80 | n), 0, 0) : put_be(o, 0xDE, (uint64_t)n, 2))) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Field *f = &plan->fields[i];
+        PyObject *x = f->offset > 0 ? *(PyObject **)((char *)obj + f->offset) : NULL; /* borrowed */
+        if (!x) return 0;
+        if (put(o, f->kp, f->kn) < 0) return -1;
+        int rc = 0;
+        if (PyLong_CheckExact(x)) {
+            rc = mp_put_int(o, x);
+        } else if (PyUnicode_CheckExact(x)) {
+            Py_ssize_t len;
+            const char *s = PyUnicode_AsUTF8AndSize(x, &len);
+            if (!s) PyErr_Clear(); /* lone surrogates: msgspec's error */
+            else rc = mp_put_text(o, s, len);
+        } else if (PyFloat_CheckExact(x)) {
+            double d = PyFloat_AS_DOUBLE(x);
+            uint64_t bits;
+            memcpy(&bits, &d, 8);
+            rc = put_be(o, 0xCB, bits, 8) ? 1 : -1;
+        } else if (x == Py_True || x == Py_False) {
+            rc = put(o, x == Py_True ? "\xc3" : "\xc2", 1) < 0 ? -1 : 1;
+        } else if (f->kind == K_ENUM && (PyObject *)Py_TYPE(x) == f->type) {
+            PyObject *value = member_text(f, x);
+            if (value) rc = mp_put_text(o, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+        }
+        if (rc <= 0) return rc;
+    }
+    return 1;
+}
+
+/* obj as msgspec's MessagePack bytes, or NULL: an error, or (none set) give up */
+static PyObject *mp_bytes(Plan *plan, PyObject *obj) {
+    Out o;
+    out_init(&o);
+    int rc = mp_write_fields(&o, plan, obj);
+    PyObject *result = rc == 1 ? PyBytes_FromStringAndSize(o.data, o.len) : NULL;
+    out_free(&o);
+    return result;
+}
+
+/* The whole of p[0:len] as one object of the plan's class: 1 ok, 0 give up, -1 error */
+static int decode_whole(Plan *self, const unsigned char *p, Py_ssize_t len, PyObject **obj) {
+    In in = {p, 0, len};
+    int rc = self->msgpack ? read_map(&in, self, obj) : read_block(&in, self, obj);
+    if (rc == 1 && in.pos != in.end) {
+        Py_CLEAR(*obj); /* trailing bytes: the fallback reports them */
+        rc = 0;
+    }
+    return rc;
+}
+
+/* decode(data) -> object: the whole of `data` (bytes or any buffer) is one object of this class;
+ * anything the fast path does not take goes to the `fallback` callable, which reports errors. */
 static PyObject *plan_decode(Plan *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 1) {
         PyErr_SetString(PyExc_TypeError, "expected (data)");
         return NULL;
     }
+    PyObject *obj = NULL;
+    int rc = 0;
     if (PyBytes_CheckExact(args[0])) {
-        In in = {(const unsigned char *)PyBytes_AS_STRING(args[0]), 0, PyBytes_GET_SIZE(args[0])};
-        PyObject *obj = NULL;
-        int rc = read_block(&in, self, &obj);
-        if (rc < 0) return NULL;
-        if (rc == 1) {
-            if (in.pos == in.end) return obj;
-            Py_DECREF(obj); /* trailing bytes: the fallback reports them */
-        }
+        rc = decode_whole(self, (const unsigned char *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), &obj);
+    } else if (PyObject_CheckBuffer(args[0])) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+        rc = decode_whole(self, (const unsigned char *)view.buf, view.len, &obj);
+        PyBuffer_Release(&view);
     }
+    if (rc < 0) return NULL;
+    if (rc == 1) return obj;
     if (!self->fallback) {
         PyErr_SetString(PyExc_RuntimeError, "Plan.fallback is not set");
         return NULL;
@@ -1252,7 +1523,12 @@ static PyObject *encode_vectorcall(Front *self, PyObject *const *args, size_t na
         PyObject *cls = (PyObject *)Py_TYPE(args[0]);
         PyObject *plan = PyDict_GetItemWithError(self->table, cls); /* borrowed */
         if (!plan && PyErr_Occurred()) return NULL;
-        if (plan && Py_IS_TYPE(plan, &PlanType)) {
+        if (plan && Py_IS_TYPE(plan, &PlanType) && ((Plan *)plan)->msgpack) {
+            Py_INCREF(plan);
+            PyObject *result = mp_bytes((Plan *)plan, args[0]);
+            Py_DECREF(plan);
+            if (result || PyErr_Occurred()) return result;
+        } else if (plan && Py_IS_TYPE(plan, &PlanType)) {
             int aliased = PyDict_Contains(self->aliases, cls);
             if (aliased < 0) return NULL;
             if (!aliased) {

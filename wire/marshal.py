@@ -54,7 +54,7 @@ def _load_speedups() -> Any:
 speedups: Any = _load_speedups()
 
 # plan kinds shared with wire/_speedups.c
-_K_INT, _K_FLOAT, _K_STR, _K_BOOL, _K_ENUM, _K_OTHER, _K_FLOAT32 = range(7)
+K_INT, K_FLOAT, K_STR, K_BOOL, K_ENUM, K_OTHER, K_FLOAT32 = range(7)
 
 _MISSING: Any = object()
 _lock = threading.RLock()
@@ -273,18 +273,18 @@ def _compile(name: str, source: str, namespace: dict[str, Any]) -> Any:
 
 def _kind(tp: Any) -> int:
     if tp is int:
-        return _K_INT
+        return K_INT
     if tp is float:
-        return _K_FLOAT
+        return K_FLOAT
     if tp is Float32:
-        return _K_FLOAT32
+        return K_FLOAT32
     if tp is str:
-        return _K_STR
+        return K_STR
     if tp is bool:
-        return _K_BOOL
+        return K_BOOL
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return _K_ENUM
-    return _K_OTHER
+        return K_ENUM
+    return K_OTHER
 
 
 def _native_plan(cls: type[Any]) -> Any:
@@ -303,16 +303,16 @@ def _native_plan(cls: type[Any]) -> Any:
                 _kind(f.type),
                 f.type,
                 _value_writer(f.type),
-                tuple((binary.utf8(m.name), m) for m in f.type) if _kind(f.type) == _K_ENUM else None,
+                tuple((binary.utf8(m.name), m) for m in f.type) if _kind(f.type) == K_ENUM else None,
             )
             for f in fields
         )
         names = tuple(f.init_name for f in fields)
-        plan = _plans[cls] = speedups.Plan(entries, cls, names, _positional(cls, names))
+        plan = _plans[cls] = speedups.Plan(entries, cls, names, positional(cls, names))
     return plan
 
 
-def _positional(cls: type[Any], names: tuple[str, ...]) -> bool:
+def positional(cls: type[Any], names: tuple[str, ...]) -> bool:
     """Whether `cls(*values)` in field order means `cls(**fields)` (no keyword-only or reordered
     parameters): the C decoder then builds objects without keyword names, about twice as fast."""
     try:
@@ -330,7 +330,7 @@ _plans: dict[Any, Any] = {}
 def arguments_plan(types: tuple[Any, ...]) -> Any:
     """The C plan reading a method's arguments of these scalar types (int, float, str, bool, enums) as
     Java writes them: one bare value, or a sequence of one value per parameter; None otherwise."""
-    if speedups is None or not types or any(_kind(t) == _K_OTHER for t in types):
+    if speedups is None or not types or any(_kind(t) == K_OTHER for t in types):
         return None
     entries = tuple(
         (
@@ -339,7 +339,7 @@ def arguments_plan(types: tuple[Any, ...]) -> Any:
             _kind(t),
             t,
             _value_writer(t),
-            tuple((binary.utf8(m.name), m) for m in t) if _kind(t) == _K_ENUM else None,
+            tuple((binary.utf8(m.name), m) for m in t) if _kind(t) == K_ENUM else None,
         )
         for t in types
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from typing import Any, Protocol, TypeVar, overload
 import attrs
 import msgspec
 
+from wire import marshal
 from wire.errors import WireError
 
 T = TypeVar("T")
@@ -46,10 +48,25 @@ class Codec(Protocol):
 
 
 class _MsgspecCodec:
-    """msgpack via msgspec; one cached Decoder per target type."""
+    """msgpack via msgspec; one cached Decoder per target type. With the C accelerator, Structs of
+    scalar fields are read and written by a plan (wire/_speedups.c) that takes only the usual shape
+    and hands anything else to msgspec, so the bytes and the objects are always msgspec's."""
 
     def __init__(self) -> None:
-        self._encode = msgspec.msgpack.Encoder().encode
+        encode = msgspec.msgpack.Encoder().encode
+        if marshal.speedups is None:
+            self._encode = encode
+            return
+        plans: dict[type, Any] = {}
+
+        def first_encode(value: Any) -> bytes:
+            """Called for each class not in `plans` yet, and for the classes without a plan."""
+            cls = type(value)
+            if cls not in plans:
+                plans[cls] = _msgpack_plan(cls)
+            return encode(value)
+
+        self._encode = marshal.speedups.Encode(first_encode, plans, {})
 
     def encode(self, value: Any) -> bytes:
         try:
@@ -72,7 +89,53 @@ class _MsgspecCodec:
 
 @cache
 def _msgpack_decoder(tp: Any) -> Callable[[Buffer], Any]:
-    return msgspec.msgpack.Decoder(tp).decode if tp is not None else msgspec.msgpack.Decoder().decode
+    decode = msgspec.msgpack.Decoder(tp).decode if tp is not None else msgspec.msgpack.Decoder().decode
+    plan = _msgpack_plan(tp)
+    if plan is None:
+        return decode
+    plan.fallback = decode
+    return typing.cast(Callable[[Buffer], Any], plan.decode)
+
+
+_MSGPACK_KINDS = (  # the unconstrained scalar types (msgspec checks constraints while decoding)
+    (msgspec.inspect.IntType(), marshal.K_INT),
+    (msgspec.inspect.FloatType(), marshal.K_FLOAT),
+    (msgspec.inspect.StrType(), marshal.K_STR),
+    (msgspec.inspect.BoolType(), marshal.K_BOOL),
+)
+
+
+def _msgpack_plan(tp: Any) -> Any:
+    """The C plan for msgspec's MessagePack form of Struct `tp`, or None (no accelerator, or not a
+    Struct of unconstrained int, float, str, bool and str-valued enum fields written as a plain map).
+    Constraints, tags, `omit_defaults`, `array_like` and `__post_init__` stay msgspec's business."""
+    if marshal.speedups is None or not (isinstance(tp, type) and issubclass(tp, msgspec.Struct)):
+        return None
+    info = msgspec.inspect.type_info(tp)
+    config = tp.__struct_config__
+    if (
+        not isinstance(info, msgspec.inspect.StructType)
+        or info.array_like
+        or info.tag_field is not None
+        or config.omit_defaults
+        or hasattr(tp, "__post_init__")
+        or not 0 < len(info.fields) <= 64
+    ):
+        return None
+    entries = []
+    for f in info.fields:
+        key = msgspec.msgpack.encode(f.encode_name)
+        kind = next((k for t, k in _MSGPACK_KINDS if t == f.type), marshal.K_OTHER)
+        enum_cls: Any = None
+        members = None
+        if isinstance(f.type, msgspec.inspect.EnumType) and all(isinstance(m.value, str) for m in f.type.cls):
+            kind, enum_cls = marshal.K_ENUM, f.type.cls
+            members = tuple((m.value.encode(), m) for m in enum_cls)
+        if kind == marshal.K_OTHER or len(key) > 32:
+            return None
+        entries.append((key, sys.intern(f.name), kind, enum_cls, None, members))
+    names = tuple(f.name for f in info.fields)
+    return marshal.speedups.Plan(tuple(entries), tp, names, marshal.positional(tp, names), 0, True)
 
 
 def _type_name(tp: Any) -> str:

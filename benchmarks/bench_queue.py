@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import chronq
 
@@ -196,8 +197,17 @@ pick = lambda p: out[min(len(out) - 1, int(p * len(out)))]
 print(pick(0.5), pick(0.99), pick(0.999), out[-1], preempted)
 """
 
-# p50, p99, p99.9, max (ns), steal (% of all CPU time), the reader's involuntary context switches
-LatencyRow = tuple[int, int, int, int, float, int]
+class Latency(NamedTuple):
+    """One row of the latency table (times in ns)."""
+
+    p50: int
+    p99: int
+    p999: int
+    worst: int
+    steal: float  # the hypervisor's steal time during the row, % of all CPU time
+    preempted: int  # the reader's involuntary context switches
+    # the C floor's reader stalls without a context switch (count, total ns, longest ns): see its source
+    stalls: tuple[int, int, int] | None = None
 
 
 def cpu_steal() -> tuple[int, int] | None:
@@ -226,7 +236,7 @@ def latency_cpus(pinned: bool) -> tuple[int, int] | None:
     return (cpus[0], cpus[1]) if pinned and len(cpus) >= 2 else None
 
 
-def latency(samples: int, tmp: Path, rate_hz: int = 100_000, pinned: bool = False) -> LatencyRow:
+def latency(samples: int, tmp: Path, rate_hz: int = 100_000, pinned: bool = False) -> Latency:
     """One-way latency writer -> busy-spinning reader in another process (CLOCK_MONOTONIC stamps).
 
     `pinned`: the writer and the reader each on a CPU of their own, as latency-sensitive deployments
@@ -251,7 +261,7 @@ def latency(samples: int, tmp: Path, rate_hz: int = 100_000, pinned: bool = Fals
     try:
         before = cpu_steal()
         p50, p99, p999, worst, preempted = _paced_writes(path, samples, rate_hz, reader)
-        return p50, p99, p999, worst, steal_pct(before, cpu_steal()), preempted
+        return Latency(p50, p99, p999, worst, steal_pct(before, cpu_steal()), preempted)
     finally:
         gc.enable()
         if pin:
@@ -298,21 +308,31 @@ def build_floor(tmp: Path) -> Path | str:
     return exe
 
 
-def latency_floor(exe: Path, samples: int, tmp: Path, rate_hz: int, pinned: bool) -> LatencyRow:
+def latency_floor(exe: Path, samples: int, tmp: Path, rate_hz: int, pinned: bool) -> Latency:
     """The same hand-off in C, run on the same CPUs: what any implementation gets on this machine."""
     pin = latency_cpus(pinned) or (-1, -1)
     cmd = [str(exe), str(tmp / "floor.dat"), str(samples), str(rate_hz), *map(str, pin)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 2 * samples / rate_hz)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
-    p50, p99, p999, worst, steal, preempted = r.stdout.split()
-    return int(p50), int(p99), int(p999), int(worst), float(steal), int(preempted)
+    p50, p99, p999, worst, steal, preempted, *stalls = r.stdout.split()
+    count, total, longest = (int(x) for x in stalls)
+    return Latency(
+        int(p50), int(p99), int(p999), int(worst), float(steal), int(preempted), (count, total, longest)
+    )
 
 
-def latency_row(name: str, row: LatencyRow) -> str:
-    *percentiles, steal, preempted = row
-    shown = [f"{ns / 1e3:.2f} us" if ns < 10_000 else f"{ns / 1e3:,.0f} us" for ns in percentiles]
-    return f"| {name} | {' | '.join(shown)} | {steal:.1f}% | {preempted} |"
+def us(ns: int) -> str:
+    return f"{ns / 1e3:.2f} us" if ns < 10_000 else f"{ns / 1e3:,.0f} us"
+
+
+def latency_row(name: str, row: Latency) -> str:
+    stalls = "-"
+    if row.stalls is not None:
+        count, total, longest = row.stalls
+        stalls = f"{count:,}: {total / 1e6:.1f} ms, longest {us(longest)}"
+    shown = " | ".join(us(ns) for ns in (row.p50, row.p99, row.p999, row.worst))
+    return f"| {name} | {shown} | {row.steal:.1f}% | {row.preempted} | {stalls} |"
 
 
 RSS_READER = r"""
@@ -389,8 +409,8 @@ def main() -> None:
                 f"{args.latency_samples:,} samples (busy-spinning reader)\n"
             )
             print(
-                "| processes | p50 | p99 | p99.9 | max | steal | reader preempted |\n"
-                "|---|---:|---:|---:|---:|---:|---:|"
+                "| processes | p50 | p99 | p99.9 | max | steal | reader preempted | reader stalls > 10 us, "
+                "not preempted |\n|---|---:|---:|---:|---:|---:|---:|---:|"
             )
             floor = build_floor(tmp)
             for how, pinned in (("one CPU each (pinned)", True), ("placed by the scheduler", False)):
@@ -398,14 +418,15 @@ def main() -> None:
                 print(latency_row(how, latency(args.latency_samples, tmp, args.latency_rate, pinned)))
                 name = f"C floor, same hand-off without Python ({'pinned' if pinned else how})"
                 if isinstance(floor, str):
-                    print(f"| {name} | {floor} | | | | | |")
+                    print(f"| {name} | {floor} | | | | | | |")
                 else:
                     row = latency_floor(floor, args.latency_samples, tmp, args.latency_rate, pinned)
                     print(latency_row(name, row))
             print(
-                "\n(targets: p50 <= 1 us, p99 <= 10 us, p99.9 <= 40 us; steal: the hypervisor's steal time "
-                "during the row, % of all CPU time; reader preempted: the reader's involuntary context "
-                "switches)"
+                "\n(targets: p50 <= 1 us, p99 <= 10 us, p99.9 <= 40 us. steal: the hypervisor's steal time "
+                "during the row, % of all CPU time. reader preempted: the reader's involuntary context "
+                "switches. stalls: turns of the C reader's spin loop longer than 10 us with no context "
+                "switch, i.e. the vCPU taken by the hypervisor or an interrupt; count, total, longest)"
             )
         if "rss" not in skip:
             print(f"\n## Reader RSS while replaying a {args.replay_mb} MiB queue (MiB)\n")

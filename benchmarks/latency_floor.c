@@ -12,10 +12,17 @@
  * Whatever this program gets is what any implementation of the hand-off gets on this machine, so
  * the percentiles it prints above a target are the machine's, not the queue's.
  *
+ * It also says where the reader's time went. Its spin loop reads the clock on every turn (which
+ * delays seeing a message by at most one clock read), so a turn longer than STALL_NS is a stretch in
+ * which the reader did not run. A stall with a new involuntary context switch was the guest's
+ * scheduler running something else on the reader's CPU; a stall without one was invisible to the
+ * guest: the hypervisor ran something else in place of this vCPU, or an interrupt took the CPU.
+ *
  * Usage: latency_floor FILE SAMPLES RATE [WRITER_CPU READER_CPU]   (a CPU of -1: not pinned)
- * Prints one line: p50 p99 p99.9 max (ns), the hypervisor's steal time during the run as a
- * percentage of all CPU time (from /proc/stat; "nan" where that is not available), and how often the
- * guest's scheduler preempted the reader (involuntary context switches). Linux only.
+ * Prints one line of fields separated by spaces: p50 p99 p99.9 max (ns); the hypervisor's steal time
+ * during the run as a percentage of all CPU time (from /proc/stat; "nan" where that is not
+ * available); the reader's involuntary context switches; and its stalls without one: how many, their
+ * total and the longest (ns). Linux only.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -36,18 +43,20 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { SLOT = 64, MSG = 40 };
+enum { SLOT = 64, MSG = 40, CONTROL = 128 };
 #define MAX_SAMPLES 100000000L /* 6.4 GB of slots: far beyond any sensible run */
+#define STALL_NS 10000         /* the p99 target: a longer stall alone puts a sample above it */
 
-/* The first slot-sized block is the control block shared by both processes; message i is in slot
- * i + 1. The mapping is page aligned, so every field here and every slot header is aligned. */
+/* The mapping starts with this block, shared by both processes; message i is in the slot at
+ * CONTROL + i * SLOT. The mapping is page aligned, so every field and every slot header is aligned. */
 struct control {
     uint32_t reader_ready; /* set (release) once the reader has faulted in the mapping and spins */
     uint32_t done;         /* set (release) by the reader once the results below are written */
     int64_t p50, p99, p999, max;
-    int64_t preempted; /* the reader's involuntary context switches during the run */
+    int64_t preempted;                         /* involuntary context switches during the run */
+    int64_t stalls, stalled_ns, longest_stall; /* stalls without one (see the top of this file) */
 };
-_Static_assert(sizeof(struct control) <= SLOT, "control block must fit in a slot");
+_Static_assert(sizeof(struct control) <= CONTROL, "the control block must fit before the slots");
 
 static void die(const char *what) {
     fprintf(stderr, "latency_floor: %s: %s\n", what, strerror(errno));
@@ -123,6 +132,25 @@ static int64_t pick(const int64_t *sorted, size_t n, size_t per, size_t of) {
     return sorted[i < n ? i : n - 1];
 }
 
+/* Charges the reader's turn from `last` to `now` to a stall when it took longer than STALL_NS; returns
+ * the time the next turn starts from. */
+static int64_t turn(int64_t last, int64_t now, long *switches, struct control *ctl) {
+    if (now - last <= STALL_NS)
+        return now;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        die("getrusage");
+    if (ru.ru_nivcsw != *switches) { /* preempted in the guest: ru_nivcsw counts it */
+        *switches = ru.ru_nivcsw;
+    } else {
+        ctl->stalls++;
+        ctl->stalled_ns += now - last;
+        if (now - last > ctl->longest_stall)
+            ctl->longest_stall = now - last;
+    }
+    return now_ns(); /* getrusage's own time is not the machine's */
+}
+
 static void fault_in(volatile unsigned char *base, size_t size, int write) {
     long page = sysconf(_SC_PAGESIZE);
     if (page <= 0)
@@ -148,20 +176,25 @@ static void reader(unsigned char *base, size_t size, size_t samples, long cpu) {
     memset(lat, 0, samples * sizeof *lat); /* allocated and touched before the run, like the writer */
     fault_in(base, size, 0);
     struct control *ctl = (struct control *)base;
-    struct rusage before, after;
+    struct rusage before;
     if (getrusage(RUSAGE_SELF, &before) != 0)
         die("getrusage");
+    long switches = before.ru_nivcsw;
     __atomic_store_n(&ctl->reader_ready, 1, __ATOMIC_RELEASE);
 
+    int64_t last = now_ns();
     for (size_t i = 0; i < samples; i++) {
-        unsigned char *slot = base + (i + 1) * SLOT;
-        while (__atomic_load_n((uint32_t *)slot, __ATOMIC_ACQUIRE) == 0) {
-        }
+        unsigned char *slot = base + CONTROL + i * SLOT;
+        while (__atomic_load_n((uint32_t *)slot, __ATOMIC_ACQUIRE) == 0)
+            last = turn(last, now_ns(), &switches, ctl);
         int64_t sent;
         memcpy(&sent, slot + 8, sizeof sent);
-        lat[i] = now_ns() - sent;
+        int64_t received = now_ns();
+        lat[i] = received - sent;
+        last = turn(last, received, &switches, ctl);
     }
 
+    struct rusage after;
     if (getrusage(RUSAGE_SELF, &after) != 0)
         die("getrusage");
     ctl->preempted = after.ru_nivcsw - before.ru_nivcsw;
@@ -187,7 +220,7 @@ int main(int argc, char **argv) {
         rcpu = parse_long(argv[5], "READER_CPU", -1, CPU_SETSIZE - 1);
     }
 
-    size_t size = (samples + 1) * SLOT;
+    size_t size = CONTROL + samples * SLOT;
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0)
         die(path);
@@ -229,7 +262,7 @@ int main(int argc, char **argv) {
         while (now_ns() < next) {
         }
         next += period;
-        unsigned char *slot = base + (i + 1) * SLOT;
+        unsigned char *slot = base + CONTROL + i * SLOT;
         int64_t sent = now_ns();
         memcpy(msg, &sent, sizeof sent);
         memcpy(slot + 8, msg, sizeof msg);
@@ -251,8 +284,10 @@ int main(int argc, char **argv) {
     double steal = NAN;
     if (have_steal && total1 > total0)
         steal = 100.0 * (double)(steal1 - steal0) / (double)(total1 - total0);
-    printf("%lld %lld %lld %lld %.1f %lld\n", (long long)ctl->p50, (long long)ctl->p99,
-           (long long)ctl->p999, (long long)ctl->max, steal, (long long)ctl->preempted);
+    printf("%lld %lld %lld %lld %.1f %lld %lld %lld %lld\n", (long long)ctl->p50,
+           (long long)ctl->p99, (long long)ctl->p999, (long long)ctl->max, steal,
+           (long long)ctl->preempted, (long long)ctl->stalls, (long long)ctl->stalled_ns,
+           (long long)ctl->longest_stall);
     if (munmap(base, size) != 0)
         die("munmap");
     return 0;

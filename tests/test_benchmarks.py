@@ -37,7 +37,8 @@ def test_bench_queue() -> None:
     rows = ("append 40 B, Python loop", "move_to_index + read", "one CPU each (pinned)", "plain iteration")
     assert all(row in out for row in rows), out
     # the C floor rows: measured figures, or why there are none (a machine without a C compiler)
-    figures = r"(\d[\d,.]* us \| ){4}(\d+\.\d|nan)% \| \d+ \|"
+    time = r"\d[\d,.]* us"
+    figures = rf"({time} \| ){{4}}(\d+\.\d|nan)% \| \d+ \| [\d,]+: [\d.]+ ms, longest {time} \|"
     for where in ("pinned", "placed by the scheduler"):
         row = rf"\| C floor, same hand-off without Python \({where}\) \| ({figures}|n/a \(.+\) \|)"
         assert re.search(row, out), out

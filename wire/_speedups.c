@@ -45,26 +45,34 @@ static void out_free(Out *o) {
     if (o->data != o->inline_buf) PyMem_Free(o->data);
 }
 
-static char *reserve(Out *o, Py_ssize_t n) {
+static __attribute__((noinline)) char *reserve_more(Out *o, Py_ssize_t n) {
     if (n < 0 || n > PY_SSIZE_T_MAX / 2 - o->len) {
         PyErr_NoMemory();
         return NULL;
     }
-    if (o->len + n > o->cap) {
-        Py_ssize_t cap = (o->len + n) * 2;
-        char *data = PyMem_Malloc((size_t)cap);
-        if (!data) {
-            PyErr_NoMemory();
-            return NULL;
-        }
-        memcpy(data, o->data, (size_t)o->len);
-        out_free(o);
-        o->data = data;
-        o->cap = cap;
+    Py_ssize_t cap = (o->len + n) * 2;
+    char *data = PyMem_Malloc((size_t)cap);
+    if (!data) {
+        PyErr_NoMemory();
+        return NULL;
     }
+    memcpy(data, o->data, (size_t)o->len);
+    out_free(o);
+    o->data = data;
+    o->cap = cap;
     char *p = o->data + o->len;
     o->len += n;
     return p;
+}
+
+/* n more bytes at the end of o; the usual case (they fit) inline */
+static inline __attribute__((always_inline)) char *reserve(Out *o, Py_ssize_t n) {
+    if (n >= 0 && n <= o->cap - o->len) {
+        char *p = o->data + o->len;
+        o->len += n;
+        return p;
+    }
+    return reserve_more(o, n);
 }
 
 static int flush(Out *o, PyObject *buf) {

@@ -206,7 +206,9 @@ class Latency(NamedTuple):
     worst: int
     steal: float  # the hypervisor's steal time during the row, % of all CPU time
     preempted: int  # the reader's involuntary context switches
-    # the C floor's reader stalls without a context switch (count, total ns, longest ns): see its source
+    # measured by the C floor only (see its source): the time its reader lost to those preemptions,
+    # and its stalls without a context switch (count, total ns, longest ns)
+    preempted_ns: int | None = None
     stalls: tuple[int, int, int] | None = None
 
 
@@ -315,10 +317,11 @@ def latency_floor(exe: Path, samples: int, tmp: Path, rate_hz: int, pinned: bool
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 2 * samples / rate_hz)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
-    p50, p99, p999, worst, steal, preempted, *stalls = r.stdout.split()
-    count, total, longest = (int(x) for x in stalls)
+    p50, p99, p999, worst, steal, *counts = r.stdout.split()
+    preempted, preempted_ns, stalls, stalled_ns, longest = (int(x) for x in counts)
     return Latency(
-        int(p50), int(p99), int(p999), int(worst), float(steal), int(preempted), (count, total, longest)
+        int(p50), int(p99), int(p999), int(worst), float(steal), preempted, preempted_ns,
+        (stalls, stalled_ns, longest),
     )
 
 
@@ -327,12 +330,14 @@ def us(ns: int) -> str:
 
 
 def latency_row(name: str, row: Latency) -> str:
-    stalls = "-"
+    preempted, stalls = f"{row.preempted}", "-"
+    if row.preempted_ns is not None:
+        preempted += f": {row.preempted_ns / 1e6:.1f} ms"
     if row.stalls is not None:
         count, total, longest = row.stalls
         stalls = f"{count:,}: {total / 1e6:.1f} ms, longest {us(longest)}"
     shown = " | ".join(us(ns) for ns in (row.p50, row.p99, row.p999, row.worst))
-    return f"| {name} | {shown} | {row.steal:.1f}% | {row.preempted} | {stalls} |"
+    return f"| {name} | {shown} | {row.steal:.1f}% | {preempted} | {stalls} |"
 
 
 RSS_READER = r"""
@@ -425,8 +430,9 @@ def main() -> None:
             print(
                 "\n(targets: p50 <= 1 us, p99 <= 10 us, p99.9 <= 40 us. steal: the hypervisor's steal time "
                 "during the row, % of all CPU time. reader preempted: the reader's involuntary context "
-                "switches. stalls: turns of the C reader's spin loop longer than 10 us with no context "
-                "switch, i.e. the vCPU taken by the hypervisor or an interrupt; count, total, longest)"
+                "switches (for the C floor, with the time they took from it). stalls: turns of the C "
+                "reader's spin loop longer than 10 us with no context switch, i.e. the vCPU taken by "
+                "the hypervisor or an interrupt; how many, their total, the longest)"
             )
         if "rss" not in skip:
             print(f"\n## Reader RSS while replaying a {args.replay_mb} MiB queue (MiB)\n")

@@ -21,8 +21,8 @@
  * Usage: latency_floor FILE SAMPLES RATE [WRITER_CPU READER_CPU]   (a CPU of -1: not pinned)
  * Prints one line of fields separated by spaces: p50 p99 p99.9 max (ns); the hypervisor's steal time
  * during the run as a percentage of all CPU time (from /proc/stat; "nan" where that is not
- * available); the reader's involuntary context switches; and its stalls without one: how many, their
- * total and the longest (ns). Linux only.
+ * available); the reader's involuntary context switches and the total of their stalls (ns); and its
+ * stalls without one: how many, their total and the longest (ns). Linux only.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -53,7 +53,7 @@ struct control {
     uint32_t reader_ready; /* set (release) once the reader has faulted in the mapping and spins */
     uint32_t done;         /* set (release) by the reader once the results below are written */
     int64_t p50, p99, p999, max;
-    int64_t preempted;                         /* involuntary context switches during the run */
+    int64_t preempted, preempted_ns;           /* involuntary context switches, their stalls' time */
     int64_t stalls, stalled_ns, longest_stall; /* stalls without one (see the top of this file) */
 };
 _Static_assert(sizeof(struct control) <= CONTROL, "the control block must fit before the slots");
@@ -142,6 +142,7 @@ static int64_t turn(int64_t last, int64_t now, long *switches, struct control *c
         die("getrusage");
     if (ru.ru_nivcsw != *switches) { /* preempted in the guest: ru_nivcsw counts it */
         *switches = ru.ru_nivcsw;
+        ctl->preempted_ns += now - last;
     } else {
         ctl->stalls++;
         ctl->stalled_ns += now - last;
@@ -284,10 +285,10 @@ int main(int argc, char **argv) {
     double steal = NAN;
     if (have_steal && total1 > total0)
         steal = 100.0 * (double)(steal1 - steal0) / (double)(total1 - total0);
-    printf("%lld %lld %lld %lld %.1f %lld %lld %lld %lld\n", (long long)ctl->p50,
+    printf("%lld %lld %lld %lld %.1f %lld %lld %lld %lld %lld\n", (long long)ctl->p50,
            (long long)ctl->p99, (long long)ctl->p999, (long long)ctl->max, steal,
-           (long long)ctl->preempted, (long long)ctl->stalls, (long long)ctl->stalled_ns,
-           (long long)ctl->longest_stall);
+           (long long)ctl->preempted, (long long)ctl->preempted_ns, (long long)ctl->stalls,
+           (long long)ctl->stalled_ns, (long long)ctl->longest_stall);
     if (munmap(base, size) != 0)
         die("munmap");
     return 0;

@@ -38,7 +38,7 @@ def test_bench_queue() -> None:
     assert all(row in out for row in rows), out
     # the C floor rows: measured figures, or why there are none (a machine without a C compiler)
     time = r"\d[\d,.]* us"
-    figures = rf"({time} \| ){{4}}(\d+\.\d|nan)% \| \d+ \| [\d,]+: [\d.]+ ms, longest {time} \|"
+    figures = rf"({time} \| ){{4}}(\d+\.\d|nan)% \| \d+: [\d.]+ ms \| [\d,]+: [\d.]+ ms, longest {time} \|"
     for where in ("pinned", "placed by the scheduler"):
         row = rf"\| C floor, same hand-off without Python \({where}\) \| ({figures}|n/a \(.+\) \|)"
         assert re.search(row, out), out

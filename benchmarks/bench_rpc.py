@@ -4,7 +4,7 @@
 
 Rows: raw `appender.write` of the same encoded document (the baseline: what the queue costs), method
 writer calls of the 6-field trade DTO (encode + append), the same encode into a no-op sink, reader
-dispatch from the queue (`read_one`), and dispatch of in-memory documents; the same writer and reader
+dispatch from the queue (`read_one` per document, and `read_many` batches), and dispatch of in-memory documents; the same writer and reader
 with MSGSPEC arguments (Python-only); then with MessageHistory: a writer with a source id, and a
 service hop (a reader with a source id whose handler republishes each message through a writer).
 """
@@ -109,6 +109,12 @@ def main() -> None:
             for _ in range(n):  # the queue holds at least n calls: the first round's raw appends
                 read_one()
 
+        def dispatch_batches() -> None:
+            read_many = rpc.reader(q.tailer(), handler, source_id=0).read_many
+            done = 0
+            while done < n:  # the queue holds at least n calls
+                done += read_many(min(1024, n - done))
+
         def dispatch_memory() -> None:
             for _ in range(n):
                 dispatch(doc)
@@ -136,6 +142,7 @@ def main() -> None:
             ("method writer: trade(Trade) -> queue", calls, TARGET),
             ("method writer: trade(Trade) -> no-op sink", encode_only, None),
             ("reader: read_one + dispatch from the queue", dispatch_queue, TARGET),
+            ("reader: read_many(1024) batches from the queue", dispatch_batches, TARGET),
             ("reader: dispatch of an in-memory document", dispatch_memory, None),
             ("MSGSPEC args: method writer -> queue", msgspec_calls, None),
             ("MSGSPEC args: read_one + dispatch", msgspec_dispatch, None),
@@ -143,7 +150,7 @@ def main() -> None:
             ("with history: service hop (read + republish)", service_hop, None),
         ]
         rates = best_rates([(name, n, fn) for name, fn, _ in cases])
-        assert handler.n == 3 * ROUNDS * n, handler.n  # every read_one and dispatch reached the handler
+        assert handler.n == 4 * ROUNDS * n, handler.n  # every read_one and dispatch reached the handler
         assert sum(1 for _ in dst.tailer()) == ROUNDS * n  # every message republished
     base = rates[0]
     print(f"rpc benchmark, n={n}, {len(doc)}-byte documents (6-field trade DTO, BINARY), "

@@ -230,6 +230,21 @@ class MethodReader:
         else:
             self.read_one = self._read_general
 
+    def read_many(self, limit: int) -> int:
+        """Consume and dispatch up to `limit` ready documents, as that many `read_one()` calls would;
+        returns how many (0: none was ready). Where `read_one` is native the whole batch runs in C,
+        without a Python call per document: for catching up, replaying, an event loop's turn. A
+        handler's exception propagates after the documents before it were consumed."""
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, not {limit}")
+        many = getattr(self.read_one, "many", None)
+        if many is not None:
+            return int(many(limit))
+        read_one, n = self.read_one, 0
+        while n < limit and read_one():
+            n += 1
+        return n
+
     def _read_general(self) -> bool:
         ex = self.tailer.read(True) if self._metadata_handler is not None else self.tailer.read()
         if ex is None:

@@ -83,11 +83,9 @@ class AsyncMethodReader:
         """Dispatch until `stop()`; handlers run on the loop's thread. Returns the documents consumed."""
         count = 0
         self._stopped = False
-        read_one = self.reader.read_one
+        read_many = self.reader.read_many
         while not self._stopped:
-            n = 0
-            while n < self.batch and read_one():
-                n += 1
+            n = read_many(self.batch)
             count += n
             if n:
                 self._waiter.busy()

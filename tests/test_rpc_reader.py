@@ -203,3 +203,64 @@ def test_chronq_tailers_are_read_natively_in_either_direction_and_wrappers_still
         named = q.tailer("reader")
         assert calls(named) == [f"m{i}" for i in range(5)]
         assert q.tailer("reader").index == named.index  # the named position advanced as it read
+
+
+def test_read_many_dispatches_as_that_many_read_one_calls_would(tmp_path):
+    """Batches over every route a document can take (the native path, an unknown method id, a
+    history, metadata, a non-native wrapper), split at arbitrary limits, give read_one's calls."""
+    with chronq.open(tmp_path / "q") as q:
+        w = rpc.writer(q, Events)
+        hist = rpc.writer(q, Events, source_id=3)
+        for i in range(40):
+            [w.method1, hist.method1][i % 7 == 3](Message1(f"m{i}"))
+            if i % 5 == 0:
+                w.ping(i)  # unknown to a reader without Events: skipped
+            if i % 9 == 0:
+                with q.appender().writing_document(metadata=True) as dc:
+                    dc.write(b"\xb9\x04meta\xe1x")
+
+        class Wrapper:  # not a chronq tailer: read() is called through Python
+            def __init__(self, t: Any) -> None:
+                self.read = t.read
+
+        def one_by_one(tailer: Any) -> list[object]:
+            h = Recording()
+            r = rpc.reader(tailer, h)
+            while r.read_one():
+                pass
+            return h.calls
+
+        for tailer in (q.tailer(), Wrapper(q.tailer())):
+            h = Recording()
+            r = rpc.reader(tailer, h)
+            total, batches = 0, 0
+            for limit in [1, 0, 7, 3, 100, 5]:
+                got = r.read_many(limit)
+                assert 0 <= got <= limit
+                total, batches = total + got, batches + 1
+            assert r.read_many(10) == 0  # nothing left
+            assert total == 40 + 8  # 40 calls, 8 unknown pings (metadata is consumed by the tailer)
+            assert h.calls == one_by_one(q.tailer())
+        with pytest.raises(ValueError, match="limit"):
+            r.read_many(-1)
+
+
+def test_read_many_stops_at_a_handler_exception_with_what_came_before_consumed(tmp_path):
+    with chronq.open(tmp_path / "q") as q:
+        w = rpc.writer(q, Events)
+        for i in range(5):
+            w.method1(Message1(f"m{i}"))
+
+        class Fails(Recording):
+            def method1(self, m: Message1) -> None:
+                if m.text == "m2":
+                    raise RuntimeError("m2 refused")
+                super().method1(m)
+
+        h = Fails()
+        r = rpc.reader(q.tailer(), h)
+        with pytest.raises(RuntimeError, match="m2 refused"):
+            r.read_many(10)
+        assert [args[0].text for _, args in h.calls] == ["m0", "m1"]
+        assert r.read_many(10) == 2  # the failed document was consumed, as read_one does
+        assert [args[0].text for _, args in h.calls] == ["m0", "m1", "m3", "m4"]

@@ -2100,6 +2100,33 @@ static void read_one_dealloc(ReadOne *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* many(limit) -> int: read_one() until it returns False or `limit` documents were consumed, without
+ * a Python call per document (catching up, replaying, an event loop's batch). */
+static PyObject *read_one_many(ReadOne *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "many(limit) takes one argument");
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[0]), count = 0;
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    while (count < limit) {
+        PyObject *got = read_one_vectorcall(self, NULL, 0, NULL);
+        if (!got) return NULL;
+        int more = PyObject_IsTrue(got);
+        Py_DECREF(got);
+        if (more < 0) return NULL;
+        if (!more) break;
+        count++;
+    }
+    return PyLong_FromSsize_t(count);
+}
+
+static PyMethodDef read_one_methods[] = {
+    {"many", (PyCFunction)(void (*)(void))read_one_many, METH_FASTCALL,
+     "many(limit) -> int: consume and dispatch up to `limit` ready documents; how many were."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyTypeObject ReadOneType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "wire._speedups.ReadOne",
@@ -2112,6 +2139,7 @@ static PyTypeObject ReadOneType = {
     .tp_clear = (inquiry)read_one_clear,
     .tp_doc = "ReadOne(read, table, current, slow, pending, clock, source_id, source=None): a method reader's "
               "read_one(); source=(object, DocumentSource capsule) reads through the capsule instead of read().",
+    .tp_methods = read_one_methods,
     .tp_new = read_one_new,
 };
 

@@ -165,6 +165,9 @@ def test_encoding_is_msgspecs_byte_for_byte(tick: Tick) -> None:
         Tick(1, 2.0, "s\ud800", False, Side.BUY),  # a lone surrogate: msgspec's error
         Tick(2**70, 2.0, "s", False, Side.BUY),  # beyond 64 bits: msgspec's error
         Tick(1, 2.0, "s", False, "B"),  # type: ignore[arg-type]  # not a member
+        "text",  # classes without a plan: msgspec's encoder, called directly after the first time
+        {"a": [1, 2.5, None]},
+        Constrained(-1),
     ],
 )
 def test_unusual_values_encode_as_msgspec_does(value: Any) -> None:

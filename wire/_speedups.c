@@ -1506,16 +1506,18 @@ static PyObject *generic(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 /* ------------------------------------------------------------------ Encode, Decode */
-/* wire.binary.encode and decode without their Python frame for the common calls. Both wrap
- * `function`, the Python reference, which handles every other call and fills `table`:
- *   Encode(function, plans, aliases): a value whose class has a plan in `plans`
+/* wire.binary.encode and decode (and MSGSPEC's encoder) without their Python frame for the common
+ * calls. Both wrap `function`, the Python reference, which handles every other call and fills `table`:
+ *   Encode(function, plans, aliases, planless=None): a value whose class has a plan in `plans`
  *     (wire.marshal.whole_encoders) and no `!alias` in `aliases` (the registry's class -> name
- *     dict, looked up on every call, so a later registration takes effect);
+ *     dict, looked up on every call, so a later registration takes effect); a msgpack plan's
+ *     class goes to its plan, and a class `plans` maps to None to `planless` when given;
  *   Decode(function, table): a call with `type`, found in `table` (wire.marshal.whole_decoders:
  *     type -> callable(data), usually a class's Plan.decode, called without the bound method). */
 typedef struct {
     PyObject_HEAD
     PyObject *function, *table, *aliases; /* aliases: Encode only */
+    PyObject *planless; /* Encode only, optional: called for classes the table maps to None */
     vectorcallfunc vectorcall;
 } Front;
 
@@ -1536,6 +1538,8 @@ static PyObject *encode_vectorcall(Front *self, PyObject *const *args, size_t na
             PyObject *result = mp_bytes((Plan *)plan, args[0]);
             Py_DECREF(plan);
             if (result || PyErr_Occurred()) return result;
+        } else if (plan == Py_None && self->planless) {
+            return PyObject_Vectorcall(self->planless, args, nargsf, kwnames);
         } else if (plan && Py_IS_TYPE(plan, &PlanType)) {
             int aliased = PyDict_Contains(self->aliases, cls);
             if (aliased < 0) return NULL;
@@ -1586,15 +1590,17 @@ static PyObject *decode_vectorcall(Front *self, PyObject *const *args, size_t na
 }
 
 static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *function, *table, *aliases = NULL;
+    PyObject *function, *table, *aliases = NULL, *planless = NULL;
     int encode = type == &EncodeType;
-    if (!PyArg_ParseTuple(args, encode ? "OO!O!" : "OO!", &function, &PyDict_Type, &table, &PyDict_Type, &aliases))
+    if (!PyArg_ParseTuple(args, encode ? "OO!O!|O" : "OO!", &function, &PyDict_Type, &table, &PyDict_Type, &aliases,
+                          &planless))
         return NULL;
     Front *self = (Front *)type->tp_alloc(type, 0);
     if (!self) return NULL;
     self->function = Py_NewRef(function);
     self->table = Py_NewRef(table);
     self->aliases = Py_XNewRef(aliases);
+    self->planless = planless == Py_None ? NULL : Py_XNewRef(planless);
     self->vectorcall = (vectorcallfunc)(encode ? encode_vectorcall : decode_vectorcall);
     return (PyObject *)self;
 }
@@ -1603,6 +1609,7 @@ static int front_traverse(Front *self, visitproc visit, void *arg) {
     Py_VISIT(self->function);
     Py_VISIT(self->table);
     Py_VISIT(self->aliases);
+    Py_VISIT(self->planless);
     return 0;
 }
 
@@ -1610,6 +1617,7 @@ static int front_clear(Front *self) {
     Py_CLEAR(self->function);
     Py_CLEAR(self->table);
     Py_CLEAR(self->aliases);
+    Py_CLEAR(self->planless);
     return 0;
 }
 

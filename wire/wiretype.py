@@ -60,13 +60,11 @@ class _MsgspecCodec:
         plans: dict[type, Any] = {}
 
         def first_encode(value: Any) -> bytes:
-            """Called for each class not in `plans` yet, and for the classes without a plan."""
-            cls = type(value)
-            if cls not in plans:
-                plans[cls] = _msgpack_plan(cls)
+            """Called once per class: the C front then calls its plan, or msgspec for a class without."""
+            plans[type(value)] = _msgpack_plan(type(value))
             return encode(value)
 
-        self._encode = marshal.speedups.Encode(first_encode, plans, {})
+        self._encode = marshal.speedups.Encode(first_encode, plans, {}, encode)
 
     def encode(self, value: Any) -> bytes:
         try:

@@ -197,6 +197,7 @@ pick = lambda p: out[min(len(out) - 1, int(p * len(out)))]
 print(pick(0.5), pick(0.99), pick(0.999), out[-1], preempted)
 """
 
+
 class Latency(NamedTuple):
     """One row of the latency table (times in ns)."""
 

@@ -4,9 +4,10 @@
 
 Rows: raw `appender.write` of the same encoded document (the baseline: what the queue costs), method
 writer calls of the 6-field trade DTO (encode + append), the same encode into a no-op sink, reader
-dispatch from the queue (`read_one` per document, and `read_many` batches), and dispatch of in-memory documents; the same writer and reader
-with MSGSPEC arguments (Python-only); then with MessageHistory: a writer with a source id, and a
-service hop (a reader with a source id whose handler republishes each message through a writer).
+dispatch from the queue (`read_one` per document, and `read_many` batches), and dispatch of
+in-memory documents; the same writer and reader with MSGSPEC arguments (Python-only); then with
+MessageHistory: a writer with a source id, and a service hop (a reader with a source id whose
+handler republishes each message through a writer).
 """
 
 from __future__ import annotations

@@ -722,6 +722,7 @@ typedef struct {
     int64_t cycle_start_ms, cycle_end_ms;
     Py_ssize_t grow_at; /* a header at or past this position needs a bigger file (Java's chunk rule) */
     Py_ssize_t alloc_end; /* disk blocks are reserved up to here (a full disk must not SIGBUS us) */
+    Py_ssize_t ahead_at;  /* past this end position, reserve more after the write (App_after_write) */
     /* cached end of the queue */
     int cache_valid;
     Py_ssize_t end_pos;
@@ -776,6 +777,7 @@ static PyObject *App_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->cycle_end_ms = INT64_MAX;
     self->grow_at = PY_SSIZE_T_MAX;
     self->alloc_end = PY_SSIZE_T_MAX;
+    self->ahead_at = PY_SSIZE_T_MAX;
     return (PyObject *)self;
 }
 
@@ -855,11 +857,23 @@ static PyObject *App_set_clock(AppenderObject *self, PyObject *args) {
 }
 
 static PyObject *App_set_grow_at(AppenderObject *self, PyObject *args) {
-    Py_ssize_t v, alloc = PY_SSIZE_T_MAX;
-    if (!PyArg_ParseTuple(args, "n|n", &v, &alloc)) return NULL;
+    Py_ssize_t v, alloc = PY_SSIZE_T_MAX, ahead = PY_SSIZE_T_MAX;
+    if (!PyArg_ParseTuple(args, "n|nn", &v, &alloc, &ahead)) return NULL;
     self->grow_at = v;
     self->alloc_end = alloc;
+    self->ahead_at = ahead;
     Py_RETURN_NONE;
+}
+
+/* After a write has published and released the lock: once the end is past `ahead_at`, reserve and
+ * prefault the next stretch of the file now (Appender._reserve_ahead), so that no write waits for
+ * it between taking its position and publishing, and no other writer waits for it on the lock. */
+static void App_after_write(AppenderObject *self) {
+    if (self->end_pos <= self->ahead_at || self->lock_depth || self->atomic || self->claimed) return;
+    self->ahead_at = PY_SSIZE_T_MAX; /* until _reserve_ahead sets it again */
+    PyObject *r = PyObject_CallMethod((PyObject *)self, "_reserve_ahead", NULL);
+    if (r) Py_DECREF(r);
+    else PyErr_WriteUnraisable((PyObject *)self); /* the write itself succeeded: return its index */
 }
 
 static int App_lock(AppenderObject *self) {
@@ -1214,6 +1228,7 @@ static PyObject *App_write_impl(AppenderObject *self, PyObject *obj, int meta) {
     }
     if (v.obj) PyBuffer_Release(&v);
     if (index < 0) return NULL;
+    App_after_write(self);
     return PyLong_FromLongLong(index);
 }
 
@@ -1274,6 +1289,7 @@ static PyObject *App_write_many(AppenderObject *self, PyObject *iterable) {
     App_unlock(self);
     Py_DECREF(it);
     if (failed || PyErr_Occurred()) return NULL;
+    App_after_write(self);
     (void)batch_start;
     return PyLong_FromSsize_t(n);
 }
@@ -1304,6 +1320,7 @@ static PyObject *App_commit(AppenderObject *self, PyObject *obj) {
     self->claimed = 0;
     App_unlock(self);
     if (index < 0) return NULL;
+    App_after_write(self);
     return PyLong_FromLongLong(index);
 }
 

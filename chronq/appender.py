@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Appender", "DocumentContext"]
 
-ALLOCATE_AHEAD = 1 << 20  # disk space reserved ahead of the write position, per slow-path call
+ALLOCATE_AHEAD = 1 << 20  # disk space reserved (and prefaulted) ahead of the write position
+RESERVE_AT = ALLOCATE_AHEAD * 3 // 4  # topped up after a write once less than this is left ahead
 DEAD_HOLDER_GRACE = 1.0  # s the write lock stays busy before its holder's pid is checked (then every second)
 
 
@@ -253,9 +254,34 @@ class Appender(_native.AppenderCore):
             self._alloc_end = end
         self._set_limits(cf)
 
-    def _set_limits(self, cf: CycleFile) -> None:
+    def _reserve_ahead(self) -> None:
+        """Called by the native write path after a write published and released the lock, once less
+        than RESERVE_AT is reserved ahead: reserve and prefault the next stretch of the mapping now,
+        off the path between a write taking its position and publishing it (where `_grow` does it
+        when a write outruns this). A full disk here is left for that write to report."""
+        cf = self._file
+        if cf is None:
+            return
+        end = min(cf.map.size, self._alloc_end + ALLOCATE_AHEAD - RESERVE_AT)
+        if end > self._alloc_end:
+            try:
+                os.posix_fallocate(cf.fileno(), self._alloc_end, end - self._alloc_end)
+            except OSError:
+                self._set_grow_at(*self._limits(cf)[:2])  # no more attempts until a write needs it
+                return
+            cf.map.populate(self._alloc_end, end)
+            self._alloc_end = end
+        self._set_limits(cf)
+
+    def _limits(self, cf: CycleFile) -> tuple[int, int, int]:
+        """(grow_at, alloc_end, ahead_at) for the native write path"""
         _, overlap = self._queue.chunk_and_overlap(cf.layout.index_count)
-        self._set_grow_at(cf.map.size - overlap if cf.map.size > overlap else cf.map.size, self._alloc_end)
+        size = cf.map.size
+        ahead_at = self._alloc_end - RESERVE_AT if self._alloc_end < size else 1 << 62
+        return (size - overlap if size > overlap else size), self._alloc_end, ahead_at
+
+    def _set_limits(self, cf: CycleFile) -> None:
+        self._set_grow_at(*self._limits(cf))
 
     def _lock_contended(self) -> None:
         q = self._queue

@@ -168,6 +168,34 @@ def test_file_grows_in_java_chunks_and_stays_readable(tmp_path: Path) -> None:
         assert len(got) == 3000 and got[-1][1] == b"02999" * 8
 
 
+def test_space_is_reserved_ahead_of_the_writer_after_each_write(tmp_path: Path) -> None:
+    """The appender tops up its disk reservation (fallocate + prefault) after a write has published,
+    so a steady writer finds its next stretch already allocated: no write waits for that between
+    taking its position and publishing. SEEK_HOLE shows where the allocated stretch ends."""
+    from chronq.appender import RESERVE_AT
+
+    with chronq.open(tmp_path, clock=FixedClock(BASE_MS)) as q:
+        a = q.appender()
+        t = q.tailer()
+        a.write(b"first")
+        fd = os.open(tmp_path / "20240115F.cq4", os.O_RDONLY)
+        try:
+            for i in range(6000):  # 6 MB: the first reservation many times over
+                a.write(b"x" * 1000)
+                if i % 250 == 0:
+                    assert t.move_to_index(q.last_index)
+                    ex = t.read()
+                    assert ex is not None
+                    end = ex.position + 4 + 1000
+                    try:
+                        hole = os.lseek(fd, end, os.SEEK_HOLE)
+                    except OSError as e:  # a file system without SEEK_HOLE
+                        pytest.skip(f"SEEK_HOLE: {e}")
+                    assert hole - end >= RESERVE_AT or hole == os.fstat(fd).st_size, (i, end, hole)
+        finally:
+            os.close(fd)
+
+
 def test_message_larger_than_the_overlap_is_refused_cleanly(tmp_path: Path) -> None:
     with open_q(tmp_path, roll_cycle="TEST4_DAILY") as q:
         a = q.appender()

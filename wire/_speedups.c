@@ -736,7 +736,7 @@ static PyObject *plan_block_bytes(Plan *plan, PyObject *prefix, PyObject *obj) {
 /* ----- decoding */
 /* memcmp(...) == 0 for the short keys of a plan, without a library call or a byte loop: whole words,
  * the last one overlapping the one before (both sides hold n bytes) */
-static inline int same(const char *a, const unsigned char *b, Py_ssize_t n) {
+HOT int same(const char *a, const unsigned char *b, Py_ssize_t n) {
     if (n >= 8) {
         uint64_t x, y;
         for (Py_ssize_t i = 0; i + 8 < n; i += 8) {
@@ -1025,7 +1025,8 @@ HOT PyObject *mp_read_kind(In *in, Field *f) {
         if (!need(in, 1 + width)) return NULL;
         uint64_t v = be(p + 1, width);
         in->pos += 1 + width;
-        if (c <= 0xCF) return PyLong_FromUnsignedLongLong(v);
+        if (c <= 0xCF) /* (the signed call has CPython's fast path for values below 2**30) */
+            return v <= INT64_MAX ? PyLong_FromLongLong((int64_t)v) : PyLong_FromUnsignedLongLong(v);
         int shift = 64 - 8 * width; /* sign-extend the signed forms */
         return PyLong_FromLongLong((int64_t)(v << shift) >> shift);
     }

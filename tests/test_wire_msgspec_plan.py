@@ -29,6 +29,16 @@ class Level(enum.Enum):  # int values: msgspec writes ints, which the plan leave
     HIGH = 2
 
 
+class Color(enum.StrEnum):  # a str enum: msgspec writes the value
+    RED = "r"
+    BLUE = "b"
+
+
+class Painted(msgspec.Struct):
+    color: Color
+    level: int = 0
+
+
 class Tick(msgspec.Struct):
     n: int
     px: float
@@ -99,7 +109,7 @@ class SubTick(Tick):
     pass
 
 
-PLANNED = [Tick, Renamed, KwOnly, Wide]
+PLANNED = [Tick, Renamed, KwOnly, Wide, Painted]
 NOT_PLANNED = [Constrained, Tagged, OmitDefaults, Positional, WithLevel, Checked]
 
 ints = st.one_of(
@@ -159,6 +169,7 @@ def test_encoding_is_msgspecs_byte_for_byte(tick: Tick) -> None:
         Renamed(7, "ann"),
         KwOnly(a=1, b="two"),
         Wide(f16="x" * 300),
+        Painted(Color.RED),
         SubTick(1, 2.0, "s", True, Side.SELL),  # a subclass: msgspec itself
         Tick(True, 1.0, "s", False, Side.BUY),  # a bool in an int field: written as a bool
         Tick(1, 2, "s", False, Side.BUY),  # an int in a float field
@@ -228,7 +239,9 @@ def test_decoding_is_msgspecs_on_unusual_input(data: bytes) -> None:
 
 
 @needs_speedups
-@pytest.mark.parametrize("value", [Renamed(7, "ann"), KwOnly(a=1, b="two"), Wide(3, f16="x" * 300)])
+@pytest.mark.parametrize(
+    "value", [Renamed(7, "ann"), KwOnly(a=1, b="two"), Wide(3, f16="x" * 300), Painted(Color.BLUE, 2)]
+)
 def test_decoding_other_shapes(value: Any) -> None:
     data = msgspec.msgpack.encode(value)
     assert WireType.MSGSPEC.decoder(type(value))(data) == value

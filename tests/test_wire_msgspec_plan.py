@@ -284,3 +284,13 @@ def test_errors_are_wire_errors_on_every_path() -> None:
     assert WireType.MSGSPEC.decode(WireType.MSGSPEC.encode(Tick(1, 2.0, "s", True, Side.SELL)), Tick) == Tick(
         1, 2.0, "s", True, Side.SELL
     )
+
+
+@needs_speedups
+def test_buffers_decode_as_bytes_do_and_strided_ones_go_to_msgspec() -> None:
+    data = msgspec.msgpack.encode(Tick(1, 2.0, "s", True, Side.SELL))
+    decode = WireType.MSGSPEC.decoder(Tick)
+    for buf in (bytearray(data), memoryview(data), memoryview(b"\0" + data)[1:]):
+        assert decode(buf) == Tick(1, 2.0, "s", True, Side.SELL)
+    strided = memoryview(bytes(b for c in data for b in (c, 0)))[::2]
+    assert _planned_decode(strided, Tick) == _msgspec_decode(strided, Tick)  # type: ignore[arg-type]

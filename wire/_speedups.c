@@ -1232,9 +1232,12 @@ static PyObject *plan_decode(Plan *self, PyObject *const *args, Py_ssize_t nargs
         rc = decode_whole(self, (const unsigned char *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), &obj);
     } else if (PyObject_CheckBuffer(args[0])) {
         Py_buffer view;
-        if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-        rc = decode_whole(self, (const unsigned char *)view.buf, view.len, &obj);
-        PyBuffer_Release(&view);
+        if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear(); /* not contiguous: the fallback decides */
+        } else {
+            rc = decode_whole(self, (const unsigned char *)view.buf, view.len, &obj);
+            PyBuffer_Release(&view);
+        }
     }
     if (rc < 0) return NULL;
     if (rc == 1) return obj;

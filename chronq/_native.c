@@ -152,18 +152,32 @@ static int Map_getbuffer(MapObject *self, Py_buffer *view, int flags) {
 
 static PyBufferProcs Map_as_buffer = {(getbufferproc)Map_getbuffer, NULL};
 
+/* Drops this process's mapping of [start, end) of a mapping at base (clean file pages: the page
+ * cache keeps them, so RSS stays flat on long replays). The kernel may map a file with 2 MiB pages
+ * (large folios, shown as FilePmdMapped in smaps) and then drops only a 2 MiB block that the range
+ * covers entirely, so the range is cut to whole blocks of RELEASE_BLOCK at their addresses. Returns
+ * the offset up to which pages are released (the next range starts there), or -1: nothing released
+ * yet (the range covers no whole block), or madvise failed (errno set). */
+#define RELEASE_BLOCK ((uintptr_t)2 << 20)
+static Py_ssize_t release_range(char *base, Py_ssize_t size, Py_ssize_t start, Py_ssize_t end) {
+    if (start < 0) start = 0;
+    if (end > size) end = size;
+    uintptr_t lo = ((uintptr_t)base + (uintptr_t)start + RELEASE_BLOCK - 1) & ~(RELEASE_BLOCK - 1);
+    uintptr_t hi = ((uintptr_t)base + (uintptr_t)end) & ~(RELEASE_BLOCK - 1);
+    errno = 0;
+    if (end <= start || hi <= lo) return -1;
+    if (madvise((void *)lo, (size_t)(hi - lo), MADV_DONTNEED) != 0) return -1;
+    return (Py_ssize_t)(hi - (uintptr_t)base);
+}
+
 static PyObject *Map_release_pages(MapObject *self, PyObject *args) {
-    /* Drop clean pages of [start, end) from this process (RSS stays flat on long replays). */
+    /* Drop clean pages of [start, end) from this process; returns the end released (or None). */
     Py_ssize_t start, end;
     if (!PyArg_ParseTuple(args, "nn", &start, &end)) return NULL;
-    long page = sysconf(_SC_PAGESIZE);
-    start = align_up(start < 0 ? 0 : start, page);
-    if (end > self->size) end = self->size;
-    end &= ~(Py_ssize_t)(page - 1);
-    if (end > start && madvise(self->base + start, (size_t)(end - start), MADV_DONTNEED) != 0) {
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    Py_RETURN_NONE;
+    Py_ssize_t upto = release_range(self->base, self->size, start, end);
+    if (upto < 0 && errno) return PyErr_SetFromErrno(PyExc_OSError);
+    if (upto < 0) Py_RETURN_NONE;
+    return PyLong_FromSsize_t(upto);
 }
 
 #ifndef MADV_POPULATE_WRITE
@@ -191,7 +205,9 @@ static PyObject *Map_sync(MapObject *self, PyObject *Py_UNUSED(ignored)) {
 }
 
 static PyMethodDef Map_methods[] = {
-    {"release_pages", (PyCFunction)Map_release_pages, METH_VARARGS, "madvise(DONTNEED) whole pages in [start, end)."},
+    {"release_pages", (PyCFunction)Map_release_pages, METH_VARARGS,
+     "release_pages(start, end) -> int | None: madvise(DONTNEED) the whole 2 MiB blocks in [start, end); the end "
+     "released."},
     {"sync", (PyCFunction)Map_sync, METH_NOARGS, "msync the mapping to disk."},
     {"populate", (PyCFunction)Map_populate, METH_VARARGS, "populate(start, end) -> bool: prefault pages writable."},
     {NULL}};
@@ -1869,13 +1885,6 @@ static int Tl_next_doc(TailerObject *self, int want_meta, uint32_t *hout) {
     }
 }
 
-static int madvise_ok(Geometry *g, Py_ssize_t start, Py_ssize_t end) {
-    long page = sysconf(_SC_PAGESIZE);
-    start = align_up(start, page);
-    end &= ~(Py_ssize_t)(page - 1);
-    if (end <= start) return 0;
-    return madvise(g->base + start, (size_t)(end - start), MADV_DONTNEED) == 0;
-}
 
 static ExcerptObject *Tl_excerpt(TailerObject *self, Py_ssize_t max_refs) {
     ExcerptObject *ex = self->ex;
@@ -1940,7 +1949,8 @@ static PyObject *Tl_read_impl(TailerObject *self, int want_meta, int commit, Py_
     }
     if (self->release_every && self->pos - self->released_to > self->release_every) {
         Py_ssize_t upto = ex->position;
-        if (madvise_ok(g, self->released_to, upto)) self->released_to = upto;
+        Py_ssize_t released = release_range(g->base, g->size, self->released_to, upto);
+        if (released > 0) self->released_to = released;
     }
     return (PyObject *)ex;
 }

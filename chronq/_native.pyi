@@ -68,8 +68,9 @@ class Map:
     def name(self) -> object: ...
     @property
     def writable(self) -> bool: ...
-    def release_pages(self, start: int, end: int, /) -> None:
-        """madvise(MADV_DONTNEED) the whole pages in [start, end): keeps a replaying reader's RSS flat."""
+    def release_pages(self, start: int, end: int, /) -> int | None:
+        """madvise(MADV_DONTNEED) the whole 2 MiB blocks in [start, end) (a file mapped with huge pages
+        only lets whole ones go): keeps a replaying reader's RSS flat. The end released, or None."""
 
     def populate(self, start: int, end: int, /) -> bool:
         """Prefault [start, end) writable in one call (MADV_POPULATE_WRITE); False where unsupported."""

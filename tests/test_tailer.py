@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -315,3 +317,36 @@ def test_replaying_many_cycles_keeps_few_files_open(tmp_path: Path) -> None:
         got = [bytes(ex.payload) for ex in q.tailer()]
         assert got == [b"day %d" % d for d in range(days)]
         assert len(q._files) <= queue_module.MAX_OPEN_FILES
+
+
+RSS_READER = r"""
+import sys, chronq
+def rss_file():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssFile"):
+            return int(line.split()[1]) << 10
+t = chronq.open(sys.argv[1], readonly=True).tailer()
+if sys.argv[2] == "release":
+    t.release_pages_every(4 << 20)
+start, peak, n = rss_file(), 0, 0
+for ex in t:
+    n += 1
+    if n % 1024 == 0:
+        peak = max(peak, rss_file())
+print(n, peak - start)
+"""
+
+
+def test_release_pages_every_keeps_a_replaying_reader_flat(tmp_path: Path) -> None:
+    """A replay of 64 MiB in a fresh process: plain iteration maps it all, releasing maps a few
+    blocks (whole 2 MiB blocks go, as the kernel may map the file with huge pages)."""
+    with chronq.open(tmp_path / "q") as q:
+        q.appender().write_many(b"r" * 1020 for _ in range(65536))
+    grown = {}
+    for mode in ("plain", "release"):
+        argv = [sys.executable, "-c", RSS_READER, str(tmp_path / "q"), mode]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
+        assert int(out[0]) == 65536
+        grown[mode] = int(out[1])
+    assert grown["plain"] > 48 << 20
+    assert grown["release"] < 16 << 20, grown

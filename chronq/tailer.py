@@ -288,7 +288,9 @@ class Tailer(_native.TailerCore):
             yield ex
 
     def release_pages_every(self, nbytes: int) -> None:
-        """Drop already-read pages from this process every `nbytes` of progress (flat RSS on replays)."""
+        """Drop already-read pages from this process every `nbytes` of progress (flat RSS on replays).
+        Pages go in whole 2 MiB blocks: the kernel may map the file with huge pages, and keeps such a
+        block mapped unless all of it is released."""
         self._set_release(nbytes)
 
     def close(self) -> None:

@@ -109,8 +109,12 @@ class SubTick(Tick):
     pass
 
 
+class Unresolved(msgspec.Struct):
+    a: Undefined  # type: ignore[name-defined]  # noqa: F821 - msgspec encodes it all the same
+
+
 PLANNED = [Tick, Renamed, KwOnly, Wide, Painted]
-NOT_PLANNED = [Constrained, Tagged, OmitDefaults, Positional, WithLevel, Checked]
+NOT_PLANNED = [Constrained, Tagged, OmitDefaults, Positional, WithLevel, Checked, Unresolved]
 
 ints = st.one_of(
     st.integers(-(1 << 63), (1 << 64) - 1),
@@ -179,6 +183,7 @@ def test_encoding_is_msgspecs_byte_for_byte(tick: Tick) -> None:
         "text",  # classes without a plan: msgspec's encoder, called directly after the first time
         {"a": [1, 2.5, None]},
         Constrained(-1),
+        Unresolved(1),
     ],
 )
 def test_unusual_values_encode_as_msgspec_does(value: Any) -> None:

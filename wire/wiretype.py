@@ -109,7 +109,10 @@ def _msgpack_plan(tp: Any) -> Any:
     Constraints, tags, `omit_defaults`, `array_like` and `__post_init__` stay msgspec's business."""
     if marshal.speedups is None or not (isinstance(tp, type) and issubclass(tp, msgspec.Struct)):
         return None
-    info = msgspec.inspect.type_info(tp)
+    try:
+        info = msgspec.inspect.type_info(tp)
+    except Exception:  # e.g. an annotation that does not resolve: msgspec still encodes the values
+        return None
     config = tp.__struct_config__
     if (
         not isinstance(info, msgspec.inspect.StructType)

@@ -883,13 +883,20 @@ static PyObject *App_set_grow_at(AppenderObject *self, PyObject *args) {
 
 /* After a write has published and released the lock: once the end is past `ahead_at`, reserve and
  * prefault the next stretch of the file now (Appender._reserve_ahead), so that no write waits for
- * it between taking its position and publishing, and no other writer waits for it on the lock. */
-static void App_after_write(AppenderObject *self) {
-    if (self->end_pos <= self->ahead_at || self->lock_depth || self->atomic || self->claimed) return;
+ * it between taking its position and publishing, and no other writer waits for it on the lock.
+ * The write itself succeeded, so an error here is reported as unraisable and its index returned;
+ * only a KeyboardInterrupt or SystemExit arriving meanwhile propagates (-1). */
+static int App_after_write(AppenderObject *self) {
+    if (self->end_pos <= self->ahead_at || self->lock_depth || self->atomic || self->claimed) return 0;
     self->ahead_at = PY_SSIZE_T_MAX; /* until _reserve_ahead sets it again */
     PyObject *r = PyObject_CallMethod((PyObject *)self, "_reserve_ahead", NULL);
-    if (r) Py_DECREF(r);
-    else PyErr_WriteUnraisable((PyObject *)self); /* the write itself succeeded: return its index */
+    if (r) {
+        Py_DECREF(r);
+        return 0;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_WriteUnraisable((PyObject *)self);
+    return 0;
 }
 
 static int App_lock(AppenderObject *self) {
@@ -1243,8 +1250,7 @@ static PyObject *App_write_impl(AppenderObject *self, PyObject *obj, int meta) {
         App_unlock(self);
     }
     if (v.obj) PyBuffer_Release(&v);
-    if (index < 0) return NULL;
-    App_after_write(self);
+    if (index < 0 || App_after_write(self) < 0) return NULL;
     return PyLong_FromLongLong(index);
 }
 
@@ -1304,8 +1310,7 @@ static PyObject *App_write_many(AppenderObject *self, PyObject *iterable) {
     }
     App_unlock(self);
     Py_DECREF(it);
-    if (failed || PyErr_Occurred()) return NULL;
-    App_after_write(self);
+    if (failed || PyErr_Occurred() || App_after_write(self) < 0) return NULL;
     (void)batch_start;
     return PyLong_FromSsize_t(n);
 }
@@ -1335,8 +1340,7 @@ static PyObject *App_commit(AppenderObject *self, PyObject *obj) {
     PyBuffer_Release(&v);
     self->claimed = 0;
     App_unlock(self);
-    if (index < 0) return NULL;
-    App_after_write(self);
+    if (index < 0 || App_after_write(self) < 0) return NULL;
     return PyLong_FromLongLong(index);
 }
 

@@ -367,3 +367,33 @@ def test_a_full_cycle_refuses_cleanly(tmp_path: Path) -> None:
         assert len(read_all(q)) == 64
         assert _lock_value(q) == _native.UNLOCKED
         check_store_header(q, 19737)
+
+
+def test_a_failing_top_up_after_a_write_keeps_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The top-up runs after the write published: its error is reported as unraisable and the write's
+    index returned; a KeyboardInterrupt arriving meanwhile propagates, with the document committed."""
+    from chronq.appender import Appender
+
+    def refuse(self: Appender) -> None:
+        raise OSError("injected: no space for the top-up")
+
+    reported: list[BaseException | None] = []
+    monkeypatch.setattr(Appender, "_reserve_ahead", refuse)
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: reported.append(u.exc_value))
+    with chronq.open(tmp_path, clock=FixedClock(BASE_MS)) as q:
+        a = q.appender()
+        indexes = [a.write(b"x" * 1000) for _ in range(2000)]  # 2 MB: past the first reservation
+        assert indexes == list(range(indexes[0], indexes[0] + 2000))
+        assert reported and all(isinstance(e, OSError) for e in reported)
+
+        def interrupt(self: Appender) -> None:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(Appender, "_reserve_ahead", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            for _ in range(4000):
+                a.write(b"y" * 1000)
+        last = [bytes(ex.payload)[:1] for ex in q.tailer()]
+        assert last[-1] == b"y" and len(last) > 2000  # the interrupted write is there

@@ -1889,7 +1889,6 @@ static int Tl_next_doc(TailerObject *self, int want_meta, uint32_t *hout) {
     }
 }
 
-
 static ExcerptObject *Tl_excerpt(TailerObject *self, Py_ssize_t max_refs) {
     ExcerptObject *ex = self->ex;
     if (ex && Py_REFCNT(ex) <= max_refs) {

@@ -245,14 +245,19 @@ class Appender(_native.AppenderCore):
             exact = min(cf.map.size, -(-need_end // 4096) * 4096)
             for end in (ahead, exact):
                 try:
-                    os.posix_fallocate(cf.fileno(), self._alloc_end, end - self._alloc_end)
+                    self._reserve(cf, end)
                     break
                 except OSError as e:
                     if end == exact:
                         raise ChronqError(f"{cf.path}: cannot reserve disk space up to {end}: {e}") from e
-            cf.map.populate(self._alloc_end, end)  # one call instead of a page fault per page written
-            self._alloc_end = end
         self._set_limits(cf)
+
+    def _reserve(self, cf: CycleFile, end: int) -> None:
+        """Reserve disk blocks up to `end` and map them writable (one call instead of a page fault per
+        page written); OSError when the disk has no room."""
+        os.posix_fallocate(cf.fileno(), self._alloc_end, end - self._alloc_end)
+        cf.map.populate(self._alloc_end, end)
+        self._alloc_end = end
 
     def _reserve_ahead(self) -> None:
         """Called by the native write path after a write published and released the lock, once less
@@ -265,12 +270,10 @@ class Appender(_native.AppenderCore):
         end = min(cf.map.size, self._alloc_end + ALLOCATE_AHEAD - RESERVE_AT)
         if end > self._alloc_end:
             try:
-                os.posix_fallocate(cf.fileno(), self._alloc_end, end - self._alloc_end)
+                self._reserve(cf, end)
             except OSError:
                 self._set_grow_at(*self._limits(cf)[:2])  # no more attempts until a write needs it
                 return
-            cf.map.populate(self._alloc_end, end)
-            self._alloc_end = end
         self._set_limits(cf)
 
     def _limits(self, cf: CycleFile) -> tuple[int, int, int]:

@@ -536,9 +536,9 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             Py_DECREF(self);
             return NULL;
         }
-        if (f->kind == K_OTHER || (msgpack ? f->kind == K_FLOAT32 || code < 0xA0 || code >= 0xC0 || f->kn != 1 + (code & 0x1F)
-                                           : code < 0xC0 || code >= 0xE0))
-            self->decodable = 0;
+        int key_ok = msgpack ? code >= 0xA0 && code < 0xC0 && f->kn == 1 + (code & 0x1F) /* a fixstr */
+                             : code >= 0xC0 && code < 0xE0;                            /* FIELD_NAME0-31 */
+        if (f->kind == K_OTHER || (msgpack && f->kind == K_FLOAT32) || !key_ok) self->decodable = 0;
         if (f->kind == K_ENUM) {
             int ok = PyTuple_Check(f->members);
             for (Py_ssize_t k = 0; ok && k < PyTuple_GET_SIZE(f->members); k++) {
@@ -990,8 +990,10 @@ static PyObject *plan_decode_object(Plan *self, PyObject *const *args, Py_ssize_
  * value of its declared scalar type) and leave everything else to msgspec, so every result is the
  * one msgspec gives: the plan is an accelerator, not a second definition of the format. */
 
-/* A big-endian unsigned integer of `width` (1, 2, 4 or 8) bytes. */
+/* A big-endian unsigned integer of `width` (1, 2, 4 or 8) bytes; one load and a byte swap on
+ * little-endian hosts. */
 static inline uint64_t be(const unsigned char *p, int width) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     if (width == 8) {
         uint64_t v;
         memcpy(&v, p, 8);
@@ -1007,7 +1009,10 @@ static inline uint64_t be(const unsigned char *p, int width) {
         memcpy(&v, p, 2);
         return __builtin_bswap16(v);
     }
-    return p[0];
+#endif
+    uint64_t v = 0;
+    for (int i = 0; i < width; i++) v = v << 8 | p[i];
+    return v;
 }
 
 /* The next value as a new reference of the field's kind, or NULL with no error set to give up. */

@@ -114,7 +114,10 @@ def main() -> None:
             read_many = rpc.reader(q.tailer(), handler, source_id=0).read_many
             done = 0
             while done < n:  # the queue holds at least n calls
-                done += read_many(min(1024, n - done))
+                got = read_many(min(1024, n - done))
+                if not got:
+                    raise RuntimeError(f"the queue ran dry after {done} of {n} calls")
+                done += got
 
         def dispatch_memory() -> None:
             for _ in range(n):

@@ -93,6 +93,12 @@ def crash_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
     assert len(acks[rounds]) == 200, "the final writer did not complete after the crashes"
     assert sum(1 for rnd in range(rounds) if acks[rnd]) >= rounds // 3, "too few rounds got to write at all"
     final = verify(queue, acks)
+    present = {(rnd, n) for _, rnd, n in final}
+    blocks = [(int(rnd), n, count) for rnd, started in report["blocks"].items() for n, count in started]
+    assert sum(count > 1 for _, _, count in blocks) >= rounds // 10, "too few atomic blocks to test them"
+    for rnd, n, count in blocks:
+        visible = sum((rnd, n + k) in present for k in range(count))
+        assert visible in (0, count), f"round {rnd}: atomic block at {n} is {visible}/{count} visible"
     assert report["live"] == final, "the reader that tailed through the crashes saw something else"
 
 

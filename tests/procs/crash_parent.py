@@ -1,14 +1,16 @@
 """Crash driver: forks writer after writer into one queue and SIGKILLs each at a random moment.
 
 argv: queue_dir rounds seed block_size
-Each child appends self-verifying messages (tag = round) in a loop and, after every committed write,
-reports (n, index) over a pipe. The parent kills it after a random short delay (sometimes before it
+Each child appends self-verifying messages (tag = round) in a loop, by plain writes, open documents,
+batches and atomic blocks, and after every committed write (or whole block) reports (n, index) over a
+pipe. The parent kills it after a random short delay (sometimes before it
 even opened the queue, sometimes mid-document), reaps it (so its pid is really dead), and records what
 was acknowledged. The clock moves one day every few rounds, so rolls and EOF back-filling are killed
 too. The last round writes a fixed number of messages and exits normally: the queue must still take
 writes after all the kills. Between rounds the parent tails the queue read-only, the way a live
 consumer would: it must never see a torn message. Prints one JSON object:
-{"acks": {round: [[n, index], ...]}, "live": [[index, round, n], ...], "kills": k}.
+{"acks": {round: [[n, index], ...]}, "blocks": {round: [[n, count], ...]}, "live": [[index, round, n], ...],
+"kills": k}.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import chronq
 from chronq.rollcycles import FixedClock
 
 ACK = struct.Struct("<IQ")
+BLOCK = 1 << 63  # an ACK whose index has this bit announces an atomic block of (index & ~BLOCK) messages
 ROUNDS_PER_DAY = 7
 FINAL_WRITES = 200
 PROGRESS_TIMEOUT = 30.0
@@ -52,8 +55,18 @@ def child(path: str, rnd: int, seed: int, block_size: int, ack_fd: int, limit: i
                 os.write(ack_fd, b"".join(ACK.pack(n + k, first + k) for k in range(len(extras))))
                 n += len(extras)
                 continue
+            if how < 0.27:  # an atomic block: all of it is acknowledged after the block, or none is
+                extras += [rng.randrange(300) for _ in range(1 + rng.randrange(8))]
+                if limit is not None:
+                    extras = extras[: limit - n]
+                os.write(ack_fd, ACK.pack(n, BLOCK | len(extras)))  # announced, not acknowledged
+                with a.atomic():
+                    indexes = [a.write(checked_payload(rnd, n + k, e)) for k, e in enumerate(extras)]
+                os.write(ack_fd, b"".join(ACK.pack(n + k, i) for k, i in enumerate(indexes)))
+                n += len(extras)
+                continue
             data = checked_payload(rnd, n, extras[0])
-            if how < 0.45:
+            if how < 0.5:
                 # An open document (write lock held, header still 0) is the widest window for a kill.
                 with a.writing_document() as dc:
                     half = len(data) // 2
@@ -68,7 +81,8 @@ def child(path: str, rnd: int, seed: int, block_size: int, ack_fd: int, limit: i
 
 def run_round(
     path: str, rnd: int, seed: int, block_size: int, rng: random.Random, final: bool
-) -> list[list[int]]:
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Run one writer; return its acknowledgements [n, index] and the atomic blocks it began [n, count]."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -122,7 +136,10 @@ def run_round(
     if not final and not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
         raise SystemExit(f"round {rnd}: writer ended on its own with status {status:#x} before the kill")
     whole = len(buf) - len(buf) % ACK.size
-    return [list(ACK.unpack_from(buf, off)) for off in range(0, whole, ACK.size)]
+    records = [ACK.unpack_from(buf, off) for off in range(0, whole, ACK.size)]
+    acks = [[n, index] for n, index in records if not index & BLOCK]
+    blocks = [[n, index & ~BLOCK] for n, index in records if index & BLOCK]
+    return acks, blocks
 
 
 class LiveReader:
@@ -150,12 +167,12 @@ def main() -> None:
     path, rounds, seed, block_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     rng = random.Random(seed)
     live = LiveReader(path)
-    acks = {}
+    acks, blocks = {}, {}
     for r in range(rounds + 1):
-        acks[r] = run_round(path, r, seed, block_size, rng, final=r == rounds)
+        acks[r], blocks[r] = run_round(path, r, seed, block_size, rng, final=r == rounds)
         if live.tailer is not None or any(acks.values()):
             live.poll()
-    print(json.dumps({"acks": acks, "live": live.seen, "kills": rounds}))
+    print(json.dumps({"acks": acks, "blocks": blocks, "live": live.seen, "kills": rounds}))
 
 
 if __name__ == "__main__":

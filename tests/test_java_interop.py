@@ -120,7 +120,8 @@ def assert_java_lists_as_chronq_dumps(qdir: Path, out: Path) -> list[dict[str, A
     for j in theirs:
         where = f"{j['file']}@{j['position']}"
         c = ours[j["file"], j["position"]]
-        assert (j["metadata"], j["length"], j["sha256"]) == (c["metadata"], c["length"], c["body_sha256"]), where
+        assert (j["metadata"], j["length"], j["sha256"]) == (
+            c["metadata"], c["length"], c["body_sha256"]), where
         if j["metadata"]:  # Java's index there is that of the next data document; chronq shows none
             if not (isinstance(c["value"], dict) and STORE_METADATA & c["value"].keys()):
                 assert comparable(chronicle_value(j["json"])) == comparable(c["value"]), where
@@ -380,7 +381,12 @@ def test_java_appends_on_its_own_clock_and_chronq_carries_on(tmp_path: Path) -> 
         last = a.last_index_appended
 
     today = [rc.cycle_at(int(dt.datetime.now(dt.UTC).timestamp() * 1000))]
-    appended = _java_append(qdir, 4)  # Java rolls to today, writing EOF into chronq's file
+    with chronq.open(qdir) as live:  # open while Java appends: its tailer sees Java's documents land
+        tail = live.tailer()
+        assert len(list(iter(tail.read, None))) == 20
+        appended = _java_append(qdir, 4)  # Java rolls to today, writing EOF into chronq's file
+        assert [(ex.index, binary.decode_document(ex.bytes())) for ex in iter(tail.read, None)] == [
+            (i, {"javaAppend": n}) for n, i in enumerate(appended)]
     today.append(rc.cycle_at(int(dt.datetime.now(dt.UTC).timestamp() * 1000)))
     cycle = rc.split(appended[0])[0]
     assert cycle in today and cycle > rc.split(last)[0]
@@ -398,3 +404,23 @@ def test_java_appends_on_its_own_clock_and_chronq_carries_on(tmp_path: Path) -> 
     assert [chronicle_value(r["json"]) for r in rows if not r["metadata"]] == (
         [{"old": i} for i in range(20)] + [{"javaAppend": i} for i in range(4)]
         + [{"new": i} for i in range(3)] + [{"javaAppend": i} for i in range(2)])
+
+
+def test_java_and_chronq_agree_when_a_cycle_is_full(tmp_path: Path) -> None:
+    rc = ROLL_CYCLES["TEST_DAILY"]  # 64 documents a cycle
+    qdir = tmp_path / "q"
+    with chronq.open(qdir, "TEST_DAILY", clock=FixedClock(T0)) as q:
+        a = q.appender()
+        for i in range(rc.max_messages_per_cycle):
+            a.write_document({"i": i})
+        with pytest.raises(chronq.ChronqError, match="full"):
+            a.write_document({"i": "one too many"})
+    p = java("append", qdir, 1, "--at", "2024-01-15T12:00:00Z", check=False)
+    assert p.returncode == 1 and "Unable to index" in p.stderr
+    # the next day has room, for Java and then for chronq
+    cycle = rc.cycle_at(T0)
+    assert _java_append(qdir, 1, "2024-01-16T00:00:01Z") == [rc.to_index(cycle + 1, 0)]
+    with chronq.open(qdir, clock=FixedClock(T0 + 86_400_000)) as q:
+        assert q.appender().write_document({"i": "next day"}) == rc.to_index(cycle + 1, 1)
+    assert read_values(qdir, [rc.to_index(cycle, 63), rc.to_index(cycle + 1, 0)]) == [
+        (rc.to_index(cycle, 63), {"i": 63}), (rc.to_index(cycle + 1, 0), {"javaAppend": 0})]

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow test-pure lint typecheck unit bench build clean
+.PHONY: demo test test-slow test-pure test-interop lint typecheck unit bench build clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ test: lint typecheck unit
 # pytest exits 5 when nothing is marked slow; that is not a failure.
 test-slow: build
 	$(PY) -m pytest -q -m slow || [ $$? -eq 5 ]
+
+# Real Java Chronicle Queue 5.26 reads, resumes, method-reads and appends to queues chronq wrote
+# (../shared/java/run.sh, needs a JDK 17). run.sh installs the Debian jars Chronicle needs on first use
+# when it runs as root (apt-get); otherwise the tests skip, naming the packages (fail under CHRONQ_STRICT=1).
+test-interop: build
+	$(PY) -m pytest -q -m interop
 
 # The wire and rpc suites again on the pure-Python reference codec (what runs where the C
 # accelerator cannot be built); the differential tests then compare it with nothing but itself.

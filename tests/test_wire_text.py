@@ -237,6 +237,13 @@ def test_json_of_vector_documents(vectors: Path) -> None:
     assert header["header"]["@type"] == "SCQStore"
 
 
+def test_json_of_an_empty_body_is_a_document_without_fields() -> None:
+    # Chronicle reads an empty body as a document with no fields (its JSON rendering is empty), as
+    # binary.decode_document does; not as an empty sequence of values
+    assert json_value(b"") == binary.decode_document(b"") == {}
+    assert to_json(b"") == "{}"
+
+
 def test_not_wire_raises_wire_error() -> None:
     with pytest.raises(WireError):
         render(b"\xc4tex")  # field name cut short

@@ -471,7 +471,7 @@ def json_value(body: Buffer) -> Any:
     `{"@binary": base64}`; typed values `{"@type": name, ...fields}`; NaN/Infinity as strings.
     """
     r = binary.Reader(body)
-    if r.has_more() and r.peek_code() in _FIELD_STARTS:
+    if not r.has_more() or r.peek_code() in _FIELD_STARTS:  # empty: a document without fields, as Java
         return _jsonable(r.read_document())
     values = []
     while r.has_more():

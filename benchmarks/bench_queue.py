@@ -33,6 +33,7 @@ HDR = struct.Struct("<I")
 
 
 RUNS = 3  # each throughput figure is the best of this many runs
+BATCH_RUNS = 5  # rounds of the write_many / loop comparison (short runs: more of them steady the ratio)
 
 
 def rate(n: int, fn: Callable[[], object]) -> float:
@@ -180,7 +181,7 @@ def throughput(n: int, tmp: Path) -> list[tuple[str, float, float, float, str]]:
 def batch_vs_loop(n: int, tmp: Path) -> list[tuple[str, float, float]]:
     """write_many against a Python loop of write(), (scenario, loop rate, write_many rate) per scenario.
 
-    The two alternate within each of the RUNS rounds (which goes first alternates too) and every round
+    The two alternate within each of the BATCH_RUNS rounds (which goes first alternates too) and every round
     deletes what it wrote: on a VM, memory the guest has not touched lately costs far more to zero than
     memory just freed, so measuring all of one and then all of the other would compare that instead.
     """
@@ -204,7 +205,7 @@ def batch_vs_loop(n: int, tmp: Path) -> list[tuple[str, float, float]]:
                         w(MSG)
             return n / (time.perf_counter() - t)
 
-    for r in range(RUNS):
+    for r in range(BATCH_RUNS):
         for how in ("loop", "many") if r % 2 == 0 else ("many", "loop"):
             for s in names:
                 path = tmp / f"batch-{s[:5]}"

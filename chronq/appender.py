@@ -252,8 +252,10 @@ class Appender(_native.AppenderCore):
                 os.ftruncate(cf.fileno(), want)
         except OSError as e:
             raise ChronqError(f"{cf.path}: cannot grow the cycle file to {want} bytes: {e}") from e
-        cf.remap()
-        self._attach(*cf.geometry())
+        # re-attach only to a new mapping: attaching re-validates the header and the chain up to
+        # writePosition, work a batch would otherwise repeat at every reservation
+        if cf.remap() or cf.map is not self._map:
+            self._attach(*cf.geometry())
         if need_end > self._alloc_end:
             # Everything before pos is written, by us or by other writers that reserved it: reserving
             # (and prefaulting) from pos on is enough, and far cheaper than walking megabytes others

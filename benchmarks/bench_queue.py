@@ -2,17 +2,20 @@
 
 Baselines: a naive pure-Python mmap log (struct + slice assignment) and sqlite3 in WAL mode; for
 latency, the machine's floor: the same hand-off in C (latency_floor.c, built here with $CC or cc).
-Run: ``python benchmarks/bench_queue.py [--n 1000000] [--latency-samples 200000] [--replay-mb 256]``.
+Run: ``python benchmarks/bench_queue.py [--n 1000000] [--latency-samples 200000] [--replay-mb 256]``;
+``--only batch`` runs only the comparison of write_many with a loop of write().
 Numbers depend on the machine and its load; the ratios are what to compare.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import mmap
 import os
 import random
+import shutil
 import sqlite3
 import struct
 import subprocess
@@ -30,6 +33,7 @@ HDR = struct.Struct("<I")
 
 
 RUNS = 3  # each throughput figure is the best of this many runs
+BATCH_RUNS = 5  # rounds of the write_many / loop comparison (short runs: more of them steady the ratio)
 
 
 def rate(n: int, fn: Callable[[], object]) -> float:
@@ -172,6 +176,45 @@ def throughput(n: int, tmp: Path) -> list[tuple[str, float, float, float, str]]:
     q.close()
     db.close()
     return rows
+
+
+def batch_vs_loop(n: int, tmp: Path) -> list[tuple[str, float, float]]:
+    """write_many against a Python loop of write(), (scenario, loop rate, write_many rate) per scenario.
+
+    The two alternate within each of the BATCH_RUNS rounds (which goes first alternates too) and every round
+    deletes what it wrote: on a VM, memory the guest has not touched lately costs far more to zero than
+    memory just freed, so measuring all of one and then all of the other would compare that instead.
+    """
+    batch = [MSG] * n
+    names = ("fresh queue", "queue already holding data", "inside one atomic() block")
+    best = {(s, how): 0.0 for s in names for how in ("loop", "many")}
+    held = tmp / "held"
+    with chronq.open(held) as q:
+        q.appender().write_many(batch)  # the queue the appends of the second scenario go after
+
+    def append(path: Path, how: str, atomic: bool) -> float:
+        with chronq.open(path) as q:
+            a = q.appender()
+            w = a.write
+            t = time.perf_counter()
+            with a.atomic() if atomic else contextlib.nullcontext():
+                if how == "many":
+                    a.write_many(batch)
+                else:
+                    for _ in range(n):
+                        w(MSG)
+            return n / (time.perf_counter() - t)
+
+    for r in range(BATCH_RUNS):
+        for how in ("loop", "many") if r % 2 == 0 else ("many", "loop"):
+            for s in names:
+                path = tmp / f"batch-{s[:5]}"
+                if s == names[1]:
+                    shutil.copytree(held, path)
+                best[s, how] = max(best[s, how], append(path, how, atomic=s == names[2]))
+                shutil.rmtree(path)
+    shutil.rmtree(held)
+    return [(s, best[s, "loop"], best[s, "many"]) for s in names]
 
 
 LATENCY_READER = r"""
@@ -388,9 +431,13 @@ def main() -> None:
     p.add_argument(
         "--replay-mb", type=int, default=256, help="queue size for the RSS test (use 4096+ for GBs)"
     )
-    p.add_argument("--skip", default="", help="comma list of: throughput,latency,rss")
+    sections = ("throughput", "batch", "latency", "rss")
+    p.add_argument("--skip", default="", help=f"comma list of: {','.join(sections)}")
+    p.add_argument("--only", default="", help="comma list of the sections to run (the others are skipped)")
     args = p.parse_args()
     skip = set(args.skip.split(","))
+    if args.only:
+        skip |= set(sections) - set(args.only.split(","))
     with tempfile.TemporaryDirectory(prefix="chronq-bench-") as d:
         tmp = Path(d)
         if "throughput" not in skip:
@@ -409,6 +456,12 @@ def main() -> None:
                         f"| {name} | {c / 1e6:.2f} M | {b1 / 1e6:.2f} M | {b2 / 1e6:.2f} M | "
                         f"{c / b1:.1f}x | {c / b2:.1f}x | {target} |"
                     )
+        if "batch" not in skip:
+            print(f"\n## write_many against a loop of write() ({args.n:,} x 40 B messages; messages/s)\n")
+            print("| scenario | loop of write() | write_many | write_many / loop | target |")
+            print("|---|---:|---:|---:|---|")
+            for name, loop, many in batch_vs_loop(args.n, tmp):
+                print(f"| {name} | {loop / 1e6:.2f} M | {many / 1e6:.2f} M | {many / loop:.2f}x | >= 1.5x |")
         if "latency" not in skip:
             print(
                 f"\n## One-way latency, 2 processes, 40 B at {args.latency_rate:,} msg/s, "

@@ -969,6 +969,7 @@ static int App_check_cycle(AppenderObject *self) {
 /* With the lock held: find the first free header position and the next sequence number.
    Handles other writers, crashed leftovers and EOF (roll via Python). */
 static int App_locate_end(AppenderObject *self) {
+    int remapped = 0;
     for (int attempt = 0; attempt < 16; attempt++) {
         Geometry *g = &self->g;
         int64_t wp = ld64(g->base + g->wp_off);
@@ -981,8 +982,26 @@ static int App_locate_end(AppenderObject *self) {
             pos = g->data_start;
             seq = 0;
         } else {
+            if (wp >= g->data_start && wp > g->size - 4 && !remapped) {
+                /* Another writer (process or thread) grew the file and appended past the end of our
+                   mapping, which is as big as the file was when we last looked: map the file as it is
+                   now (Appender._remap) and look again. Only a writePosition outside the grown file
+                   is corrupt. */
+                PyObject *r = PyObject_CallMethod((PyObject *)self, "_remap", NULL);
+                if (!r) return -1;
+                Py_DECREF(r);
+                if (!self->g.map) {
+                    raise_chronq("appender has no cycle file after remapping");
+                    return -1;
+                }
+                self->cache_valid = 0;
+                remapped = 1;
+                attempt--;
+                continue;
+            }
             if (wp < g->data_start || wp > g->size - 4) {
-                raise_corrupt(g->map->name, g->wp_off, "writePosition %lld is outside the file", (long long)wp);
+                raise_corrupt(g->map->name, g->wp_off, "writePosition %lld is outside the file (%zd bytes)",
+                              (long long)wp, g->size);
                 return -1;
             }
             int64_t s = seq_at_position(g, (Py_ssize_t)wp);

@@ -181,6 +181,8 @@ class Appender(_native.AppenderCore):
 
     def _write_eof(self, cf: CycleFile) -> None:
         wp = _native.load64(cf.map, cf.layout.write_position_offset)
+        if wp > cf.map.size - 8:  # another writer grew the file since it was mapped
+            cf.remap()
         if wp < 0 or wp > cf.map.size - 8:
             raise CorruptQueueError(
                 str(cf.path), cf.layout.write_position_offset, f"writePosition {wp} is outside the file"
@@ -222,6 +224,19 @@ class Appender(_native.AppenderCore):
         finally:
             self._unlock()
 
+    def _remap(self) -> None:
+        """Called by the native write path (lock held) when writePosition lies past the end of this
+        appender's mapping: another writer grew the file and appended beyond it. Map the file as it is
+        now; the shared CycleFile may already have been remapped by another appender of this process,
+        so attach its mapping whenever it is bigger than ours."""
+        cf = self._file
+        assert cf is not None
+        cf.remap()
+        mine = self._map
+        if mine is None or cf.map.size > mine.size:
+            self._attach(*cf.geometry())
+            self._set_limits(cf)
+
     def _grow(self, pos: int, need_end: int) -> None:
         cf = self._file
         assert cf is not None
@@ -237,9 +252,15 @@ class Appender(_native.AppenderCore):
                 os.ftruncate(cf.fileno(), want)
         except OSError as e:
             raise ChronqError(f"{cf.path}: cannot grow the cycle file to {want} bytes: {e}") from e
-        cf.remap()
-        self._attach(*cf.geometry())
+        # re-attach only to a new mapping: attaching re-validates the header and the chain up to
+        # writePosition, work a batch would otherwise repeat at every reservation
+        if cf.remap() or cf.map is not self._map:
+            self._attach(*cf.geometry())
         if need_end > self._alloc_end:
+            # Everything before pos is written, by us or by other writers that reserved it: reserving
+            # (and prefaulting) from pos on is enough, and far cheaper than walking megabytes others
+            # appended since this appender last reserved.
+            self._alloc_end = max(self._alloc_end, pos & ~4095)
             # reserve blocks ahead of the writer: on a full disk this fails here, not as SIGBUS in a store
             ahead = min(cf.map.size, need_end + ALLOCATE_AHEAD)
             exact = min(cf.map.size, -(-need_end // 4096) * 4096)

@@ -397,3 +397,31 @@ def test_a_failing_top_up_after_a_write_keeps_the_write(
                 a.write(b"y" * 1000)
         last = [bytes(ex.payload)[:1] for ex in q.tailer()]
         assert last[-1] == b"y" and len(last) > 2000  # the interrupted write is there
+
+
+def _mapped_kib(path: Path) -> int:
+    """Resident KiB of this process's mappings of `path` (from /proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if line[:1] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+                inside = line.rstrip().endswith(os.path.realpath(path))
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs /proc/self/smaps")
+def test_new_appender_reserves_from_the_end_not_the_start(tmp_path: Path) -> None:
+    """A new appender on a queue that already holds data reserves and prefaults from where it writes:
+    the bytes before the end were written (and reserved) before, so walking them again cost its first
+    write a prefault of the whole file (tens of ms for 64 MB)."""
+    with chronq.open(tmp_path, clock=FixedClock(BASE_MS)) as q:
+        q.appender().write_many([b"d" * 1020] * 48 * 1024)  # 48 MiB
+    path = tmp_path / "20240115F.cq4"
+    with chronq.open(tmp_path, clock=FixedClock(BASE_MS)) as q:
+        before = _mapped_kib(path)  # mappings of the writes above that are still alive, if any
+        q.appender().write(b"next")
+        mapped = _mapped_kib(path) - before
+        assert len(read_all(q)) == 48 * 1024 + 1
+    assert 0 < mapped < 8 * 1024, f"{mapped} KiB of the file mapped after one write"

@@ -36,6 +36,8 @@ def test_bench_queue() -> None:
     out = run("bench_queue.py", "--n", "20000", "--latency-samples", "2000", "--replay-mb", "8")
     rows = ("append 40 B, Python loop", "move_to_index + read", "one CPU each (pinned)", "plain iteration")
     assert all(row in out for row in rows), out
+    for scenario in ("fresh queue", "queue already holding data", "inside one atomic() block"):
+        assert re.search(rf"\| {re.escape(scenario)} \| [\d.]+ M \| [\d.]+ M \| [\d.]+x \|", out), out
     # the C floor rows: measured figures, or why there are none (a machine without a C compiler)
     time = r"\d[\d,.]* us"
     figures = rf"({time} \| ){{4}}(\d+\.\d|nan)% \| \d+: [\d.]+ ms \| [\d,]+: [\d.]+ ms, longest {time} \|"

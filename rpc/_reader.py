@@ -137,6 +137,10 @@ def _handler_specs(handler: object, interfaces: Sequence[type]) -> dict[str, Met
 class MethodReader:
     """Reads documents from a tailer and calls the handlers' methods named by each document's event.
 
+    Only methods of the Protocols a handler's class declares, or of `interfaces`, are ever called:
+    event names are queue data, so no other method (public, `_private` or dunder) may be reachable
+    from them. A handler with no Protocol either way is a TypeError here.
+
     Unknown events never stop the reader: they go to `on_unknown(event, index)` (default: a debug log)
     and nothing is instantiated for them. An argument whose `!type` names no registered class is kept
     (as a `wire.Typed`, or read field by field as the declared class), the handlers still run, and

@@ -31,7 +31,7 @@ class Trades(Protocol):
     def trade(self, t: Trade) -> None: ...
 
 
-class Count:
+class Count(Trades):
     def __init__(self) -> None:
         self.n = 0
 
@@ -39,7 +39,7 @@ class Count:
         self.n += 1
 
 
-class Relay:
+class Relay(Trades):
     """A service's handler: republish what it reads (the writer carries the history forward)."""
 
     def __init__(self, out: Trades) -> None:

@@ -55,8 +55,9 @@ class RiskEvents(Protocol):
     def exposure(self, update: ExposureUpdate) -> None: ...
 
 
-class RiskService:
-    """Implements RiskMonitor: keeps each trader's net exposure, answers every trade with an update."""
+class RiskService(RiskMonitor):
+    """Implements RiskMonitor (the reader calls only its methods): keeps each trader's net exposure,
+    answers every trade with an update."""
 
     def __init__(self, events: RiskEvents) -> None:
         self.events = events

@@ -39,8 +39,9 @@ class RiskMonitor(Protocol):
     def trade(self, t: TradeDetails) -> None: ...
 
 
-class ExposureChecker:
-    """Keeps each trader's net position value and reports when it passes `limit`."""
+class ExposureChecker(RiskMonitor):
+    """Implements RiskMonitor (the reader calls only its methods); keeps each trader's net position
+    value and reports when it passes `limit`."""
 
     def __init__(self, limit: float) -> None:
         self.limit = limit

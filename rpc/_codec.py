@@ -182,8 +182,9 @@ def framed_decoder(wire: WireType, tp: Any) -> Callable[[Any, int], tuple[Any, i
             raise WireError(f"expected {wire.name} arguments in a bytes value", pos)
         try:
             return dec(buf[start + 1 : end]), end
-        except WireError:
-            raise
+        except WireError as e:  # its offset is within the argument bytes: make it the document's
+            text = str(e).removesuffix(f" (at offset {e.offset})")
+            raise WireError(f"bad {wire.name} arguments: {text}", start + 1 + (e.offset or 0)) from e
         except (msgspec.MsgspecError, ValueError, TypeError) as e:
             raise WireError(f"bad {wire.name} arguments: {e}", start + 1) from e
 

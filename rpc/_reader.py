@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,38 +105,41 @@ def _decoder(
 
 
 def _handler_specs(handler: object, interfaces: Sequence[type]) -> dict[str, MethodSpec]:
-    """Message methods of `handler`: from the Protocols it declares or is given, else its own annotations."""
+    """Message methods of `handler`: the methods of the Protocols its class declares (lists in its
+    bases) and of `interfaces`, that the handler has.
+
+    Only those: the event names come from the queue, which may hold anything anyone appended, so a
+    handler's other public methods (`reset`, `close`, ...) must not be callable by naming them in a
+    document, as Java's readers dispatch only the methods of the interfaces a handler implements.
+    A handler with no Protocol at all is refused here rather than left to dispatch nothing."""
+    declared = [c for c in type(handler).__mro__ if is_protocol(c)]
+    protos = declared + [p for p in interfaces if p not in declared]
+    if not protos:
+        kind = type(handler).__name__
+        raise TypeError(
+            f"rpc.reader: {kind} declares no Protocol, so no event may call its methods; "
+            f"declare the interface it implements (class {kind}(SomeProtocol): ...) "
+            f"or pass it: rpc.reader(tailer, handler, interfaces=[SomeProtocol])"
+        )
     specs: dict[str, MethodSpec] = {}
-    protos = [c for c in type(handler).__mro__ if is_protocol(c)] + list(interfaces)
     for proto in protos:
         for m in describe(proto).methods:
+            if m.name.startswith("_"):  # (describe skips them already; never let one through)
+                continue
             if callable(getattr(handler, m.name, None)):
                 specs.setdefault(m.name, m)
-    for name, fn in inspect.getmembers(type(handler), inspect.isfunction):
-        if name.startswith("_") or name in specs:
-            continue
-        specs[name] = _spec_from_function(name, fn)
+    if not specs and any(describe(p).methods for p in protos):  # (a typo, or the wrong handler)
+        names = ", ".join(p.__name__ for p in protos)
+        raise TypeError(f"rpc.reader: {type(handler).__name__} has no method of {names}")
     return specs
-
-
-def _spec_from_function(name: str, fn: Callable[..., Any]) -> MethodSpec:
-    try:
-        hints = typing.get_type_hints(fn)
-    except NameError:
-        hints = {}
-    positional = [
-        p
-        for i, p in enumerate(inspect.signature(fn).parameters.values())
-        if i > 0 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)
-    ]
-    params = tuple((p.name, hints.get(p.name, Any)) for p in positional)
-    defaults = tuple(p.default for p in positional if p.default is not p.empty)
-    ret = hints.get("return")
-    return MethodSpec(name, name, params, ret if is_protocol(ret) else None, defaults)
 
 
 class MethodReader:
     """Reads documents from a tailer and calls the handlers' methods named by each document's event.
+
+    Only methods of the Protocols a handler's class declares, or of `interfaces`, are ever called:
+    event names are queue data, so no other method (public, `_private` or dunder) may be reachable
+    from them. A handler with no Protocol either way is a TypeError here.
 
     Unknown events never stop the reader: they go to `on_unknown(event, index)` (default: a debug log)
     and nothing is instantiated for them. An argument whose `!type` names no registered class is kept

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chronq.errors import IndexNotFoundError
@@ -80,7 +80,8 @@ class Service:
 
     `input_source_id` (default: the input queue's source id) is what output histories record as the
     origin; it must be non-zero for `Start.MISSED`. `stop()` is graceful: the current message finishes.
-    `on_unknown` and `on_unknown_type` are the method reader's hooks (see `rpc.MethodReader`).
+    `on_unknown`, `on_unknown_type` and `interfaces` are the method reader's (see `rpc.MethodReader`):
+    only methods of the Protocols the handler declares, or of `interfaces`, are called.
     """
 
     def __init__(
@@ -95,6 +96,7 @@ class Service:
         pauser: Pauser | None = None,
         on_unknown: UnknownHook | None = None,
         on_unknown_type: UnknownTypeHook | None = None,
+        interfaces: Sequence[type] = (),
     ) -> None:
         if not source_id:
             raise ValueError("a service needs a non-zero source_id to record history in its output")
@@ -111,8 +113,8 @@ class Service:
         self.handler = handler_factory(self.out)
         self.tailer = input.tailer()
         self.reader = MethodReader(
-            self.tailer, self.handler, source_id=input_source_id, on_unknown=on_unknown,
-            on_unknown_type=on_unknown_type,
+            self.tailer, self.handler, interfaces=interfaces, source_id=input_source_id,
+            on_unknown=on_unknown, on_unknown_type=on_unknown_type,
         )
         self.pauser: Pauser = pauser or SleepingPauser(max_sleep=0.001)
         self._stop = threading.Event()

@@ -47,7 +47,7 @@ def data_documents(vector_dir: Path) -> list[tuple[int, bytes]]:
     return out
 
 
-class Recording:
+class Recording(Events):
     """Handler recording every call it gets, in order."""
 
     def __init__(self) -> None:

@@ -91,7 +91,11 @@ class WithDefault(msgspec.Struct):
     flag: bool = True
 
 
-class Defaults:
+class DefaultsApi(Protocol):
+    def m(self, v: WithDefault) -> None: ...
+
+
+class Defaults(DefaultsApi):
     def __init__(self) -> None:
         self.got: list[Any] = []
 
@@ -108,7 +112,7 @@ class ListApi(Protocol):
     def put(self, v: Listy) -> None: ...
 
 
-class Lists:
+class Lists(ListApi):
     def __init__(self) -> None:
         self.got: list[Any] = []
 
@@ -144,7 +148,7 @@ def test_history_is_current_in_handlers_reached_by_the_fast_path(tmp_path) -> No
 
 @needs_speedups
 def test_handler_errors_from_the_fast_path_name_the_event_and_index() -> None:
-    class Failing:
+    class Failing(Events):
         def method1(self, m: Message1) -> None:
             raise WireError("bad nested data", 3)
 
@@ -209,7 +213,7 @@ def test_a_history_current_on_one_thread_is_not_seen_by_fast_dispatch_on_another
     inside, release = threading.Event(), threading.Event()
     seen: list[object] = []
 
-    class Blocking:
+    class Blocking(Events):
         def method1(self, m: Message1) -> None:
             seen.append(rpc.current_history())
             inside.set()
@@ -243,7 +247,7 @@ def test_a_history_current_on_one_thread_is_not_seen_by_fast_dispatch_on_another
 def test_handler_errors_from_read_one_name_the_index_and_keep_the_traceback(
     tmp_path, writer_source: int, reader_source: int
 ) -> None:
-    class Failing:
+    class Failing(Events):
         def method1(self, m: Message1) -> None:
             if m.text == "bad":
                 raise WireError("bad nested data", 3)

@@ -16,7 +16,7 @@ from wire import WireError
 from wire.history import MessageHistory, read_history
 
 
-class Republisher:
+class Republisher(Events):
     """Reads Events and re-publishes them, as the Java program that wrote the `out` vectors did."""
 
     def __init__(self, out: Events) -> None:
@@ -75,7 +75,7 @@ def test_no_history_outside_a_handler_and_without_source_ids():
     assert read_history(out.documents[0])[0] is None
     seen = []
 
-    class H:
+    class H(Events):
         def say(self, text: str) -> None:
             seen.append(rpc.current_history())
 

@@ -48,7 +48,7 @@ def test_history_through_real_queues_matches_the_java_hop(vectors, tmp_path):
     ):
         out = rpc.writer(dst, Events)
 
-        class Republish:
+        class Republish(Events):
             def method1(self, m: Message1) -> None:
                 out.method1(m)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -57,7 +57,11 @@ def test_unknown_events_are_reported_skipped_and_never_stop_the_reader(tmp_path)
             dc.write(b"\xb9\x07method1\xb6" + bytes([len(java_type)]) + java_type)
             dc.write(bytes.fromhex("820b000000c474657874e568656c6c6f"))
 
-        class Plain:
+        class Loose(Protocol):  # Events without method id 7, and method1 taking any value
+            def say(self, text: str) -> None: ...
+            def method1(self, m: Any) -> None: ...
+
+        class Plain(Loose):
             def __init__(self) -> None:
                 self.got: list[Any] = []
 
@@ -77,7 +81,7 @@ def test_unknown_events_are_reported_skipped_and_never_stop_the_reader(tmp_path)
             pass
         typed_index = q.last_index
     assert [ev for ev, _ in unknown] == [7]
-    assert h.got[0] == {"text": "x"}  # no annotation: the generic value
+    assert h.got[0] == {"text": "x"}  # declared Any: the generic value
     assert h.got[1] == "still here"
     assert isinstance(h.got[2], Typed) and h.got[2].type_name == "gen.Msg$Message1"  # not instantiated
     assert types == [("gen.Msg$Message1", "method1", typed_index)]  # reported, and the reader went on

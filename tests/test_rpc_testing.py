@@ -57,7 +57,7 @@ def test_any_call_stream_survives_the_writer_and_reader(stream):
     out = Recorder()
     rst.apply(rpc.writer(out, AccountCommands), stream)
 
-    class Sink:
+    class Sink(AccountCommands):
         def __init__(self) -> None:
             self.calls: list[rst.Call] = []
 

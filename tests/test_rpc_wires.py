@@ -74,3 +74,14 @@ def test_queue_read_one_delivers_framed_arguments_of_every_frame_size(wire, size
         while r.read_one():
             pass
     assert h.calls == [("say", ("s" * size,)), ("method1", (Message1("m" * size),))]
+
+
+@pytest.mark.parametrize("wire", [WireType.MSGSPEC, WireType.FIELDLESS_BINARY])
+def test_non_utf8_text_in_framed_arguments_is_a_wire_error_at_its_offset(wire):
+    """msgspec raises UnicodeDecodeError for such text; the reader reports a WireError where it is."""
+    out = Recorder()
+    rpc.writer(out, Events, wire=wire).say("ab\u00e9")
+    bad = out.documents[0].replace("\u00e9".encode(), b"\xc3\x28")
+    with pytest.raises(WireError, match=f"bad {wire.name} arguments") as info:
+        rpc.MethodReader(None, Recording(), wire=wire).dispatch(bad)
+    assert info.value.offset == bad.index(b"\xc3\x28")

@@ -164,7 +164,7 @@ class Quotes(Protocol):
     def note(self, text: str, level: int) -> None: ...
 
 
-class QuoteSink:
+class QuoteSink(Quotes):
     def __init__(self) -> None:
         self.got: list[object] = []
 
@@ -222,7 +222,10 @@ def test_defaults_fill_arguments_an_older_writer_did_not_send():
         r.dispatch(d)
     assert got == [("EURUSD", 100, ""), ("GBPUSD", 5, "")]
 
-    class Strict:
+    class Pair(Protocol):
+        def say(self, a: str, b: int) -> None: ...
+
+    class Strict(Pair):
         def say(self, a: str, b: int) -> None:
             got.append((a, b, "?"))
 

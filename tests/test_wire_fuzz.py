@@ -8,18 +8,20 @@ import enum
 import os
 import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import attrs
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import GENERATED
-from wire import EventName, FieldNumber, Int64Hex, WireError, marshal
+from wire import EventName, FieldNumber, Int64Hex, WireError, WireType, marshal, text
 from wire.binary import Reader, decode, decode_document, encode, encode_document
 
 
@@ -249,5 +251,124 @@ def test_typed_decoders_only_raise_wire_errors(data: bytes, target: Any) -> None
     for candidate in (data, encode(["x", 1, 2.5, None, {"a": "b"}]) + data, b"\x82\x0c\x00\x00\x00" + data):
         try:
             decode(candidate, target)
+        except WireError as e:
+            assert e.offset is not None
+
+
+# ----------------------------------------------------------------- every wire type: only WireError escapes
+
+
+class Side(enum.Enum):
+    BUY = "BUY"
+    SELL = "SELL"
+
+
+class Quote(msgspec.Struct):  # scalar fields: MSGSPEC decodes it through the C plan first
+    symbol: str
+    price: float
+    size: int
+    firm: bool
+    side: Side
+
+
+class QuotePair(msgspec.Struct, array_like=True):
+    symbol: str
+    size: int
+
+
+@dataclass
+class Book:
+    name: str
+    quotes: list[Quote] = field(default_factory=list)
+    tags: dict[str, int] = field(default_factory=dict)
+
+
+@attrs.define
+class Note:
+    text: str
+    blob: bytes = b""
+    when: dt.datetime | None = None
+
+
+WIRE_TARGETS: list[Any] = [
+    None, str, int, bytes, list[str], dict[str, str], tuple[str, int], Side, Quote, QuotePair, Book, Note,
+    Quote | None, list[Quote], uuid.UUID,
+]
+SAMPLES: list[Any] = [
+    "plain",
+    "ünïcødé €",
+    ["a", "β", "c"],
+    {"k": "v", "clé": "значение"},
+    Quote("EURUSD", 1.0875, 1_000_000, True, Side.BUY),
+    QuotePair("GBPUSD", 5),
+    Book("b", [Quote("X", 1.0, 2, False, Side.SELL)], {"t": 1}),
+    Note("hello", b"\x00\xff", dt.datetime(2024, 1, 2, 3, 4, 5)),
+]
+
+
+def _only_wire_errors_from_every_wire(data: bytes, target: Any) -> None:
+    for wire in WireType:
+        for attempt in (lambda w=wire: w.decode(data, target), lambda w=wire: w.decoder(target)(data)):
+            try:
+                attempt()
+            except WireError as e:
+                assert e.offset is not None and 0 <= e.offset <= len(data), (wire, target, e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64), st.sampled_from(WIRE_TARGETS))
+def test_every_wire_type_raises_only_wire_errors_on_random_bytes(data: bytes, target: Any) -> None:
+    _only_wire_errors_from_every_wire(data, target)
+
+
+def _mutated(draw: Callable[[st.SearchStrategy[Any]], Any], data: bytes) -> bytes:
+    body = bytearray(data)
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "set", "cut", "insert"]))
+        at = draw(st.integers(0, max(len(body) - 1, 0)))
+        if kind == "flip" and body:
+            body[at] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "set" and body:
+            body[at] = draw(st.sampled_from([0x00, 0x7F, 0x80, 0xA5, 0xC0, 0xD9, 0xDC, 0xFF]))
+        elif kind == "cut":
+            del body[at:]
+        else:
+            body[at:at] = draw(st.binary(min_size=1, max_size=4))
+    return bytes(body)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_every_wire_type_raises_only_wire_errors_on_mutated_encodings(data: st.DataObject) -> None:
+    """Mutations of real encodings reach deeper than random bytes: into field names, str payloads
+    (non-UTF-8 text is the common case a flipped bit makes), enum names and nested values."""
+    sample = data.draw(st.sampled_from(SAMPLES))
+    wire = data.draw(st.sampled_from(list(WireType)))
+    encoded = wire.encode(sample)
+    target = data.draw(st.sampled_from([None, type(sample), *WIRE_TARGETS]))
+    _only_wire_errors_from_every_wire(_mutated(data.draw, encoded), target)
+
+
+def test_non_utf8_text_is_a_wire_error_with_its_offset() -> None:
+    """msgpack `str` of bytes that are not UTF-8: msgspec raises UnicodeDecodeError, which escaped."""
+    for wire in (WireType.MSGSPEC, WireType.FIELDLESS_BINARY):
+        for target in (None, str, list[str], Quote):
+            good = wire.encode(["ab\u00e9"] if target == list[str] else "ab\u00e9")
+            if target is Quote:
+                good = wire.encode(Quote("ab\u00e9", 1.0, 1, True, Side.BUY))
+            bad = good.replace("\u00e9".encode(), b"\xc3\x28")
+            for read in (wire.decode, lambda d, t, w=wire: w.decoder(t)(d)):
+                with pytest.raises(WireError) as info:
+                    read(bad, target)
+                assert info.value.offset == bad.index(b"\xc3\x28"), (wire, target)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=80))
+def test_binary_text_renderings_raise_only_wire_errors(data: bytes) -> None:
+    """`chronq dump` and the JSON view decode hostile document bodies too."""
+    for render in (text.render, text.json_value, text.to_json):
+        try:
+            render(data)
         except WireError as e:
             assert e.offset is not None

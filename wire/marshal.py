@@ -607,7 +607,14 @@ def _convert(v: Any, tp: Any, at: int) -> Any:
         if tp is Decimal:
             return Decimal(str(v))
         if tp is bytes:
-            return v.encode() if isinstance(v, str) else bytes(v)
+            if isinstance(v, str):
+                return v.encode()
+            if hasattr(type(v), "__index__"):
+                # bytes(n) would allocate n zero bytes: five bytes of input could ask for 2 GiB. An
+                # integer is no encoding of bytes; every other source (bytes, text, a sequence of
+                # byte values) is as long as the input that held it.
+                raise WireError(f"cannot read {type(v).__name__} {v!r} as bytes", at)
+            return bytes(v)
         if tp is uuid.UUID:
             return v if isinstance(v, uuid.UUID) else uuid.UUID(str(v))
         if tp is _dt.datetime:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 import sys
 import types
 import typing
@@ -73,10 +74,7 @@ class _MsgspecCodec:
             raise WireError(f"cannot encode {type(value).__name__} with MSGSPEC: {exc}") from exc
 
     def decode(self, data: Buffer, type: Any = None) -> Any:
-        try:
-            return _msgpack_decoder(type)(data)
-        except msgspec.DecodeError as exc:
-            raise WireError(f"bad MSGSPEC data for {_type_name(type)}: {exc}") from exc
+        return _msgpack_decoder(type)(data)
 
     def encoder(self) -> Callable[[Any], bytes]:
         return self._encode
@@ -85,9 +83,51 @@ class _MsgspecCodec:
         return _msgpack_decoder(type)
 
 
+# What msgspec raises for bad input besides its DecodeError/ValidationError: UnicodeDecodeError for a
+# str that is not UTF-8 (it does not wrap that one), RecursionError for nesting past its limit.
+_MSGSPEC_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
+_AT_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _bad_data(wire: str, tp: Any, data: Buffer, exc: BaseException) -> WireError:
+    """The WireError for msgspec's `exc`, with the offset where it stopped as far as it can be told:
+    the first bad byte of a non-UTF-8 str, the end of truncated data, else the start."""
+    offset = 0
+    if isinstance(exc, UnicodeDecodeError):
+        raw = bytes(data)
+        at = raw.find(exc.object) if isinstance(exc.object, bytes) else -1
+        offset = at + exc.start if at >= 0 else 0
+    elif isinstance(exc, msgspec.DecodeError) and "truncated" in str(exc):
+        offset = len(data)
+    elif (byte := _AT_BYTE.search(str(exc))) is not None and int(byte[1]) <= len(data):
+        offset = int(byte[1])  # msgspec names the byte in some messages ("trailing characters (byte 40)")
+    return WireError(f"bad {wire} data for {_type_name(tp)}: {exc}", offset)
+
+
+def _checked(wire: str, tp: Any, decode: Callable[[Buffer], Any]) -> Callable[[Buffer], Any]:
+    """`decode`, raising only WireError for bad data: decoding is the one place queue data, which
+    anyone able to append chooses, reaches the codec."""
+
+    def checked(data: Buffer) -> Any:
+        try:
+            return decode(data)
+        except _MSGSPEC_ERRORS as exc:
+            raise _bad_data(wire, tp, data, exc) from exc
+
+    return checked
+
+
+@cache
+def _raw_msgpack_decoder(tp: Any) -> Callable[[Buffer], Any]:
+    return msgspec.msgpack.Decoder(tp).decode if tp is not None else msgspec.msgpack.Decoder().decode
+
+
 @cache
 def _msgpack_decoder(tp: Any) -> Callable[[Buffer], Any]:
-    decode = msgspec.msgpack.Decoder(tp).decode if tp is not None else msgspec.msgpack.Decoder().decode
+    """MSGSPEC's decoder for `tp`: the C plan where there is one, whose fallback (msgspec, for
+    anything the plan does not take, bad bytes included) reports errors, so the plan's own fast
+    path pays nothing for the check."""
+    decode = _checked("MSGSPEC", tp, _raw_msgpack_decoder(tp))
     plan = _msgpack_plan(tp)
     if plan is None:
         return decode
@@ -268,16 +308,14 @@ class _FieldlessCodec:
     @staticmethod
     def _compile_decoder(tp: Any) -> Callable[[Buffer], Any]:
         mirror = _mirror(tp) if tp is not None else None
-        decode = _msgpack_decoder(mirror)
+        decode = _raw_msgpack_decoder(mirror)
+        if mirror is tp:
+            return _checked("FIELDLESS_BINARY", tp, decode)
 
-        def checked(data: Buffer) -> Any:
-            try:
-                value = decode(data)
-                return value if mirror is tp else msgspec.convert(value, tp, from_attributes=True)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise WireError(f"bad FIELDLESS_BINARY data for {_type_name(tp)}: {exc}") from exc
+        def back(data: Buffer) -> Any:
+            return msgspec.convert(decode(data), tp, from_attributes=True)
 
-        return checked
+        return _checked("FIELDLESS_BINARY", tp, back)
 
 
 class _BinaryCodec:

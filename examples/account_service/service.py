@@ -18,6 +18,7 @@ import chronq
 import rpc
 
 from .api import (
+    AccountCommands,
     AccountEvents,
     AccountOpened,
     BalanceChanged,
@@ -34,8 +35,9 @@ OUTPUT_SOURCE_ID = 2
 LOCK_TIMEOUT = 1.0  # seconds
 
 
-class Accounts:
-    """Implements AccountCommands; every command produces exactly one AccountEvents call."""
+class Accounts(AccountCommands):
+    """Implements AccountCommands; every command produces exactly one AccountEvents call. Declaring
+    the Protocol is what lets a method reader call these methods (and only these: never `_refuse`)."""
 
     def __init__(self, events: AccountEvents) -> None:
         self.events = events

@@ -1,7 +1,9 @@
 """pytest plugin entry point (chronq_replay): collects replay-scenario folders as tests.
 
 A folder with an `in.yaml` becomes one test when it or an ancestor holds `replay.toml` naming the
-component (`handler = "module:factory"`, optional `pythonpath = "relative/dir"` added to sys.path).
+component (`handler = "module:factory"`, optional `pythonpath = "relative/dir"` added to sys.path,
+optional `interfaces = ["module:Protocol", ...]` for a handler that does not declare the Protocols
+whose methods the scenarios may call).
 `pytest --rpc-regenerate` rewrites each scenario's `out.yaml` from the actual outputs.
 
 Loaded into every pytest run through the entry point, so it imports nothing heavy until it finds a
@@ -51,14 +53,32 @@ def load_factory(config: Path) -> Callable[..., object]:
     target = settings.get("handler")
     if not isinstance(target, str) or ":" not in target:
         raise ValueError(f"{config}: `handler = \"module:factory\"` is required")
+    _add_pythonpath(config, settings)
+    factory: Callable[..., object] = _load(target)
+    return factory
+
+
+def load_interfaces(config: Path) -> list[type]:
+    """The Protocols a `replay.toml` names in `interfaces` (none: the handler's own)."""
+    settings = tomllib.loads(config.read_text())
+    names = settings.get("interfaces", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) and ":" in n for n in names):
+        raise ValueError(f"{config}: `interfaces` is a list of \"module:Protocol\" names")
+    _add_pythonpath(config, settings)
+    return [_load(n) for n in names]
+
+
+def _add_pythonpath(config: Path, settings: dict[str, Any]) -> None:
     extra = settings.get("pythonpath")
     if isinstance(extra, str):
         path = str((config.parent / extra).resolve())
         if path not in sys.path:
             sys.path.insert(0, path)
+
+
+def _load(target: str) -> Any:
     module, _, attr = target.partition(":")
-    factory: Callable[..., object] = getattr(importlib.import_module(module), attr)
-    return factory
+    return getattr(importlib.import_module(module), attr)
 
 
 class ScenarioFile(pytest.File):
@@ -72,7 +92,7 @@ class ScenarioItem(pytest.Item):
 
         config = _config_file(self.path.parent)
         assert config is not None
-        tester = YamlTester(load_factory(config))
+        tester = YamlTester(load_factory(config), interfaces=load_interfaces(config))
         regenerate = bool(self.config.getoption("--rpc-regenerate"))
         tester.check(self.path.parent, regenerate=regenerate)
 

@@ -111,7 +111,8 @@ class YamlTester:
     """Replays YAML call scenarios through a component built by `handler_factory(output)`.
 
     `handler_factory` receives the output (a `Recorder`) to build its `rpc.writer`s on, exactly as a
-    `rpc.Service` factory receives the real output queue.
+    `rpc.Service` factory receives the real output queue. As in production, inputs call only methods
+    of the Protocols the handler declares or of `interfaces`; any other name is an unknown event.
     """
 
     def __init__(self, handler_factory: HandlerFactory, *, interfaces: Sequence[type] = ()) -> None:

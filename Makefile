@@ -4,12 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow test-pure test-interop lint typecheck unit bench build clean
+.PHONY: demo test test-slow test-pure test-interop lint typecheck unit bench bench-plots docs build clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark]'
+	$(PY) -m pip install -q -e '.[dev,spark,docs]'
 	touch $(STAMP)
 
 # Rebuilds the C extensions in place when their sources changed (setuptools skips up-to-date ones).
@@ -53,6 +53,16 @@ bench: build
 	$(PY) benchmarks/bench_queue.py
 	$(PY) benchmarks/bench_rpc.py
 	$(PY) benchmarks/bench_spark.py
+
+# chronq beside its baselines and Java Chronicle Queue (../shared/java/run.sh bench) in one run: writes
+# docs/img/benchmarks.json, the PNGs beside it and the figures section of docs/benchmarks.md.
+bench-plots: build
+	$(PY) benchmarks/plot.py
+
+# The site (mkdocs.yml: docs/*.md, README.md as the home page, the API reference from the docstrings)
+# into out/site. --strict: a broken link or a docstring griffe cannot read fails the build.
+docs: build
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir out/site
 
 clean:
 	rm -rf $(VENV) build *.egg-info chronq/_native*.so

@@ -66,10 +66,8 @@ def best_rates(cases: list[tuple[str, int, Callable[[], object]]], rounds: int =
     return best
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--n", type=int, default=200_000)
-    n = ap.parse_args().n
+def measure(n: int) -> tuple[int, list[tuple[str, float, int | None]]]:
+    """The document's size and (case, calls/s, target) for each case, n calls per case and round."""
     trade = TRADE
     rec = Recorder()
     rpc.writer(rec, Trades).trade(trade)
@@ -156,11 +154,19 @@ def main() -> None:
         rates = best_rates([(name, n, fn) for name, fn, _ in cases])
         assert handler.n == 4 * ROUNDS * n, handler.n  # every read_one and dispatch reached the handler
         assert sum(1 for _ in dst.tailer()) == ROUNDS * n  # every message republished
-    base = rates[0]
-    print(f"rpc benchmark, n={n}, {len(doc)}-byte documents (6-field trade DTO, BINARY), "
+    return len(doc), [(name, ops, target) for (name, _, target), ops in zip(cases, rates, strict=True)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--n", type=int, default=200_000)
+    n = ap.parse_args().n
+    size, rows = measure(n)
+    base = rows[0][1]
+    print(f"rpc benchmark, n={n}, {size}-byte documents (6-field trade DTO, BINARY), "
           f"best of {ROUNDS} interleaved rounds")
     print(f"{'case':<48} {'ops/s':>12} {'vs raw':>8} {'target':>10}")
-    for (name, _, target), ops in zip(cases, rates, strict=True):
+    for name, ops, target in rows:
         ok = "" if target is None else ("met" if ops >= target else f"{ops / target:.0%}")
         print(f"{name:<48} {ops:>12,.0f} {ops / base:>8.2f} {ok:>10}")
 

@@ -5,11 +5,14 @@ Their figures are not asserted: speed is read from the full runs (`make bench`),
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,3 +59,64 @@ def test_bench_rpc() -> None:
 def test_bench_spark() -> None:
     out = run("bench_spark.py", "--rows", "20000", "--runs", "1")
     assert "rows/s" in out
+
+
+# Chronicle's benchmark output as `../shared/java/run.sh bench` prints it (ChronicleBench.java).
+JAVA_BENCH_OUTPUT = """\
+W4 random read 40B: 98391 reads/s (10164 ns each)
+W1 append 40B: median 0.21 M msg/s  runs [0.07M 0.21M 0.35M ]
+W2 read   40B: median 1.87 M msg/s  runs [0.17M 1.87M 2.93M ]
+W1 append 256B: median 0.33 M msg/s  runs [0.56M 0.33M 0.16M ]
+W2 read   256B: median 0.87 M msg/s  runs [0.87M 0.43M 1.66M ]
+MW method writer trade(6 fields): 0.04 M calls/s; method reader: 0.08 M msg/s (50000)
+W3 latency 40B @100000/s (threads): p50 6877.32 us p90 21492.26 p99 173458.03 p99.9 326074.35 max 326288.4 us
+W3 latency 40B @1000000/s (threads): p50 13.50 us p90 33.23 p99 47.60 p99.9 49.20 max 190.6 us
+"""
+
+
+def load_plot(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    return importlib.import_module("plot")
+
+
+def test_plot_parses_java_bench_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    java = load_plot(monkeypatch).parse_java(JAVA_BENCH_OUTPUT)
+    assert java["append_40"] == pytest.approx(0.21e6) and java["read_256"] == pytest.approx(0.87e6)
+    assert java["random_read"] == 98391
+    assert (java["method_writer"], java["method_reader"]) == (pytest.approx(0.04e6), pytest.approx(0.08e6))
+    assert java["latency_1000000"] == pytest.approx(
+        {"p50": 13_500, "p90": 33_230, "p99": 47_600, "p99.9": 49_200, "max": 190_600}
+    )
+    assert java["latency_100000"]["p50"] == pytest.approx(6_877_320)
+
+
+def test_plot_refuses_java_output_it_cannot_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a changed format must fail the run, not plot a page without Java's rows
+    truncated = JAVA_BENCH_OUTPUT.replace("W4 random read", "W4 random access")
+    with pytest.raises(ValueError, match="random_read"):
+        load_plot(monkeypatch).parse_java(truncated)
+
+
+@pytest.mark.slow
+def test_plot_end_to_end(tmp_path: Path) -> None:
+    """A tiny run: chronq's cases, Java's benchmark when Java is here, the JSON, the PNGs and the page."""
+    page = tmp_path / "page.md"
+    page.write_text("before\n<!-- figures:begin (benchmarks/plot.py writes this section) -->\nSTALE FIGURES\n"
+                    "<!-- figures:end -->\nafter\n")
+    run("plot.py", "--n", "5000", "--rpc-n", "2000", "--wire-seconds", "0.05", "--latency-samples", "2000",
+        "--out", str(tmp_path / "img"), "--page", str(page))
+    figures = json.loads((tmp_path / "img" / "benchmarks.json").read_text())
+    assert {r["operation"] for r in figures["queue"]} >= {"append 40 B, Python loop", "move_to_index + read"}
+    assert all(r["chronq"] > 0 for r in figures["queue"])
+    if figures["java"] is None:  # the page says why, and CI (CHRONQ_STRICT=1) must have had Java
+        assert f"No Java rows in this run:** {figures['java_how']}" in page.read_text()
+        if os.environ.get("CHRONQ_STRICT") == "1":
+            pytest.fail(f"CHRONQ_STRICT=1 but the Java rows are missing: {figures['java_how']}")
+    else:
+        assert figures["java"]["append_40"] > 0 and "Java Chronicle" in page.read_text()
+    for name in ("queue_throughput", "rpc_throughput", "wire_throughput", "latency"):
+        assert (tmp_path / "img" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = page.read_text()
+    assert text.startswith("before\n") and text.endswith("<!-- figures:end -->\nafter\n")
+    assert "STALE FIGURES" not in text
+    assert "![latency](img/latency.png)" in text

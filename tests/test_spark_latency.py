@@ -30,7 +30,7 @@ class Ticks(Protocol):
     def tick(self, n: int) -> None: ...
 
 
-class Forward:
+class Forward(Ticks):
     """A service handler that passes every tick on to its output queue."""
 
     def __init__(self, out: Any) -> None:

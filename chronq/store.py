@@ -288,24 +288,23 @@ def is_headerless(start: bytes) -> bool:
     return not looks_like_store_header(start)
 
 
-_STORE_MARKS = (b"SCQStore", b"writePosition", b"SCQSIndexing")
-
-
 def looks_like_store_header(buf: Buffer) -> bool:
-    """Whether the first document's body is a Chronicle SCQStore header, whatever its 4-byte header says.
+    """Whether the first document's body starts like a Chronicle SCQStore header, whatever its 4-byte
+    header says.
 
     Telling a v5 file from a headerless (libchronicle) one by the metadata bit alone turns one flipped
     bit into silently wrong data: the store header read as message 0 and every message one index up.
-    Java starts the body with the `header` event name and the `!SCQStore` type (or the class name), and
-    its first fields are `writePosition` and `indexing`; finding any of these in the first bytes (even
-    with the event name damaged too) marks the file as a damaged v5 file. A libchronicle message
-    starting with these very bytes is not a plausible payload.
+    Java starts the body with the `header` event name (`b9 06 "header"`) followed by the type
+    `!SCQStore` (or the store's class name); either of the two, even with the other damaged, marks the
+    file as a damaged v5 file. (A libchronicle message cannot start so: see docs/format.md.)
     """
-    head = bytes(buf[4:84])
-    return head.startswith(b"\xb9\x06header") or any(m in head for m in _STORE_MARKS)
+    head = bytes(buf[4:4 + 8 + 2 + len(_STORE_CLASS)])
+    return head.startswith(b"\xb9\x06header") or any(head.startswith(t, 8) for t in _STORE_TYPES)
 
 
 _STORE_CLASS = "net.openhft.chronicle.queue.impl.single.SingleChronicleQueueStore"
+# the type right after the `header` event name: `!SCQStore`, or the class name (65 bytes: a one-byte length)
+_STORE_TYPES = (b"\xb6\x08SCQStore", b"\xb6" + bytes([len(_STORE_CLASS)]) + _STORE_CLASS.encode())
 
 
 def _parse_store(buf: Buffer, file: str, length: int) -> StoreLayout:

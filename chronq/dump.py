@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from chronq.errors import CorruptQueueError
-from chronq.rollcycles import RollCycle, by_format
+from chronq.rollcycles import RollCycle, by_format, file_splits
 from chronq.store import (
     END_OF_DATA,
     LENGTH_MASK,
@@ -211,11 +211,16 @@ def _file_records(buf: mmap.mmap, f: _File) -> Iterator[dict[str, Any]]:
     first, pos, aligned, layout = _start(buf, f)
     cycle: int | None = None
     rc: RollCycle | None = None
-    if layout is not None and f.roll is not None:
+    accepted = file_splits(f.roll) if f.roll is not None else None
+    split = (layout.index_count, layout.index_spacing) if layout is not None else None
+    # a file whose split is not one the roll cycle ever had is another cycle's (a reader refuses it):
+    # its documents are dumped without indexes, which would mean nothing in this queue
+    if layout is not None and f.roll is not None and (accepted is None or split in accepted):
         rc = by_format(f.roll.format, f.roll.length_ms, layout.index_count, layout.index_spacing)
         try:
             cycle = rc.parse_file_name(f.path.name)
-        except ValueError:
+            rc.to_index(cycle, 0)
+        except ValueError:  # not one of the cycle's names, or a cycle its indexes cannot hold
             cycle = None
     docs = documents(buf, pos, aligned=aligned, file=str(f.path))
     seq = 0
@@ -225,7 +230,9 @@ def _file_records(buf: mmap.mmap, f: _File) -> Iterator[dict[str, Any]]:
         if doc.metadata or f.table:
             yield _record(buf, f, doc, None if f.table else cycle, None, None)
             continue
-        index = rc.to_index(cycle, seq) if rc is not None and cycle is not None else None
+        index = None
+        if rc is not None and cycle is not None and seq <= rc.sequence_mask:
+            index = rc.to_index(cycle, seq)
         yield _record(buf, f, doc, cycle, seq, index)
         seq += 1
 

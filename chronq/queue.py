@@ -620,7 +620,7 @@ def _refuse_headerless(directory: Path) -> None:
             try:
                 fd = open_regular(entry.path, os.O_RDONLY)  # a FIFO must not block the open
                 with builtins.open(fd, "rb") as f:
-                    start = f.read(12)
+                    start = f.read(128)  # as much as `is_headerless` looks at
             except (OSError, CorruptQueueError):
                 continue
             if is_headerless(start):

@@ -278,8 +278,9 @@ def headerless_layout(file: str, roll_cycle: RollCycle | None = None, *,
 
 
 def is_headerless(start: bytes) -> bool:
-    """Whether a cycle file starting with these (at least 12) bytes is a libchronicle one without a
-    store header: its first document is a finished data document or an EOF marker."""
+    """Whether a cycle file starting with these bytes (at least 12; 128 to tell a damaged store header
+    by its type) is a libchronicle one without a store header: its first document is a finished data
+    document or an EOF marker."""
     if len(start) < 12:
         return False
     header = load32(start, 0)

@@ -227,8 +227,8 @@ def read_layout(buf: Buffer, file_name: str | os.PathLike[str], *,
     if header == END_OF_DATA or (header and not header & (NOT_COMPLETE | META_DATA)):
         if looks_like_store_header(buf):
             what = "an EOF marker" if header == END_OF_DATA else "data"
-            raise CorruptQueueError(file, 0, f"first header 0x{header:08x} marks the SCQStore header as {what} "
-                                             "(a damaged v5 cycle file, not a headerless one)")
+            raise CorruptQueueError(file, 0, f"first header 0x{header:08x} marks the SCQStore header as "
+                                             f"{what} (a damaged v5 cycle file, not a headerless one)")
         return headerless_layout(file, roll_cycle, aligned=aligned_headerless)
     if header == 0 or header == NOT_COMPLETE:
         raise CorruptQueueError(file, 0, f"first header is 0x{header:08x}: the file is empty or still "

@@ -285,13 +285,13 @@ def test_a_java_file_that_lost_its_metadata_bit_is_not_taken_for_a_headerless_on
     for at, value in damage.items():
         data[at] = value
     path.write_bytes(data)
-    with chronq.open(tmp_path, readonly=True) as q, \
-            pytest.raises(CorruptQueueError, match=r"20240115F\.cq4: at position 0: .*SCQStore header") as info:
+    refused = r"20240115F\.cq4: at position 0: .*SCQStore header"
+    with chronq.open(tmp_path, readonly=True) as q, pytest.raises(CorruptQueueError, match=refused) as info:
         read_all(q.tailer())
     assert info.value.file == str(path)
-    with pytest.raises(CorruptQueueError, match=r"20240115F\.cq4: at position 0: .*SCQStore header"):
+    with pytest.raises(CorruptQueueError, match=refused):
         dump_text(tmp_path)
-    with pytest.raises(CorruptQueueError, match=r"20240115F\.cq4: at position 0: .*SCQStore header"), \
+    with pytest.raises(CorruptQueueError, match=refused), \
             chronq.open(tmp_path, clock=FixedClock(BASE_MS)) as q:
         q.appender().write(b"after the damage")
 

@@ -251,7 +251,8 @@ def test_a_file_of_another_roll_cycle_or_a_fifo_is_refused(tmp_path: Path) -> No
     (queue / "20240115F.cq4").unlink()
     os.mkfifo(queue / "20240115F.cq4")
     code = "import sys\nfrom chronq.spark import _plan\n_plan.snapshot(sys.argv[1])"
-    proc = subprocess.run([sys.executable, "-c", code, str(queue)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code, str(queue)], capture_output=True, text=True,
+                          timeout=60)
     assert proc.returncode == 1 and "not a regular file but a FIFO" in proc.stderr, proc.stderr
 
 

@@ -663,6 +663,12 @@ scan:;
             *pos_out = pos;
             return cur == seq ? 0 : -1;
         }
+        if (pos + 4 + (Py_ssize_t)(h & HDR_LENGTH_MASK) > g->size) {
+            /* a length running past the mapping (a damaged header, or a file grown since it was mapped):
+               stop at this header, never beyond the mapping; the forward read remaps or reports it */
+            *pos_out = pos;
+            return cur == seq ? 0 : -1;
+        }
         Py_ssize_t step = align_up(4 + (Py_ssize_t)(h & HDR_LENGTH_MASK), g->align);
         if (!(h & HDR_META)) {
             if (cur == seq) {
@@ -1634,6 +1640,9 @@ typedef struct {
     Py_ssize_t *marks;
     Py_ssize_t marks_n;
     int mark_bits;
+    /* a newer cycle file existed when this cycle was attached: a header that is 0 or still held where the
+       documents end is not "wait for more" but the end of a cycle nobody writes to (see _end_of_older_cycle) */
+    int older;
 } TailerObject;
 
 #define TL_MARKS_MAX 4096
@@ -1801,6 +1810,7 @@ static PyObject *Tl_attach(TailerObject *self, PyObject *const *args, Py_ssize_t
     Py_XDECREF(old_name);
     if (!same) Tl_reset_marks(self);
     self->headerless = headerless;
+    self->older = 0;
     self->pos = 0;
     self->seq = 0;
     self->released_to = 0;
@@ -1882,9 +1892,14 @@ static int Tl_next_doc(TailerObject *self, int want_meta, uint32_t *hout) {
             continue;
         }
         uint32_t h = ld32(g->base + pos);
-        if (h == 0) return 0;
+        if (h == 0 || (h & HDR_NOT_COMPLETE && h != HDR_EOF)) {
+            if (!self->older) return 0;
+            int more; /* Python moves on to the next cycle (True) or raises CorruptQueueError */
+            if (!call_bool_method((PyObject *)self, "_end_of_older_cycle", &more)) return -1;
+            if (!more) return 0;
+            continue;
+        }
         if (h & HDR_NOT_COMPLETE) {
-            if (h != HDR_EOF) return 0;
             int more;
             if (!call_bool_method((PyObject *)self, "_next_cycle", &more)) return -1;
             if (!more) return 0;
@@ -2099,7 +2114,10 @@ static PyObject *Tl_seek_end(TailerObject *self, PyObject *Py_UNUSED(ignored)) {
     int64_t seq = 0;
     if (wp > 0 && wp >= g->data_start && wp <= g->size - 4) {
         uint32_t h = ld32(g->base + wp);
-        if (h != 0 && !(h & (HDR_NOT_COMPLETE | HDR_META))) {
+        /* a writePosition whose document runs past the mapping is not trusted: the scan below stops
+           at that header, so the tailer stays inside the mapping and the forward read reports it */
+        if (h != 0 && !(h & (HDR_NOT_COMPLETE | HDR_META))
+            && wp + 4 + (int64_t)(h & HDR_LENGTH_MASK) <= (int64_t)g->size) {
             int64_t s = seq_at_position(g, (Py_ssize_t)wp);
             if (s < 0) return NULL;
             pos = align_up((Py_ssize_t)wp + 4 + (Py_ssize_t)(h & HDR_LENGTH_MASK), g->align);
@@ -2129,7 +2147,10 @@ static PyObject *Tl_set_position(TailerObject *self, PyObject *args) {
     long long seq;
     if (!PyArg_ParseTuple(args, "nL", &pos, &seq)) return NULL;
     if (pos < 0 || (self->g.map && pos > self->g.size)) {
-        PyErr_Format(PyExc_ValueError, "position %zd is outside the mapping", pos);
+        if (self->g.map) /* a position saved from a damaged file: report the file, not a bare ValueError */
+            raise_corrupt(self->g.map->name, pos, "position is outside the mapping of %zd bytes", self->g.size);
+        else
+            PyErr_Format(PyExc_ValueError, "position %zd is outside the mapping", pos);
         return NULL;
     }
     self->pos = pos;
@@ -2190,7 +2211,16 @@ static int Tl_set_dir(TailerObject *self, PyObject *v, void *c) {
     return 0;
 }
 
+static PyObject *Tl_get_older(TailerObject *self, void *c) { return PyBool_FromLong(self->older); }
+static int Tl_set_older(TailerObject *self, PyObject *v, void *c) {
+    int b = v ? PyObject_IsTrue(v) : 0;
+    if (b < 0) return -1;
+    self->older = b;
+    return 0;
+}
+
 static PyGetSetDef Tl_getset[] = {
+    {"_older", (getter)Tl_get_older, (setter)Tl_set_older, NULL, NULL},
     {"_index", (getter)Tl_get_index, NULL, NULL, NULL},
     {"_cycle", (getter)Tl_get_cycle, NULL, NULL, NULL},
     {"_pos", (getter)Tl_get_pos, NULL, NULL, NULL},

@@ -142,10 +142,12 @@ class AppenderCore:
     def _end_position(self) -> tuple[int, int] | None: ...
 
 class TailerCore:
-    """Native tailer. The subclass provides ``_next_cycle() -> bool``, ``_map_end() -> bool`` and
-    ``_read_directional(metadata, commit)`` (used when ``_direction != 1``)."""
+    """Native tailer. The subclass provides ``_next_cycle() -> bool``, ``_map_end() -> bool``,
+    ``_end_of_older_cycle() -> bool`` (called where the documents of a cycle end without EOF while
+    ``_older`` is set) and ``_read_directional(metadata, commit)`` (used when ``_direction != 1``)."""
 
     _direction: int
+    _older: bool  # a newer cycle file existed when this cycle was attached (reset by `_attach`)
     @property
     def _index(self) -> int: ...
     @property

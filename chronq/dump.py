@@ -10,13 +10,13 @@ import hashlib
 import mmap
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from chronq.errors import CorruptQueueError
-from chronq.rollcycles import RollCycle, by_format
+from chronq.rollcycles import RollCycle, by_format, file_splits
 from chronq.store import (
     END_OF_DATA,
     LENGTH_MASK,
@@ -28,6 +28,7 @@ from chronq.store import (
     documents,
     headerless_layout,
     load32,
+    open_regular,
     read_layout,
 )
 from chronq.table import TABLE_STORE_FILE, TableStore, find_table_store
@@ -53,13 +54,15 @@ def queue_files(path: str | os.PathLike[str]) -> list[Path]:
 def _files(path: Path) -> list[_File]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such queue, cycle file or table store")
-    if path.is_file():
+    if not path.is_dir():  # a file, or something else named as one (reported when it is mapped)
         if path.suffix != ".cq4":
             return [_File(path, True, None)]
         table = find_table_store(path.parent)
         return [_File(path, False, _roll_of(table) or _v4_roll(path), _padded(table))]
     table = find_table_store(path)
-    cycles = [p for p in path.iterdir() if p.suffix == ".cq4" and p.is_file() and not p.name.startswith(".")]
+    # not only regular files: a FIFO or directory under a cycle-file name is reported (by `_mapped`), as
+    # a reader reports it, rather than left out of the dump without a word
+    cycles = [p for p in path.iterdir() if p.suffix == ".cq4" and not p.name.startswith(".")]
     roll = _roll_of(table) or (_v4_roll(min(cycles)) if cycles else None)
 
     def order(p: Path) -> tuple[int, str]:
@@ -81,8 +84,11 @@ def _padded(table: Path | None) -> bool:
 def _roll_of(table: Path | None) -> RollCycle | None:
     if table is None or table.name != TABLE_STORE_FILE:
         return None
+    from chronq.queue import _stored_roll_cycle
+
     with TableStore.open(table, readonly=True) as t:
-        return t.roll.roll_cycle() if t.roll is not None else None
+        # a damaged format or length is reported naming the table store, as opening the queue does
+        return _stored_roll_cycle(t.roll, table) if t.roll is not None else None
 
 
 def _v4_roll(cycle_file: Path) -> RollCycle | None:
@@ -99,7 +105,8 @@ def _v4_roll(cycle_file: Path) -> RollCycle | None:
 
 @contextmanager
 def _mapped(path: Path) -> Iterator[mmap.mmap]:
-    with path.open("rb") as f:
+    fd = open_regular(path, os.O_RDONLY)  # a FIFO named like a queue file must not block the dump
+    with open(fd, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             raise CorruptQueueError(str(path), 0, "empty file")
@@ -107,7 +114,11 @@ def _mapped(path: Path) -> Iterator[mmap.mmap]:
     try:
         yield m
     finally:
-        m.close()
+        # An error raised while parsing leaves views of the map in its traceback's frames (the wire
+        # reader's memoryview): closing now would raise BufferError and replace the error being
+        # reported. The map is then unmapped when the last view goes.
+        with suppress(BufferError):
+            m.close()
 
 
 def _start(buf: mmap.mmap, f: _File) -> tuple[Document | None, int, bool, StoreLayout | None]:
@@ -200,11 +211,16 @@ def _file_records(buf: mmap.mmap, f: _File) -> Iterator[dict[str, Any]]:
     first, pos, aligned, layout = _start(buf, f)
     cycle: int | None = None
     rc: RollCycle | None = None
-    if layout is not None and f.roll is not None:
+    accepted = file_splits(f.roll) if f.roll is not None else None
+    split = (layout.index_count, layout.index_spacing) if layout is not None else None
+    # a file whose split is not one the roll cycle ever had is another cycle's (a reader refuses it):
+    # its documents are dumped without indexes, which would mean nothing in this queue
+    if layout is not None and f.roll is not None and (accepted is None or split in accepted):
         rc = by_format(f.roll.format, f.roll.length_ms, layout.index_count, layout.index_spacing)
         try:
             cycle = rc.parse_file_name(f.path.name)
-        except ValueError:
+            rc.to_index(cycle, 0)
+        except ValueError:  # not one of the cycle's names, or a cycle its indexes cannot hold
             cycle = None
     docs = documents(buf, pos, aligned=aligned, file=str(f.path))
     seq = 0
@@ -214,7 +230,9 @@ def _file_records(buf: mmap.mmap, f: _File) -> Iterator[dict[str, Any]]:
         if doc.metadata or f.table:
             yield _record(buf, f, doc, None if f.table else cycle, None, None)
             continue
-        index = rc.to_index(cycle, seq) if rc is not None and cycle is not None else None
+        index = None
+        if rc is not None and cycle is not None and seq <= rc.sequence_mask:
+            index = rc.to_index(cycle, seq)
         yield _record(buf, f, doc, cycle, seq, index)
         seq += 1
 

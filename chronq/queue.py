@@ -20,9 +20,10 @@ from typing import Any, TypeVar
 
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, RollCycleMismatchError
-from chronq.rollcycles import Clock, RollCycle, SystemClock, by_name
+from chronq.rollcycles import Clock, RollCycle, SystemClock, by_format, by_name, file_splits
 from chronq.store import (
     END_OF_DATA,
+    MAX_FIRST_HEADER,
     NOT_COMPLETE,
     StoreLayout,
     create_cycle_file,
@@ -30,6 +31,7 @@ from chronq.store import (
     cycle_file_size,
     is_headerless,
     load32,
+    open_regular,
     read_layout,
     remove_abandoned_files,
     roll_in_cycle_headers,
@@ -82,7 +84,7 @@ class CycleFile:
 
     def fileno(self) -> int:
         if self.fd < 0:  # evicted from the queue's cache while an appender or tailer still uses it
-            self.fd = os.open(self.path, (os.O_RDWR if self.map.writable else os.O_RDONLY) | os.O_CLOEXEC)
+            self.fd = open_regular(self.path, os.O_RDWR if self.map.writable else os.O_RDONLY)
         return self.fd
 
     def remap(self) -> bool:
@@ -144,7 +146,7 @@ class Queue:
                 raise ChronqError(f"{self.path}: a Chronicle 4.x queue (the roll cycle is in its cycle file "
                                   "headers): chronq reads such queues but does not append to them; open the "
                                   "queue with readonly=True")
-            self.path.mkdir(mode=0o755, parents=True, exist_ok=True)  # as the files: never world-writable
+            _make_dirs(self.path)
             _refuse_headerless(self.path)
             if not (self.path / TABLE_STORE_FILE).exists():
                 _refuse_foreign_names(self.path, requested, epoch)
@@ -155,9 +157,13 @@ class Queue:
         self._headerless_aligned = table.name != V4_TABLE_STORE_FILE
         self.table: TableStore | None = None
         if table.exists() or not readonly:
-            self.table = TableStore.open(
-                table, readonly=readonly, roll=RollMetadata.of(requested, epoch), source_id=source_id
-            )
+            try:
+                self.table = TableStore.open(
+                    table, readonly=readonly, roll=RollMetadata.of(requested, epoch), source_id=source_id
+                )
+            except OSError as e:  # a full disk, no permission, a FIFO's neighbour...: name the file
+                raise ChronqError(f"{table}: cannot {'open' if table.exists() else 'create'} the table "
+                                  f"store: {e}") from e
         if not readonly:
             remove_abandoned_files(self.path)
         stored = self.table.roll if self.table is not None else None
@@ -174,7 +180,7 @@ class Queue:
                     stacklevel=3,
                 )
             self.epoch = stored.epoch
-            requested = rc
+            requested = _split_from_files(self.path, rc, self.epoch)
         self.roll_cycle: RollCycle = requested
         if self.table is not None and not readonly:
             self.table.init_queue_keys()
@@ -302,9 +308,11 @@ class Queue:
                     self.table.note_cycle(cycle)
                 self._refresh()
             try:
-                fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
+                fd = open_regular(path, os.O_RDWR if writable else os.O_RDONLY)
             except FileNotFoundError:
                 return None
+            except OSError as e:
+                raise ChronqError(f"{path}: cannot open the cycle file: {e}") from e
             try:
                 size = os.fstat(fd).st_size
                 if size < 8:
@@ -322,6 +330,7 @@ class Queue:
                 m = _native.Map(fd, size if writable else max(size, 16), writable, str(path))
                 layout = read_layout(memoryview(m), path, roll_cycle=self.roll_cycle,
                                      aligned_headerless=self._headerless_aligned)
+                _check_split(layout, self.roll_cycle)
             except BaseException:
                 os.close(fd)
                 raise
@@ -513,6 +522,78 @@ def _stored_roll_cycle(stored: RollMetadata, table: Path) -> RollCycle:
         raise CorruptQueueError(str(table), 0, f"unusable roll cycle in the table store: {e}") from None
 
 
+def _check_split(layout: StoreLayout, rc: RollCycle) -> None:
+    """Refuse a cycle file whose store header splits indexes unlike the queue's roll cycle.
+
+    The header's indexCount/indexSpacing fix how the file's sequences become indexes. A file of
+    another roll cycle under one of this queue's names (a HUGE_DAILY file renamed to a FAST_DAILY
+    name) would otherwise yield indexes of another width than `move_to_index` and the backward read
+    use, so that reading backward goes round in circles and forward indexes are wrong. Other index
+    parameters with the same split (a file of another 32-bit cycle) are read correctly: the file's own
+    index arrays are walked with its own parameters.
+    """
+    if not layout.headerless and layout.cycle_shift != rc.cycle_shift:
+        raise CorruptQueueError(
+            layout.file, 4,
+            f"store header has indexCount {layout.index_count}, indexSpacing {layout.index_spacing} "
+            f"({layout.cycle_shift}-bit sequences): a file of another roll cycle than the queue's "
+            f"{rc.name} ({rc.index_count}/{rc.index_spacing}, {rc.cycle_shift}-bit sequences)",
+        )
+
+
+def _split_from_files(directory: Path, rc: RollCycle, epoch: int) -> RollCycle:
+    """`rc` with the index split its cycle files were written with, when that may differ.
+
+    A table store keeps only the format and length: a cycle written with other index parameters
+    (XLARGE_DAILY or HUGE_DAILY before Chronicle 5.24, or a custom cycle) takes them from its first
+    cycle file with a store header. A split Java never used for a known cycle is not adopted: such
+    a file is another cycle's, and opening it raises (see `_check_split`).
+    """
+    accepted = file_splits(rc)
+    if accepted is not None and len(accepted) == 1:
+        return rc
+    names = []
+    with contextlib.suppress(OSError):
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".cq4") and not n.startswith("."))
+    for name in names:
+        try:
+            rc.parse_file_name(name, epoch)
+            fd = open_regular(directory / name, os.O_RDONLY)
+            with builtins.open(fd, "rb") as f:
+                layout = read_layout(f.read(4 + MAX_FIRST_HEADER), directory / name)
+        except (ValueError, OSError, ChronqError):  # not one of ours, still being created, damaged
+            continue
+        if layout.headerless:
+            continue
+        split = (layout.index_count, layout.index_spacing)
+        if split != (rc.index_count, rc.index_spacing) and (accepted is None or split in accepted):
+            return by_format(rc.format, rc.length_ms, *split)
+        return rc
+    return rc
+
+
+def _make_dirs(path: Path) -> None:
+    """Create the queue directory and any missing parent as the queue itself: never world-writable.
+
+    `Path.mkdir(parents=True)` gives the parents the default 0777 (less the umask: all of it under
+    umask 000), so that anyone could swap the queue directory for their own.
+    """
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o755)
+        except FileExistsError:  # another process made it meanwhile
+            pass
+        except OSError as e:
+            raise ChronqError(f"{d}: cannot create the queue directory: {e}") from e
+    if not path.is_dir():
+        raise ChronqError(f"{path}: not a directory")
+
+
 def _not_started(fd: int, hole: int) -> bool:
     """Whether a cycle file has no finished first document yet: all zeros (libchronicle creates its
     files empty and sparse), or a first header a writer still holds (Java claims it while creating)."""
@@ -535,11 +616,12 @@ def _headerless_error(path: Path) -> ChronqError:
 def _refuse_headerless(directory: Path) -> None:
     """A writable open fails up front on a queue with headerless cycle files (never appended to)."""
     for entry in os.scandir(directory):
-        if entry.name.endswith(".cq4") and not entry.name.startswith(".") and entry.is_file():
+        if entry.name.endswith(".cq4") and not entry.name.startswith("."):
             try:
-                with builtins.open(entry.path, "rb") as f:
-                    start = f.read(12)
-            except OSError:
+                fd = open_regular(entry.path, os.O_RDONLY)  # a FIFO must not block the open
+                with builtins.open(fd, "rb") as f:
+                    start = f.read(128)  # as much as `is_headerless` looks at
+            except (OSError, CorruptQueueError):
                 continue
             if is_headerless(start):
                 raise _headerless_error(Path(entry.path))

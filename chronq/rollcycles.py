@@ -24,6 +24,7 @@ __all__ = [
     "SystemClock",
     "by_format",
     "by_name",
+    "file_splits",
 ]
 
 _DAY_MS = 86_400_000
@@ -272,6 +273,23 @@ _BY_FORMAT = {(rc.format, rc.length_ms): rc for rc in _ALL}
 FAST_DAILY = ROLL_CYCLES["FAST_DAILY"]
 WEEKLY = ROLL_CYCLES["WEEKLY"]
 DEFAULT = FAST_DAILY
+
+
+# Index parameters Java gave a cycle before it changed them: before 5.24 XLARGE_DAILY had indexCount
+# 128 << 10 and HUGE_DAILY 512 << 10. A file with one of these is that cycle's, not another cycle's.
+_OLD_SPLITS: Mapping[str, tuple[tuple[int, int], ...]] = {
+    "XLARGE_DAILY": ((128 << 10, 256),),
+    "HUGE_DAILY": ((512 << 10, 1024),),
+}
+
+
+def file_splits(rc: RollCycle) -> tuple[tuple[int, int], ...] | None:
+    """The (indexCount, indexSpacing) pairs a cycle file of `rc` can have been written with; None for a
+    cycle not in Java's table (a custom one), whose split can only be learnt from its files."""
+    known = _BY_FORMAT.get((rc.format, rc.length_ms))
+    if known is None:
+        return None
+    return ((known.index_count, known.index_spacing), *_OLD_SPLITS.get(known.name, ()))
 
 
 def by_name(name: str | RollCycle) -> RollCycle:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import secrets
+import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,6 +44,8 @@ __all__ = [
     "is_headerless",
     "load32",
     "load64",
+    "looks_like_store_header",
+    "open_regular",
     "read_layout",
     "stop_header",
 ]
@@ -72,6 +76,33 @@ def load64(buf: Buffer, off: int) -> int:
 
 def align4(pos: int) -> int:
     return (pos + 3) & ~3
+
+
+def open_regular(path: str | os.PathLike[str], flags: int, mode: int = 0o644) -> int:
+    """`os.open` for a queue file that refuses anything but a regular file, without blocking.
+
+    A FIFO named like a cycle file would block a plain open (until a writer appears) and a directory
+    or device cannot be mapped: the file is opened with O_NONBLOCK (no effect on a regular file) and
+    checked with fstat on the descriptor itself, so a swap between a stat and the open cannot slip
+    through. Raises CorruptQueueError naming the file for anything not regular.
+    """
+    file = os.fspath(path)
+    try:
+        fd = os.open(file, flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, mode)
+    except IsADirectoryError:  # a writable open of a directory fails before fstat could tell
+        raise CorruptQueueError(file, 0, "not a regular file but a directory") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode)
+                    or stat.S_ISBLK(mode) else f"of mode 0o{mode:o}")
+            raise CorruptQueueError(file, 0, f"not a regular file but {kind}")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 # -- documents -----------------------------------------------------------------------------------------
@@ -193,7 +224,11 @@ def read_layout(buf: Buffer, file_name: str | os.PathLike[str], *,
     if len(buf) < 8:
         raise CorruptQueueError(file, 0, f"file of {len(buf)} bytes is too short for a cycle file")
     header = load32(buf, 0)
-    if header == END_OF_DATA:
+    if header == END_OF_DATA or (header and not header & (NOT_COMPLETE | META_DATA)):
+        if looks_like_store_header(buf):
+            what = "an EOF marker" if header == END_OF_DATA else "data"
+            raise CorruptQueueError(file, 0, f"first header 0x{header:08x} marks the SCQStore header as "
+                                             f"{what} (a damaged v5 cycle file, not a headerless one)")
         return headerless_layout(file, roll_cycle, aligned=aligned_headerless)
     if header == 0 or header == NOT_COMPLETE:
         raise CorruptQueueError(file, 0, f"first header is 0x{header:08x}: the file is empty or still "
@@ -201,10 +236,6 @@ def read_layout(buf: Buffer, file_name: str | os.PathLike[str], *,
     if header & NOT_COMPLETE:
         raise CorruptQueueError(file, 0, f"first header 0x{header:08x} is not a complete document")
     length = header & LENGTH_MASK
-    if not header & META_DATA:
-        if bytes(buf[4:12]) == b"\xb9\x06header":
-            raise CorruptQueueError(file, 0, f"first header 0x{header:08x} marks the SCQStore header as data")
-        return headerless_layout(file, roll_cycle, aligned=aligned_headerless)
     if length > MAX_FIRST_HEADER or 4 + length > len(buf):
         raise CorruptQueueError(file, 0, f"first header claims {length} bytes (limit {MAX_FIRST_HEADER}, "
                                          f"file {len(buf)})")
@@ -225,7 +256,8 @@ def roll_in_cycle_headers(directory: str | os.PathLike[str]) -> CycleRoll | None
     for name in names:
         path = os.path.join(directory, name)
         try:
-            with open(path, "rb") as f:
+            fd = open_regular(path, os.O_RDONLY)  # a FIFO under a cycle-file name must not block
+            with open(fd, "rb") as f:
                 head = f.read(4 + MAX_FIRST_HEADER)
             roll = read_layout(head, path).roll
         except (OSError, CorruptQueueError):  # still being created, or not a cycle file: try the next one
@@ -246,17 +278,34 @@ def headerless_layout(file: str, roll_cycle: RollCycle | None = None, *,
 
 
 def is_headerless(start: bytes) -> bool:
-    """Whether a cycle file starting with these (at least 12) bytes is a libchronicle one without a
-    store header: its first document is a finished data document or an EOF marker."""
+    """Whether a cycle file starting with these bytes (at least 12; 128 to tell a damaged store header
+    by its type) is a libchronicle one without a store header: its first document is a finished data
+    document or an EOF marker."""
     if len(start) < 12:
         return False
     header = load32(start, 0)
-    if header == END_OF_DATA:
-        return True
-    return header != 0 and not header & (NOT_COMPLETE | META_DATA) and start[4:12] != b"\xb9\x06header"
+    if header != END_OF_DATA and (header == 0 or header & (NOT_COMPLETE | META_DATA)):
+        return False
+    return not looks_like_store_header(start)
+
+
+def looks_like_store_header(buf: Buffer) -> bool:
+    """Whether the first document's body starts like a Chronicle SCQStore header, whatever its 4-byte
+    header says.
+
+    Telling a v5 file from a headerless (libchronicle) one by the metadata bit alone turns one flipped
+    bit into silently wrong data: the store header read as message 0 and every message one index up.
+    Java starts the body with the `header` event name (`b9 06 "header"`) followed by the type
+    `!SCQStore` (or the store's class name); either of the two, even with the other damaged, marks the
+    file as a damaged v5 file. (A libchronicle message cannot start so: see docs/format.md.)
+    """
+    head = bytes(buf[4:4 + 8 + 2 + len(_STORE_CLASS)])
+    return head.startswith(b"\xb9\x06header") or any(head.startswith(t, 8) for t in _STORE_TYPES)
 
 
 _STORE_CLASS = "net.openhft.chronicle.queue.impl.single.SingleChronicleQueueStore"
+# the type right after the `header` event name: `!SCQStore`, or the class name (65 bytes: a one-byte length)
+_STORE_TYPES = (b"\xb6\x08SCQStore", b"\xb6" + bytes([len(_STORE_CLASS)]) + _STORE_CLASS.encode())
 
 
 def _parse_store(buf: Buffer, file: str, length: int) -> StoreLayout:

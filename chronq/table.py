@@ -214,10 +214,8 @@ class TableStore:
             # complete before it is visible: a creator killed half-way leaves nothing to recover
             header = _encode_header(roll or RollMetadata.of(DEFAULT), source_id, 64)
             _store.publish_file(p, TABLE_SIZE, header)
-        if readonly:
-            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
-        else:
-            fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # never blocks on a FIFO under the table store's name, and refuses anything but a regular file
+        fd = _store.open_regular(p, os.O_RDONLY if readonly else os.O_RDWR | os.O_CREAT)
         try:
             while True:
                 with _FileLock(fd, readonly, os.fspath(p)):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError
 from chronq.pausers import Pauser, SleepingPauser
+from chronq.store import load32, load64
 from chronq.table import tailer_index_key
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ class Tailer(_native.TailerCore):
         self._file = cf
         self._attach(*cf.geometry())
         self._eof = False
+        self._older = self._queue.next_cycle_after(cycle) is not None
         return True
 
     def to_start(self) -> Tailer:
@@ -200,6 +202,38 @@ class Tailer(_native.TailerCore):
             self._eof = self._map is not None
             return False
         return self._attach_cycle(nxt)
+
+    def _end_of_older_cycle(self) -> bool:
+        """read() stopped at a header that is 0 or still held, in a cycle with a newer cycle after it.
+
+        Writers only ever append to the newest cycle, and close a cycle with EOF before they create
+        the next file (a new appender also closes cycles a crashed writer left open), so nobody will
+        write here any more: waiting would wait forever, which is what Java 5.26 does (its tailer stops
+        there for good, although its `entryCount()` counts the messages of the later cycles).
+        chronq does not wait:
+
+        * a 0 header after the last document `writePosition` names is where a writer that died (or an
+          EOF marker that was zeroed) left the cycle: nothing is lost, and the reader moves on to the
+          next cycle, as it would once an appender wrote the missing EOF there;
+        * anything else (a header still held, a damaged EOF marker, a 0 header before the document
+          `writePosition` names) may hide messages: CorruptQueueError naming the file and position.
+        """
+        cf = self._file
+        nxt = self._queue.next_cycle_after(self._cycle)
+        if cf is None or nxt is None:
+            return False
+        pos, size = self._pos, cf.map.size
+        # struct loads: a 4.x file's headers and writePosition need not be aligned
+        header = load32(cf.map, pos) if 0 <= pos <= size - 4 else 0
+        wp_off = cf.layout.write_position_offset
+        wp = load64(cf.map, wp_off) if wp_off >= 0 else -1
+        if header == 0 and wp < pos:
+            return self._next_cycle()
+        raise CorruptQueueError(
+            str(cf.path), pos,
+            f"cycle {self._cycle} ends at header 0x{header:08x} without an EOF marker although cycle {nxt} "
+            f"follows (writePosition {wp}): damaged, or its writer died mid-document",
+        )
 
     def _map_end(self) -> bool:
         cf = self._file

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -226,3 +227,51 @@ def test_corrupt_file_is_reported_with_its_offset(vectors: Path, tmp_path: Path)
     assert result.stderr.strip() == (f"chronq dump: {tmp_path / '20240115F.cq4'}: at position 65860: header "
                                      "0x3fff0000 claims 1073676288 bytes but only 130744 remain in the file")
     assert "msg: Hello World" in result.stdout  # what came before the damage is still shown
+
+
+def _damaged_copy(tmp_path: Path, at: int, bit: int) -> Path:
+    queue = tmp_path / "q"
+    queue.mkdir()
+    for name in ("metadata.cq4t", "20240115F.cq4"):
+        shutil.copyfile(_BASE / GEN / "fast_daily_basic" / name, queue / name)
+        (queue / name).chmod(0o644)
+    with (queue / "20240115F.cq4").open("r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ (1 << bit)]))
+    return queue
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+@pytest.mark.parametrize(("at", "bit"), [(4, 0), (5, 3), (40, 1)])
+def test_dump_of_a_damaged_store_header_is_one_line(vectors: Path, tmp_path: Path, json_flag: list[str],
+                                                    at: int, bit: int) -> None:
+    """One flipped bit in the store header (event name, its length, the `writePosition` field name)
+    made `chronq dump` end in a `BufferError: cannot close exported pointers exist` traceback: the
+    parser's view of the map, alive in the error's traceback, kept the map from closing and that error
+    replaced the CorruptQueueError `chronq tail` reports. Exit 1, one line naming file and offset."""
+    queue = _damaged_copy(tmp_path, at, bit)
+    for args in (["dump", str(queue), *json_flag], ["tail", str(queue)]):
+        r = run(*args)
+        assert r.returncode == 1, r.stderr
+        file = re.escape(str(queue / "20240115F.cq4"))
+        assert re.fullmatch(rf"chronq {args[0]}: {file}: at position \d+: .+\n", r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("command", ["tail", "dump"])
+def test_a_fifo_named_like_a_cycle_file_is_refused(vectors: Path, tmp_path: Path, command: str) -> None:
+    """A FIFO under a cycle-file name made `chronq tail` (and the dump) block for ever in open()."""
+    queue = tmp_path / "q"
+    queue.mkdir()
+    shutil.copyfile(_BASE / GEN / "fast_daily_basic" / "metadata.cq4t", queue / "metadata.cq4t")
+    (queue / "metadata.cq4t").chmod(0o644)
+    os.mkfifo(queue / "20240115F.cq4")
+    for target in (queue, queue / "20240115F.cq4"):
+        if command == "tail" and target != queue:
+            continue
+        r = subprocess.run([sys.executable, "-m", "chronq", command, str(target)], capture_output=True,
+                           text=True, cwd=REPO, timeout=30)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr == (f"chronq {command}: {queue}/20240115F.cq4: at position 0: not a regular file but "
+                            "a FIFO\n")

@@ -35,14 +35,31 @@ NAMED = {"named_tailer": ["myTailer", "replicated:tailerOne", "unreadTailer"]}
 DATA_DOCUMENTS = {"fast_daily_basic": 4, "test_daily_tiny_index": 20, "named_tailer": 5}
 
 
+# a valid cycle file of another roll cycle (HUGE_DAILY: 40-bit sequences), to put under a queue's name
+FOREIGN = ("rc_huge_daily", "20240115H.cq4")
+
+
 @dataclass(frozen=True)
 class Damage:
     file: str
-    kind: str  # truncate | zero | flip | header
+    kind: str  # truncate | zero | flip | header | fifo | directory | foreign
     at: int
     size: int = 0  # bytes zeroed, bit number flipped, or the forged header value
 
     def apply(self, path: Path) -> None:
+        if self.kind in ("fifo", "directory", "foreign"):  # the whole file is replaced
+            if path.is_file():
+                path.unlink()
+            if self.kind == "fifo":
+                os.mkfifo(path, 0o644)
+            elif self.kind == "directory":
+                path.mkdir(exist_ok=True)
+            else:
+                shutil.copyfile(GENERATED / FOREIGN[0] / FOREIGN[1], path)
+                os.chmod(path, 0o644)
+            return
+        if not path.is_file():
+            return  # an earlier damage made it a FIFO or a directory
         with open(path, "r+b") as f:
             if self.at >= os.fstat(f.fileno()).st_size and self.kind != "truncate":
                 return  # an earlier truncation removed this spot
@@ -130,16 +147,25 @@ def copy_vector(name: str, into: Path) -> Path:
 
 
 def digest(queue: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(queue.iterdir())}
+    # a FIFO must not be read here (that would block): only regular files have contents to compare
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "not a file"
+            for p in sorted(queue.iterdir())}
 
 
-def check(reader: Reader, vector: str, damages: list[Damage], mode: str, intact: int | None = None) -> None:
-    """Run one damaged copy; ``intact``: the messages a successful read must return (cycle files unharmed)."""
+def check(reader: Reader, vector: str, damages: list[Damage], mode: str,
+          intact: int | None = None) -> dict[str, Any]:
+    """Run one damaged copy; ``intact``: the messages a successful read must return (cycle files unharmed).
+
+    Returns the reader's answer, which is either a successful read or a chronq error naming the file.
+    """
     with tempfile.TemporaryDirectory(prefix="chronq-corrupt-") as tmp:
         queue = copy_vector(vector, Path(tmp))
         sizes = {p.name: p.stat().st_size for p in queue.iterdir()}
         for d in damages:
             d.apply(queue / d.file)
+        for p in queue.iterdir():  # a file of another roll cycle put in place may be larger
+            if p.is_file():
+                sizes[p.name] = max(sizes.get(p.name, 0), p.stat().st_size)
         before = digest(queue)
         result = reader.ask({"dir": str(queue), "mode": mode, "named": NAMED.get(vector, [])})
         what = f"{mode} of {vector} damaged by {damages}: {result}"
@@ -149,10 +175,11 @@ def check(reader: Reader, vector: str, damages: list[Damage], mode: str, intact:
             if result["type"] == "CorruptQueueError":
                 assert Path(result["file"]).name in sizes, f"error names no file of the queue: {what}"
                 assert 0 <= result["position"] <= max(sizes.values()), f"position outside the file: {what}"
-        if mode == "read":
+        if mode in ("read", "dump"):
             assert digest(queue) == before, f"a read-only open changed the files: {what}"
-            if intact is not None and result["status"] == "ok":
+            if intact is not None and result["status"] == "ok" and mode == "read":
                 assert result["count"] == intact, f"messages silently missing: {what}"
+        return result
 
 
 def files_of(vector: str) -> list[str]:
@@ -302,3 +329,134 @@ def test_fixed_damage(reader: Reader, vector: str, ds: list[Damage], mode: str) 
     only_table_store = all(d.file == "metadata.cq4t" for d in ds)
     intact = DATA_DOCUMENTS[vector] if only_table_store else None
     check(reader, vector, ds, mode, intact=intact)
+
+
+# -- classes of damaged input: mutated bytes, a file of another roll cycle, a non-regular file, huge lengths
+@st.composite
+def damage_classes(draw: st.DrawFn, vector: str) -> list[Damage]:
+    cycle_files = [f for f in files_of(vector) if f.endswith(".cq4")]
+    file = draw(st.sampled_from(cycle_files))
+    kind = draw(st.sampled_from(["bytes", "foreign", "non-regular", "huge-length"]))
+    if kind == "bytes":
+        return draw(damages(vector))
+    if kind == "foreign":  # a valid file, wrong roll cycle; sometimes damaged as well
+        more = draw(st.lists(st.builds(Damage, st.just(file), st.just("flip"), st.integers(0, 1 << 16),
+                                       st.integers(0, 7)), max_size=2))
+        return [Damage(file, "foreign", 0), *more]
+    if kind == "non-regular":
+        return [Damage(file, draw(st.sampled_from(["fifo", "directory"])), 0)]
+    heads = header_positions((GENERATED / vector / file).read_bytes())
+    at = draw(st.sampled_from(heads))
+    length = draw(st.sampled_from([0x3FFF_FFFF, 0x3FFF_FFFC, 0x2000_0000, 0x0100_0000, 0x0002_0000]))
+    return [Damage(file, "header", at, length | draw(st.sampled_from([0, 0x4000_0000])))]
+
+
+@pytest.mark.parametrize("vector", ["fast_daily_basic", "test_daily_tiny_index", "fast_hourly_roll_eof"])
+def test_damage_classes_read_and_dump(reader: Reader, vector: str) -> None:
+    """Open + forward + backward + move_to_index, and the dump, of each class of damaged input: only
+    chronq's errors, naming a file of the queue, within TIMEOUT each (a hang or crash fails)."""
+    require_vectors()
+
+    @settings(SETTINGS, max_examples=15)
+    @given(damage_classes(vector))
+    def run(ds: list[Damage]) -> None:
+        check(reader, vector, ds, "read")
+        check(reader, vector, ds, "dump")
+
+    run()
+
+
+def expect_error(result: dict[str, Any], file: str, match: str) -> None:
+    assert result["status"] == "error" and result["type"] == "CorruptQueueError", result
+    assert Path(result["file"]).name == file and match in result["message"], result
+
+
+CQ4 = "20240115F.cq4"
+
+
+@pytest.mark.parametrize("vector", ["fast_daily_basic", "rc_test_secondly"])
+@pytest.mark.parametrize("mode", ["read", "dump", "append"])
+def test_file_of_another_roll_cycle_is_refused(reader: Reader, vector: str, mode: str) -> None:
+    """A HUGE_DAILY file under the queue's own cycle-file name used to be read with its 40-bit split:
+    backward reading went 1, 0, 1, 0, ... for ever and forward indexes were wrong (negative with
+    TEST_SECONDLY). Its store header says which split it has: refused, naming the file."""
+    require_vectors()
+    file = CQ4 if vector == "fast_daily_basic" else "20240115-100000T.cq4"
+    result = check(reader, vector, [Damage(file, "foreign", 0)], mode)
+    if mode == "dump":  # the dump shows the file as it is, with the file's own split
+        assert result["status"] == "ok", result
+    else:
+        expect_error(result, file, "a file of another roll cycle")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+@pytest.mark.parametrize("mode", ["read", "dump", "append"])
+def test_non_regular_cycle_file_is_refused(reader: Reader, kind: str, mode: str) -> None:
+    """A FIFO under a cycle-file name used to block the read-only open for ever (and a directory gave
+    IsADirectoryError): a CorruptQueueError naming it instead."""
+    require_vectors()
+    result = check(reader, "fast_daily_basic", [Damage(CQ4, kind, 0)], mode)
+    expect_error(result, CQ4, "not a regular file")
+
+
+def test_seeks_after_a_damaged_length_stay_in_the_file(tmp_path: Path) -> None:
+    """A flipped length bit in the second message (131097 bytes: past the end) let a seek park the
+    tailer past the mapping, and the next `move_to_index` raised a bare ValueError ("position ... is
+    outside the mapping") instead of CorruptQueueError."""
+    import chronq
+    from chronq.errors import CorruptQueueError
+
+    require_vectors()
+    queue = copy_vector("fast_daily_basic", tmp_path)
+    Damage(CQ4, "flip", 65_830, 1).apply(queue / CQ4)
+    first = 0x4D1900000000
+    with chronq.open(queue, readonly=True) as q:
+        t = q.tailer()
+        with pytest.raises(CorruptQueueError, match="at position 65828"):
+            list(t)
+        for index in reversed(range(first, first + 4)):
+            try:
+                found = t.move_to_index(index)
+                ex = t.read()
+            except CorruptQueueError as e:
+                assert e.file == str(queue / CQ4) and e.position == 65_828
+                continue
+            assert found == (index == first) and ex is not None and ex.index == first
+
+
+def test_dump_of_a_damaged_roll_format_names_the_table_store(tmp_path: Path) -> None:
+    """A roll format the table store cannot hold (a flipped bit makes an unknown pattern letter) used
+    to escape the dump as a bare ValueError."""
+    from chronq import dump
+    from chronq.errors import CorruptQueueError
+
+    require_vectors()
+    queue = copy_vector("fast_daily_basic", tmp_path)
+    Damage("metadata.cq4t", "flip", 121, 3).apply(queue / "metadata.cq4t")  # "yyyy" -> "qyyy"
+    for produce in (dump.dump_text, lambda p: list(dump.dump_records(p))):
+        with pytest.raises(CorruptQueueError, match="unusable roll cycle") as info:
+            produce(queue)
+        assert info.value.file == str(queue / "metadata.cq4t")
+
+
+EOF_AT = 65_840  # fast_hourly_roll_eof: the EOF marker of 20240115-10F.cq4 (and of -11F)
+
+
+def test_zeroed_eof_of_an_older_cycle_moves_on(reader: Reader) -> None:
+    """A zeroed EOF marker in an older cycle (as a writer that died before closing it leaves it)
+    stopped the reader there for good, silently, though later cycles hold messages. Java 5.26's tailer
+    does the same; chronq moves on to the next cycle: nothing of the older cycle is lost."""
+    require_vectors()
+    result = check(reader, "fast_hourly_roll_eof", [Damage("20240115-10F.cq4", "header", EOF_AT, 0)], "read")
+    assert result == {"status": "ok", "count": 5}
+
+
+@pytest.mark.parametrize("header", [0xC000_1000, 0x8000_0000, 0xE000_0000])
+def test_damaged_eof_of_an_older_cycle_is_reported(reader: Reader, header: int) -> None:
+    """A header still "being written" where an older cycle ends may hide messages: CorruptQueueError
+    naming the file and the position, never a silent stop or a wait for a writer that will not come."""
+    require_vectors()
+    damage = [Damage("20240115-10F.cq4", "header", EOF_AT, header)]
+    result = check(reader, "fast_hourly_roll_eof", damage, "read")
+    expect_error(result, "20240115-10F.cq4", "without an EOF marker")
+    assert result["position"] == EOF_AT

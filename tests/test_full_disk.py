@@ -73,3 +73,14 @@ def test_tmpfs_full(tmp_path: Path, block_size: int, roll_every: int) -> None:
     v = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=300)
     check_writer_output(acks.read_text(), int(rc.read_text()))
     assert v.returncode == 0 and v.stdout.startswith("ok"), v.stdout + v.stderr
+
+
+def test_new_queue_on_a_full_disk_names_the_table_store(tmp_path: Path) -> None:
+    """Creating the table store of a new queue on a full disk escaped as a bare OSError."""
+    queue = tmp_path / "queue"
+    w = subprocess.run([*script("full_disk"), "writer", str(queue), "4096", "0", "0"],
+                       capture_output=True, text=True, env=child_env(), timeout=120)
+    assert w.returncode == 0, w.stderr
+    want = f"error ChronqError: {queue}/metadata.cq4t: cannot create the table store: "
+    assert w.stdout.startswith(want), w.stdout
+    assert not (queue / "metadata.cq4t").exists(), "a half-made table store was left behind"

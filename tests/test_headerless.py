@@ -25,7 +25,7 @@ from chronq import rollcycles
 from chronq.dump import dump_text
 from chronq.errors import ChronqError, CorruptQueueError
 from chronq.rollcycles import FixedClock
-from chronq.store import read_layout, stop_header
+from chronq.store import looks_like_store_header, read_layout, stop_header
 from chronq.table import RollMetadata, TableStore, tailer_index_key
 
 CYCLE = 19737  # 2024-01-15, FAST_DAILY: file 20240115F.cq4
@@ -264,6 +264,38 @@ def test_headerless_and_headered_cycles_in_one_queue(tmp_path: Path) -> None:
         chronq.open(tmp_path)
 
 
+@pytest.mark.parametrize(("header", "damage"), [
+    (0x000000C1, {}),                              # the metadata bit alone
+    (0x000000C1, {5: 0x07}),                       # ... and the event name's length
+    (0x000000C1, {6: ord("H"), 11: 0}),            # ... and the event name itself
+    (0xC0000000, {4: 0x00}),                       # the header became an EOF marker, event name damaged
+])
+def test_a_java_file_that_lost_its_metadata_bit_is_not_taken_for_a_headerless_one(
+        tmp_path: Path, header: int, damage: dict[int, int]) -> None:
+    """A v5 file whose store-header document lost its metadata bit (and more) was read as a headerless
+    libchronicle file when the event name was damaged too: the store header came back as message 0 and
+    every message one index up, without an error. Its `!SCQStore` type still tells: CorruptQueueError
+    naming the file, for readers, writers and the dump."""
+    with chronq.open(tmp_path, clock=FixedClock(BASE_MS), block_size=4096) as q:
+        for i in range(3):
+            q.appender().write(b"java %d" % i)
+    path = tmp_path / "20240115F.cq4"
+    data = bytearray(path.read_bytes())
+    data[:4] = struct.pack("<I", header)
+    for at, value in damage.items():
+        data[at] = value
+    path.write_bytes(data)
+    refused = r"20240115F\.cq4: at position 0: .*SCQStore header"
+    with chronq.open(tmp_path, readonly=True) as q, pytest.raises(CorruptQueueError, match=refused) as info:
+        read_all(q.tailer())
+    assert info.value.file == str(path)
+    with pytest.raises(CorruptQueueError, match=refused):
+        dump_text(tmp_path)
+    with pytest.raises(CorruptQueueError, match=refused), \
+            chronq.open(tmp_path, clock=FixedClock(BASE_MS)) as q:
+        q.appender().write(b"after the damage")
+
+
 def test_libchronicle_appends_to_a_java_layout_file(tmp_path: Path) -> None:
     """libchronicle also appends to files Java created, after the last document, without touching
     writePosition or the index: readers walk past both."""
@@ -374,7 +406,7 @@ def test_command_line_dump_and_tail(queue: Path) -> None:
 # document is data (libchronicle writes no metadata), and does not start like a store header (a Java
 # header whose metadata bit was lost: refused as damage, see docs/format.md).
 data_doc = st.tuples(st.binary(min_size=1, max_size=300), st.just(False))
-first_doc = data_doc.filter(lambda doc: not doc[0].startswith(b"\xb9\x06header"))
+first_doc = data_doc.filter(lambda doc: not looks_like_store_header(b"\0\0\0\0" + doc[0]))
 any_doc = st.one_of(data_doc, st.tuples(st.binary(max_size=300), st.just(True)))
 messages = st.one_of(st.just([]), st.tuples(first_doc, st.lists(any_doc, max_size=39)).map(
     lambda first_rest: [first_rest[0], *first_rest[1]]))

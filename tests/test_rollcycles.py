@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import re
 import warnings
 from pathlib import Path
@@ -164,3 +165,72 @@ def test_cycle_files_of_another_roll_cycle_without_a_table_store_are_refused(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == before, "a refused open must not write anything"
     with chronq.open(tmp_path, "HOURLY") as q:  # the right one opens and reads it
         assert [bytes(ex.payload) for ex in q.tailer()] == [b"x"]
+
+
+def _queue_with_file_of(vectors: Path, tmp_path: Path, queue_vector: str, file_vector: str) -> Path:
+    """A copy of `queue_vector` whose cycle file is replaced by `file_vector`'s (renamed)."""
+    src = vectors / "generated-cq5.26"
+    queue = tmp_path / queue_vector
+    queue.mkdir()
+    (queue / "metadata.cq4t").write_bytes((src / queue_vector / "metadata.cq4t").read_bytes())
+    (name,) = [p.name for p in (src / queue_vector).glob("*.cq4")]
+    (foreign,) = (src / file_vector).glob("*.cq4")
+    (queue / name).write_bytes(foreign.read_bytes())
+    return queue / name
+
+
+@pytest.mark.parametrize("queue_vector", ["fast_daily_basic", "rc_test_secondly"])
+def test_a_file_of_another_roll_cycle_under_the_queues_name_is_refused(vectors: Path, tmp_path: Path,
+                                                                       queue_vector: str) -> None:
+    """A HUGE_DAILY file renamed to the queue's cycle-file name was read with its own 40-bit split:
+    reading backward went 1, 0, 1, 0, ... for ever, forward indexes had the wrong shift (negative with
+    TEST_SECONDLY). Every way of reading now raises, naming the file; each loop is bounded."""
+    path = _queue_with_file_of(vectors, tmp_path, queue_vector, "rc_huge_daily")
+    with chronq.open(path.parent, readonly=True) as q:
+        for what in ("forward", "backward", "move_to_index", "last_index"):
+            with pytest.raises(chronq.CorruptQueueError, match="a file of another roll cycle") as info:
+                if what == "last_index":
+                    _ = q.last_index
+                    continue
+                t = q.tailer()
+                if what == "move_to_index":
+                    t.move_to_index(q.roll_cycle.to_index(q.cycles()[0], 1))
+                t.direction = chronq.Direction.BACKWARD if what == "backward" else chronq.Direction.FORWARD
+                if what == "backward":
+                    t.to_end()
+                indexes = [ex.index for ex in itertools.islice(iter(t.read, None), 10)]
+                pytest.fail(f"{what} read {indexes}")
+            assert info.value.file == str(path) and info.value.position == 4
+
+
+def test_a_file_of_another_32_bit_cycle_reads_with_the_queues_indexes(vectors: Path, tmp_path: Path) -> None:
+    """Other index parameters with the same 32-bit split (a FIVE_MINUTELY file, 2048/256, under a
+    FAST_DAILY name) give the same indexes: read, not refused."""
+    path = _queue_with_file_of(vectors, tmp_path, "fast_daily_basic", "rc_five_minutely")
+    with chronq.open(path.parent, readonly=True) as q:
+        assert [(ex.index, ex.bytes()[-7:]) for ex in q.tailer()] == \
+            [(0x4D1900000000, b"Hello 0"), (0x4D1900000001, b"Hello 1")]
+
+
+def test_xlarge_daily_files_of_before_5_24_keep_their_split(tmp_path: Path) -> None:
+    """Before Chronicle 5.24 XLARGE_DAILY had indexCount 128 << 10 (42-bit sequences): such a file is
+    that cycle's, and the queue takes the split from it (for reads, seeks and appends alike)."""
+    from chronq.store import create_cycle_file
+
+    clock = FixedClock(1_705_312_800_000)
+    with chronq.open(tmp_path, "XLARGE_DAILY", clock=clock, block_size=1 << 16) as q:
+        cycle = q.cycle_now()
+        q.table.note_cycle(cycle)  # type: ignore[union-attr]
+    assert create_cycle_file(tmp_path, ROLL_CYCLES["XLARGE_DAILY"], cycle, block_size=1 << 16,
+                             index_count=128 << 10, index_spacing=256)
+    with chronq.open(tmp_path, clock=clock) as q:
+        assert (q.roll_cycle.name, q.roll_cycle.cycle_shift) == ("XLARGE_DAILY", 42)
+        written = [q.appender().write(b"old split %d" % n) for n in range(3)]
+        assert written == [cycle << 42 | n for n in range(3)]
+    with chronq.open(tmp_path, readonly=True) as q:
+        t = q.tailer()
+        assert [ex.index for ex in t] == written
+        assert t.move_to_index(written[1]) and t.read().bytes() == b"old split 1"  # type: ignore[union-attr]
+        t.direction = chronq.Direction.BACKWARD
+        t.to_end()
+        assert [ex.index for ex in iter(t.read, None)] == written[::-1]

@@ -236,6 +236,26 @@ def test_damaged_files_raise_errors_naming_file_and_position(tmp_path: Path) -> 
         _plan.snapshot(str(queue))
 
 
+def test_a_file_of_another_roll_cycle_or_a_fifo_is_refused(tmp_path: Path) -> None:
+    """As the tailer: a HUGE_DAILY file under a FAST_DAILY name gave rows with 40-bit indexes, and a FIFO
+    under a cycle-file name blocked planning for ever (run in a child process, with a timeout)."""
+    from chronq.errors import CorruptQueueError
+
+    gen = require_vectors() / "generated-cq5.26"
+    queue = tmp_path / "q"
+    queue.mkdir()
+    shutil.copyfile(gen / "fast_daily_basic" / "metadata.cq4t", queue / "metadata.cq4t")
+    shutil.copyfile(gen / "rc_huge_daily" / "20240115H.cq4", queue / "20240115F.cq4")
+    with pytest.raises(CorruptQueueError, match=r"20240115F\.cq4: at position 4: .* another roll cycle"):
+        _plan.snapshot(str(queue))
+    (queue / "20240115F.cq4").unlink()
+    os.mkfifo(queue / "20240115F.cq4")
+    code = "import sys\nfrom chronq.spark import _plan\n_plan.snapshot(sys.argv[1])"
+    proc = subprocess.run([sys.executable, "-c", code, str(queue)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1 and "not a regular file but a FIFO" in proc.stderr, proc.stderr
+
+
 def test_ranges_are_balanced_whole_index_steps(tmp_path: Path) -> None:
     with chronq.open(tmp_path) as q:
         q.appender().write_many(b"m%d" % i for i in range(10_000))

@@ -18,6 +18,7 @@ import numpy as np
 
 from chronq import _native, store, table
 from chronq.errors import ChronqError, CorruptQueueError
+from chronq.rollcycles import file_splits
 from chronq.store import StoreLayout
 from chronq.table import RollMetadata
 
@@ -143,8 +144,11 @@ def list_cycles(queue_dir: str) -> list[CycleFile]:
 
 
 def open_map(path: str) -> mmap.mmap | None:
-    """Read-only map of a whole cycle file, or None for an empty file (nothing written yet)."""
-    with open(path, "rb") as f:
+    """Read-only map of a whole cycle file, or None for an empty file (nothing written yet).
+
+    A FIFO or directory under a cycle-file name raises CorruptQueueError instead of blocking the open.
+    """
+    with open(store.open_regular(path, os.O_RDONLY), "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             return None
@@ -174,6 +178,33 @@ def read_layout(buf: mmap.mmap, path: str) -> Layout | None:
         if layout.has_sequence_hint:
             (hint,) = _I64.unpack_from(buf, layout.write_position_offset + 8)
     return Layout(layout, wp, hint)
+
+
+def check_splits(states: list[tuple[str, Layout]], roll: RollMetadata) -> None:
+    """Refuse a cycle file whose store header splits indexes unlike the queue's roll cycle.
+
+    Rows take their index from each file's own indexCount/indexSpacing; a file of another roll cycle
+    under one of the queue's names (a HUGE_DAILY file renamed to a FAST_DAILY name) would give
+    indexes of another width. Splits Java used for the cycle (also before 5.24) are accepted; a
+    custom cycle's files must agree with the first one.
+    """
+    accepted = file_splits(roll.roll_cycle())
+    shifts = None if accepted is None else {_shift(c, s) for c, s in accepted}
+    for path, layout in states:
+        if layout.store.headerless:
+            continue
+        if shifts is None:
+            shifts = {layout.shift}
+        if layout.shift not in shifts:
+            raise CorruptQueueError(
+                path, 4, f"store header has indexCount {layout.index_count}, indexSpacing "
+                         f"{layout.index_spacing} ({layout.shift}-bit sequences): a file of another roll "
+                         f"cycle than the queue's {roll.format!r}",
+            )
+
+
+def _shift(index_count: int, index_spacing: int) -> int:
+    return max(32, 2 * (index_count.bit_length() - 1) + index_spacing.bit_length() - 1)
 
 
 # --------------------------------------------------------------------------------------------- index lookup

@@ -75,6 +75,7 @@ def snapshot(queue_dir: str, first_cycle: int | None = None, last_cycle: int | N
         st = cycle_state(cf)
         if st is not None:
             states.append(st)
+    _files.check_splits([(st.path, st.layout) for st in states], _files.read_roll(queue_dir))
     return states
 
 

@@ -1,6 +1,7 @@
 """Opens damaged queues on request and reports what happened, one JSON line per request.
 
-stdin: one JSON object per line: {"dir": queue_dir, "mode": "read" | "append", "named": [names]}.
+stdin: one JSON object per line: {"dir": queue_dir, "mode": "read" | "append" | "dump", "named": [names]}
+("dump": the text dump and the JSON records of the whole directory, as `chronq dump` prints them).
 stdout: {"status": "ok", "count": n} or {"status": "error", "type": ..., "chronq": bool, "file": ...,
 "position": ..., "message": ...} or {"status": "wrong", "message": ...} when the queue contradicted itself.
 It runs in its own process so that a segfault or a hang is seen by the test as exactly that.
@@ -15,6 +16,7 @@ from typing import Any
 from qhelp import BASE_MS
 
 import chronq
+from chronq import dump
 from chronq.errors import ChronqError, CorruptQueueError
 from chronq.rollcycles import FixedClock
 
@@ -66,8 +68,18 @@ def append_one(q: Any) -> int:
     raise AssertionError(f"appended excerpt {index:#x} is lost: neither found nor any error raised")
 
 
+def dump_everything(directory: str) -> int:
+    lines = sum(1 for _ in dump.dump_lines(directory))
+    records = sum(1 for _ in dump.dump_records(directory))
+    if lines > 10 * LIMIT or records > LIMIT:
+        raise AssertionError("dump does not terminate")
+    return records
+
+
 def handle(req: dict[str, Any]) -> dict[str, Any]:
     try:
+        if req["mode"] == "dump":
+            return {"status": "ok", "count": dump_everything(req["dir"])}
         if req["mode"] == "read":
             with chronq.open(req["dir"], readonly=True) as q:
                 return {"status": "ok", "count": read_everything(q, req.get("named", []))}

@@ -36,6 +36,8 @@ __all__ = [
     "LAST_INDEX_MSYNCED",
     "LAST_INDEX_REPLICATED",
     "LOWEST_CYCLE",
+    "MAX_KEY_LENGTH",
+    "MAX_TAILER_NAME",
     "MOD_COUNT",
     "NORMALISED_EOFS_TO",
     "TABLE_STORE_FILE",
@@ -44,6 +46,8 @@ __all__ = [
     "WRITE_LOCK",
     "RollMetadata",
     "TableStore",
+    "check_key",
+    "check_tailer_name",
     "find_table_store",
     "tailer_index_key",
     "tailer_lock_key",
@@ -76,6 +80,13 @@ _QUEUE_KEYS = (
     (LAST_ACKNOWLEDGED_INDEX_REPLICATED, -1), (LAST_INDEX_MSYNCED, -1),
 )
 
+# Java sets no explicit limit, but an entry must not cross its 64 KiB chunk-plus-overlap mapping
+# boundary ("Misaligned write"), and a longer key would leave that error behind a published header.
+# These limits keep every entry a small fraction of a chunk; a tailer name leaves room for the longest
+# key made from it, `index.<name>.version`.
+MAX_KEY_LENGTH = 1100
+MAX_TAILER_NAME = 1024
+
 _process_lock = threading.RLock()  # POSIX record locks do not exclude threads of one process
 
 # Called with the name of each step of adding a key; the crash tests SIGKILL the process there to
@@ -86,6 +97,28 @@ _crash_hook: Callable[[str], None] | None = None
 def _step(name: str) -> None:
     if _crash_hook is not None:
         _crash_hook(name)
+
+
+def check_key(key: str) -> None:
+    """ValueError unless `key` can be a table-store key: 8-bit text of at most MAX_KEY_LENGTH characters."""
+    if len(key) > MAX_KEY_LENGTH:
+        raise ValueError(f"table store keys are at most {MAX_KEY_LENGTH} characters; this one has {len(key)}")
+    try:
+        key.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ValueError(f"table store keys are 8-bit (Latin-1) text; {key!r} is not") from None
+
+
+def check_tailer_name(name: str) -> None:
+    """ValueError unless `name` can name a tailer: at most MAX_TAILER_NAME Latin-1 characters."""
+    if not isinstance(name, str):
+        raise TypeError(f"a tailer name is a str, not {type(name).__name__}")
+    if len(name) > MAX_TAILER_NAME:
+        raise ValueError(f"tailer names are at most {MAX_TAILER_NAME} characters; this one has {len(name)}")
+    try:
+        name.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ValueError(f"tailer names are 8-bit (Latin-1) text, as table store keys: {name!r}") from None
 
 
 def tailer_index_key(name: str) -> str:
@@ -374,10 +407,7 @@ class TableStore:
         if off is not None:
             return off
         self._writable()
-        try:
-            key.encode("latin-1")
-        except UnicodeEncodeError:
-            raise ValueError(f"table store keys are 8-bit text; {key!r} is not") from None
+        check_key(key)
         with _FileLock(self._fd, False, self._file):
             off = self._lookup(key)   # another process may have added it meanwhile
             if off is not None:

@@ -16,9 +16,8 @@ import pytest
 import chronq
 from chronq import tailer as tailer_mod
 from chronq.errors import QueueLockedError
-from chronq.rollcycles import FixedClock
 from chronq.table import MAX_TAILER_NAME, TABLE_STORE_FILE, UNLOCKED, TableStore, tailer_index_key
-from tests.procs.qhelp import BASE_MS, child_env, script, wait_line
+from tests.procs.qhelp import child_env, script, wait_line
 from tests.test_table_crash import java, make_queue
 
 
@@ -112,29 +111,6 @@ def test_symlinked_table_store_is_followed(tmp_path: Path) -> None:
 
 
 # -- replicated named tailers --------------------------------------------------------------------------
-def test_replicated_keys_are_the_ones_java_writes(vectors: Path, tmp_path: Path) -> None:
-    """The `named_tailer` vector, done again by chronq: the same keys, in the same order, with the same
-    values (`.version` 2 after creating the tailer and reading twice; `.lock` unlocked)."""
-    queue = tmp_path / "q"
-    with chronq.open(queue, clock=FixedClock(BASE_MS)) as q:
-        a = q.appender()
-        for n in range(5):
-            a.write(b"m%d" % n)
-        t = q.tailer("myTailer")
-        for _ in range(3):
-            t.read()
-        t = q.tailer("replicated:tailerOne")
-        t.read()
-        t.read()
-        q.tailer("unreadTailer")
-    java_file = vectors / "generated-cq5.26" / "named_tailer" / TABLE_STORE_FILE
-    with TableStore.open(java_file, readonly=True) as theirs, \
-            TableStore.open(queue / TABLE_STORE_FILE, readonly=True) as ours:
-        want = [kv for kv in theirs.items() if kv[0] != "listing.modCount"]
-        assert [kv for kv in ours.items() if kv[0] != "listing.modCount"] == want
-    assert ("index.replicated:tailerOne.version", 2) in want
-
-
 def test_replicated_tailer_counts_every_move_and_java_resumes_it(tmp_path: Path) -> None:
     queue = tmp_path / "q"
     make_queue(queue)

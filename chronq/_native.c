@@ -1630,6 +1630,11 @@ typedef struct {
     Py_buffer named_view;
     int has_named;
     char *named_p;
+    /* replicated named tailer (Java's VersionedIndexUpdater): every store of the position takes the
+       `index.NAME.lock` PID lock and bumps `index.NAME.version`; NULL for plain named tailers */
+    char *named_ver_p;
+    char *named_lock_p;
+    int64_t named_pid;
     int64_t pending_named; /* index to store when the open document finishes, or -1 */
     Py_ssize_t release_every; /* drop pages behind the reader every N bytes (0 = never) */
     Py_ssize_t released_to;
@@ -1732,6 +1737,8 @@ static void Tl_clear_named(TailerObject *self) {
         self->has_named = 0;
     }
     self->named_p = NULL;
+    self->named_ver_p = NULL;
+    self->named_lock_p = NULL;
     Py_CLEAR(self->named_obj);
 }
 
@@ -1845,23 +1852,59 @@ static PyObject *Tl_remap(TailerObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static int named_offset_ok(Py_buffer *view, Py_ssize_t off) {
+    if (off < 0 || off > view->len - 8 || ((uintptr_t)((char *)view->buf + off) & 7)) {
+        PyErr_Format(PyExc_ValueError, "named tailer offset %zd is out of range or not 8-byte aligned", off);
+        return 0;
+    }
+    return 1;
+}
+
+/* _set_named(buffer, index_offset[, version_offset, lock_offset, pid]) */
 static PyObject *Tl_set_named(TailerObject *self, PyObject *args) {
     PyObject *obj;
-    Py_ssize_t off;
-    if (!PyArg_ParseTuple(args, "On", &obj, &off)) return NULL;
+    Py_ssize_t off, ver_off = -1, lock_off = -1;
+    long long pid = 0;
+    if (!PyArg_ParseTuple(args, "On|nnL", &obj, &off, &ver_off, &lock_off, &pid)) return NULL;
     Tl_clear_named(self);
     if (obj == Py_None) Py_RETURN_NONE;
     if (PyObject_GetBuffer(obj, &self->named_view, PyBUF_WRITABLE) < 0) return NULL;
     self->has_named = 1;
-    if (off < 0 || off > self->named_view.len - 8 || ((uintptr_t)((char *)self->named_view.buf + off) & 7)) {
+    int versioned = PyTuple_GET_SIZE(args) > 2;
+    if (!named_offset_ok(&self->named_view, off) ||
+        (versioned && (!named_offset_ok(&self->named_view, ver_off) || !named_offset_ok(&self->named_view, lock_off)))) {
         Tl_clear_named(self);
-        PyErr_Format(PyExc_ValueError, "named tailer offset %zd is out of range or not 8-byte aligned", off);
         return NULL;
     }
     Py_INCREF(obj);
     self->named_obj = obj;
     self->named_p = (char *)self->named_view.buf + off;
+    if (versioned) {
+        self->named_ver_p = (char *)self->named_view.buf + ver_off;
+        self->named_lock_p = (char *)self->named_view.buf + lock_off;
+        self->named_pid = pid;
+    }
     Py_RETURN_NONE;
+}
+
+/* Store a named tailer's position. A replicated one does what Java's VersionedIndexUpdater.update does:
+   lock (CAS Long.MIN_VALUE -> pid), store, version + 1, unlock. A lock someone else holds goes to
+   Python (_named_contended), which waits, takes over a dead process's lock, or raises. */
+static int Tl_store_named(TailerObject *self, int64_t next) {
+    if (!self->named_lock_p) {
+        st64(self->named_p, next);
+        return 0;
+    }
+    if (cas64p(self->named_lock_p, LOCK_UNLOCKED, self->named_pid)) {
+        st64(self->named_p, next);
+        __atomic_add_fetch((int64_t *)self->named_ver_p, 1, __ATOMIC_ACQ_REL);
+        cas64p(self->named_lock_p, self->named_pid, LOCK_UNLOCKED);
+        return 0;
+    }
+    PyObject *r = PyObject_CallMethod((PyObject *)self, "_named_contended", "L", (long long)next);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
 }
 
 static PyObject *call_bool_method(PyObject *self, const char *name, int *out) {
@@ -1978,9 +2021,15 @@ static PyObject *Tl_read_impl(TailerObject *self, int want_meta, int commit, Py_
         self->seq++;
         if (self->named_p) {
             int64_t next = ((int64_t)g->cycle << g->shift) | self->seq;
-            if (commit)
-                st64(self->named_p, next);
-            else
+            if (commit) {
+                if (Tl_store_named(self, next) < 0) {
+                    /* not stored (the lock is held): stay before the document, so it is read again */
+                    self->pos = ex->position;
+                    self->seq = ex->seq;
+                    Py_DECREF(ex);
+                    return NULL;
+                }
+            } else
                 self->pending_named = next;
         }
     }
@@ -2042,8 +2091,9 @@ static PyObject *Tl_read_open(TailerObject *self, PyObject *arg) {
 }
 
 static PyObject *Tl_finish(TailerObject *self, PyObject *Py_UNUSED(ignored)) {
-    if (self->pending_named >= 0 && self->named_p) st64(self->named_p, self->pending_named);
+    int64_t pending = self->pending_named;
     self->pending_named = -1;
+    if (pending >= 0 && self->named_p && Tl_store_named(self, pending) < 0) return NULL;
     Py_RETURN_NONE;
 }
 

@@ -36,7 +36,7 @@ from chronq.store import (
     remove_abandoned_files,
     roll_in_cycle_headers,
 )
-from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore
+from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore, check_tailer_name
 
 __all__ = ["CycleFile", "Queue", "open"]
 
@@ -400,8 +400,14 @@ class Queue:
         return a
 
     def tailer(self, name: str | None = None) -> Any:
-        """A new tailer at the start; a named one resumes where the name last finished reading."""
+        """A new tailer at the start; a named one resumes where the name last finished reading.
+
+        Names are at most `chronq.table.MAX_TAILER_NAME` (1024) Latin-1 characters (ValueError
+        otherwise, before anything is written) and case-insensitive, as in Java.
+        """
         self._check_open()
+        if name is not None:
+            check_tailer_name(name)
         if self.table is not None and not self.readonly:
             self.table.refresh_listing(self._fresh_cycles)  # as Java's createTailer
         from chronq.tailer import Tailer

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
 import mmap
 import os
@@ -35,6 +36,8 @@ __all__ = [
     "LAST_INDEX_MSYNCED",
     "LAST_INDEX_REPLICATED",
     "LOWEST_CYCLE",
+    "MAX_KEY_LENGTH",
+    "MAX_TAILER_NAME",
     "MOD_COUNT",
     "NORMALISED_EOFS_TO",
     "TABLE_STORE_FILE",
@@ -43,6 +46,8 @@ __all__ = [
     "WRITE_LOCK",
     "RollMetadata",
     "TableStore",
+    "check_key",
+    "check_tailer_name",
     "find_table_store",
     "tailer_index_key",
     "tailer_lock_key",
@@ -75,7 +80,45 @@ _QUEUE_KEYS = (
     (LAST_ACKNOWLEDGED_INDEX_REPLICATED, -1), (LAST_INDEX_MSYNCED, -1),
 )
 
+# Java sets no explicit limit, but an entry must not cross its 64 KiB chunk-plus-overlap mapping
+# boundary ("Misaligned write"), and a longer key would leave that error behind a published header.
+# These limits keep every entry a small fraction of a chunk; a tailer name leaves room for the longest
+# key made from it, `index.<name>.version`.
+MAX_KEY_LENGTH = 1100
+MAX_TAILER_NAME = 1024
+
 _process_lock = threading.RLock()  # POSIX record locks do not exclude threads of one process
+
+# Called with the name of each step of adding a key; the crash tests SIGKILL the process there to
+# show that the file is readable and writable after a death at any step. None in normal use.
+_crash_hook: Callable[[str], None] | None = None
+
+
+def _step(name: str) -> None:
+    if _crash_hook is not None:
+        _crash_hook(name)
+
+
+def check_key(key: str) -> None:
+    """ValueError unless `key` can be a table-store key: 8-bit text of at most MAX_KEY_LENGTH characters."""
+    if len(key) > MAX_KEY_LENGTH:
+        raise ValueError(f"table store keys are at most {MAX_KEY_LENGTH} characters; this one has {len(key)}")
+    try:
+        key.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ValueError(f"table store keys are 8-bit (Latin-1) text; {key!r} is not") from None
+
+
+def check_tailer_name(name: str) -> None:
+    """ValueError unless `name` can name a tailer: at most MAX_TAILER_NAME Latin-1 characters."""
+    if not isinstance(name, str):
+        raise TypeError(f"a tailer name is a str, not {type(name).__name__}")
+    if len(name) > MAX_TAILER_NAME:
+        raise ValueError(f"tailer names are at most {MAX_TAILER_NAME} characters; this one has {len(name)}")
+    try:
+        name.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ValueError(f"tailer names are 8-bit (Latin-1) text, as table store keys: {name!r}") from None
 
 
 def tailer_index_key(name: str) -> str:
@@ -199,6 +242,8 @@ class TableStore:
         self.delta_checkpoint_interval: int | None = None
         self._parse_header()
         self._scan()
+        if not readonly:
+            self._clear_tail()  # opened under the exclusive file lock: nobody is adding a key now
 
     # -- opening ---------------------------------------------------------------------------------------
     @classmethod
@@ -360,26 +405,69 @@ class TableStore:
         if off is not None:
             return off
         self._writable()
-        try:
-            key.encode("latin-1")
-        except UnicodeEncodeError:
-            raise ValueError(f"table store keys are 8-bit text; {key!r} is not") from None
+        check_key(key)
         with _FileLock(self._fd, False, self._file):
             off = self._lookup(key)   # another process may have added it meanwhile
             if off is not None:
                 return off
+            # Java's protocol (enterHeader / updateHeader), which every step of leaves a chain readers
+            # can walk: the header stays 0 (or a dead writer's not-complete header, which every reader
+            # stops at) while the body is written, the 8 bytes after the body are cleared, and only
+            # then is the length published. A writer killed before publishing leaves its bytes past
+            # the chain end; clearing the next header is what keeps a later, shorter key from leaving
+            # the chain pointing into them.
             pos = self._scan_pos
             doc, at = _encode_entry(pos, key, default)
-            if pos + len(doc) + 4 > len(self._buf):  # grow a chunk at a time, as Java does
-                os.ftruncate(self._fd, len(self._buf) + CHUNK)
-                self._remap_if_grown()
-            # under the lock a non-zero header here is a crashed adder's leftover: Java overwrites it too
-            self._buf[pos:pos + 4] = bytes(4)
-            self._buf[pos + 4:pos + len(doc)] = doc[4:]
+            end = pos + len(doc)
+            self._reserve(pos, end + 8)
+            _step("reserved")
+            if load32(self._buf, pos) != 0:
+                # under the lock a non-zero header at the chain end is a dead writer's working header:
+                # Java's enterHeader overwrites it too
+                self._buf[pos:pos + 4] = bytes(4)
+                _step("cleared")
+            self._buf[pos + 4:end] = doc[4:]
+            _step("filled")
+            self._buf[end:end + 8] = bytes(8)
+            _step("terminated")
             if not cas32(self._buf, pos, 0, load32(doc, 0)):
                 raise CorruptQueueError(self._file, pos, "entry header changed while the file lock was held")
+            _step("published")
             self._scan()
         return at
+
+    def _reserve(self, start: int, end: int) -> None:
+        """Grow the file (a chunk at a time, as Java does) to hold [start, end), and reserve its disk
+        blocks: on a full disk a store into an unallocated page of a mapping is SIGBUS, which would
+        kill the process half-way through an entry; a failed reservation here is a clean error."""
+        size = len(self._buf)
+        try:
+            if end > size:
+                os.ftruncate(self._fd, size + -(-(end - size) // CHUNK) * CHUNK)
+                self._remap_if_grown()
+            os.posix_fallocate(self._fd, start, end - start)
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.ENOSYS):  # a file system without fallocate
+                return
+            raise ChronqError(f"{self._file}: cannot reserve disk space for a new key at position {start} "
+                              f"(up to {end}): {e}") from e
+
+    def _clear_tail(self) -> None:
+        """Zero what a writer killed before publishing left past the chain end (called with the
+        exclusive file lock held). Nothing needs it to read or add keys, but other writers that do
+        not clear the header after their entry (older chronq releases) would otherwise link these
+        bytes into the chain. Best effort: a full disk leaves the bytes where they are."""
+        pos = self._scan_pos
+        if pos + 4 > len(self._buf):
+            return
+        try:
+            tail = os.pread(self._fd, min(len(self._buf) - pos, CHUNK), pos).rstrip(b"\0")
+            if len(tail) > 4:
+                os.pwrite(self._fd, bytes(len(tail) - 4), pos + 4)
+            if tail:
+                os.pwrite(self._fd, bytes(4), pos)  # the header last: until then readers stop at it
+        except OSError:
+            pass
 
     def _writable(self) -> None:
         if self.readonly:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from chronq import _native
-from chronq.errors import ChronqError, CorruptQueueError
+from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
 from chronq.pausers import Pauser, SleepingPauser
-from chronq.store import load32, load64
-from chronq.table import tailer_index_key
+from chronq.store import load32, load64, process_alive
+from chronq.table import UNLOCKED, tailer_index_key, tailer_lock_key, tailer_version_key
 
 if TYPE_CHECKING:
     from chronq.queue import CycleFile, Queue
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
 __all__ = ["Direction", "Excerpt", "Tailer", "TailerState"]
 
 Excerpt = _native.Excerpt
+
+#: how long a replicated named tailer waits for its `index.NAME.lock` held by a live process (Java:
+#: 1.5 x the queue's 10 s timeout) before raising QueueLockedError
+REPLICATED_LOCK_TIMEOUT = 15.0
 
 
 class Direction(enum.IntEnum):
@@ -54,17 +59,53 @@ class Tailer(_native.TailerCore):
             if table is None:
                 raise ChronqError(f"{queue.path}: named tailers need metadata.cq4t")
             key = tailer_index_key(name)
+            version_key, lock_key = tailer_version_key(name), tailer_lock_key(name)
             if queue.readonly:
                 start = table.get(key, 0) or 0
-            else:
+            elif version_key is None or lock_key is None:
                 off = table.acquire(key, 0)
                 self._set_named(table.buffer, off)
                 start = _native.load64(table.buffer, off)
+            else:
+                # Java's VersionedIndexUpdater: the keys in Java's order, then its constructor's
+                # moveToIndex stores the position once (version -1 -> 0 for a new name)
+                off = table.acquire(key, 0)
+                ver = table.acquire(version_key, -1)
+                lock = table.acquire(lock_key, UNLOCKED)
+                buf = table.buffer
+                self._replicated = (buf, off, ver, lock, lock_key)
+                self._set_named(buf, off, ver, lock, os.getpid())
+                start = _native.load64(buf, off)
+                self._named_contended(start)
             if start:
                 if self._move(start) < 0:
                     self._place_at(start)
                 return
         self.to_start()
+
+    def _named_contended(self, index: int) -> None:
+        """Store a replicated named tailer's position under its `index.NAME.lock`, as Java does, when
+        the lock is not free at once (the C read path takes a free one itself): wait for a live holder
+        for up to Java's 15 s, take over the lock of a dead process (Java's forceUnlockIfProcessIsDead),
+        raise QueueLockedError if a live process keeps it."""
+        buf, off, ver, lock, lock_key = self._replicated
+        pid = os.getpid()
+        deadline = time.monotonic() + REPLICATED_LOCK_TIMEOUT
+        while True:
+            if _native.cas64(buf, lock, UNLOCKED, pid):
+                _native.store64(buf, off, index)
+                _native.add64(buf, ver, 1)
+                _native.cas64(buf, lock, pid, UNLOCKED)
+                return
+            holder = _native.load64(buf, lock)
+            holder_pid = ((holder & 0xFFFF_FFFF) ^ 0x8000_0000) - 0x8000_0000  # Java's (int) cast
+            if holder != UNLOCKED and holder_pid != pid and not process_alive(holder_pid):
+                _native.cas64(buf, lock, holder, UNLOCKED)
+                continue
+            if time.monotonic() > deadline:
+                raise QueueLockedError(f"{self._queue.path}: {lock_key} in metadata.cq4t is held by pid "
+                                       f"{holder_pid} for more than {REPLICATED_LOCK_TIMEOUT} s")
+            time.sleep(0.0005)
 
     # -- positioning -----------------------------------------------------------------------------------
     @property

@@ -544,7 +544,9 @@ def _key_text_py(k: Any) -> str:
 
 def to_yaml(value: Any) -> str:
     """A Python value as Chronicle-style YAML (a dict becomes `key: value` lines)."""
-    return _top(_py_node(value)) if value != {} else "{ }\n"
+    node = _py_node(value)
+    empty = isinstance(node, _Map) and not node.entries and not node.tag  # `{}`, or an object whose
+    return "{ }\n" if empty else _top(node)  # fields are all omitted: not an empty (null) document
 
 
 def to_yaml_all(documents: Iterable[Any]) -> str:

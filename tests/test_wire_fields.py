@@ -94,12 +94,14 @@ def test_init_false_fields_are_written_and_read_in_every_form() -> None:
 def test_a_missing_init_false_field_keeps_what_the_constructor_gave() -> None:
     assert binary.decode_document(binary.encode_document({"a": 5}), type=Derived).doubled == 10
     assert binary.decode(binary.encode({"name": "y"}), type=Counted) == Counted("y")
-    assert WireType.FIELDLESS_BINARY.decode(WireType.FIELDLESS_BINARY.encode(Derived(5)), Derived) == Derived(5)
+    fieldless = WireType.FIELDLESS_BINARY
+    assert fieldless.decode(fieldless.encode(Derived(5)), Derived) == Derived(5)
 
 
 def test_omit_defaults_leaves_default_fields_out_of_binary_and_yaml() -> None:
     assert binary.decode_document(binary.encode_document(Sparse(1))) == {"tradeId": 1}
-    assert binary.decode(binary.encode(Sparse(1, "SELL", [2]))) == {"tradeId": 1, "sideName": "SELL", "tags": [2]}
+    full = {"tradeId": 1, "sideName": "SELL", "tags": [2]}
+    assert binary.decode(binary.encode(Sparse(1, "SELL", [2]))) == full
     assert text.to_yaml(Sparse(1)) == "tradeId: 1\n"
     assert msgspec.msgpack.decode(WireType.MSGSPEC.encode(Sparse(1))) == {"tradeId": 1}
     out = bytearray()
@@ -153,7 +155,6 @@ def test_each_class_s_generated_code_has_its_own_traceback_source() -> None:
         encoders[0](bytearray(), first("not an int"))
     frame = traceback.extract_tb(info.value.__traceback__)[-2]  # the generated function, inside put_int
     assert frame.filename.startswith("<wire encode_fields ")
-    assert frame.line == "put_int(b, x)" or "first_field" in "".join(linecache.getlines(frame.filename))
     assert "first_field" in "".join(linecache.getlines(frame.filename))
     assert "second_field" not in "".join(linecache.getlines(frame.filename))
 
@@ -252,7 +253,8 @@ def test_generated_classes_round_trip_through_every_form(value: Any) -> None:
     assert got == dict.fromkeys(got, value)
     # text <-> binary: the same field names, and Java's dump of the BINARY document reads back as YAML
     document = binary.encode_document(value)
-    assert list(text.from_yaml(text.to_yaml(value)) or {}) == [str(k) for k in binary.decode_document(document)]
+    yaml_names = list(text.from_yaml(text.to_yaml(value)) or {})
+    assert yaml_names == [str(k) for k in binary.decode_document(document)]
     dumped = text.from_yaml(text.render(document)) or {}  # an empty document dumps as no text at all
     assert msgspec.convert(dumped, tp, strict=False) == value
     assert binary.encode_document(text.from_yaml(text.to_yaml(value), tp)) == document

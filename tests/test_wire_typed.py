@@ -383,7 +383,7 @@ def test_docs_examples_run() -> None:
         if section.startswith(("Binary wire", "Typed messages"))
         for code in re.findall(r"```python\n(.*?)```", section, flags=re.S)
     ]
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     for n, code in enumerate(blocks):
         module = types.ModuleType(f"wire_binary_docs_example_{n}")  # dataclasses look their module up
         sys.modules[module.__name__] = module

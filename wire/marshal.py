@@ -532,4 +532,4 @@ def decoder_for(tp: Any) -> Decoder:
     return dec
 
 
-binary.install_typed(sys.modules[__name__])  # type: ignore[arg-type]
+binary.install_typed(sys.modules[__name__])

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any, Protocol
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +22,8 @@ from examples.account_service.api import (
 from examples.account_service.service import make_handler
 from rpc.testing import Recorder, YamlTester
 from rpc.testing import strategies as rst
-from rpc.testing.yaml_tester import decode_call
+from rpc.testing.yaml_tester import decode_call, render_calls
+from wire import text
 
 ACCOUNT = st.sampled_from(["A", "B", "C"])
 AMOUNT = st.integers(-5, 500)
@@ -134,3 +137,34 @@ def test_setup_outputs_are_discarded_and_comments_name_inputs(tmp_path):
     assert result.actual_yaml.startswith("# input 1: deposit\n")
     assert result.created and not result.passed  # out.yaml was missing: written, but not yet reviewed
     assert YamlTester(make_handler).run(tmp_path).passed
+
+
+class _Fill(msgspec.Struct, rename="camel"):
+    trade_id: int
+    venue_name: str = "XLON"
+
+
+class _Fills(Protocol):
+    def fill(self, f: _Fill) -> None: ...
+
+
+class _Echo:
+    def __init__(self, out: Any) -> None:
+        self.out = out
+
+    def fill(self, f: _Fill) -> None:
+        self.out.fill(f)
+
+
+def test_a_scenario_written_from_renamed_dtos_replays(tmp_path: Path) -> None:
+    """in.yaml written by `render_calls` from DTOs names their fields as BINARY does, so the reader
+    decodes them (a renamed field once came out under its attribute name and failed as missing)."""
+    (tmp_path / "in.yaml").write_text(render_calls([{"fill": _Fill(7, "XPAR")}]))
+    assert "tradeId: 7" in (tmp_path / "in.yaml").read_text()
+    tester = YamlTester(lambda out: _Echo(rpc.writer(out, _Fills)), interfaces=[_Fills])
+    result = tester.run(tmp_path)
+    assert result.actual == [{"fill": {"tradeId": 7, "venueName": "XPAR"}}]
+    assert text.from_yaml(render_calls([{"fill": _Fill(7, "XPAR")}]).split("---")[0])["fill"] == {
+        "tradeId": 7,
+        "venueName": "XPAR",
+    }

@@ -144,6 +144,24 @@ def test_spark_types_of_annotations() -> None:
     assert _typed.spark_type(Any)[0] == "string"  # no faithful Spark type: JSON text
 
 
+@dataclasses.dataclass
+class _Late:
+    qty: int
+    filled: int = dataclasses.field(init=False, default=0)
+
+
+def test_struct_columns_hold_every_field_the_wire_carries() -> None:
+    """An init=False field is on the wire (see docs/wire.md, Fields), so it is a column too."""
+    ddl, convert = _typed.spark_type(_Late)
+    assert ddl == "struct<`qty`: bigint, `filled`: bigint>"
+    late = _Late(3)
+    late.filled = 2
+    assert convert is not None and convert(wire.binary.decode(wire.binary.encode(late), type=_Late)) == {
+        "qty": 3,
+        "filled": 2,
+    }
+
+
 def test_interface_spec_errors_name_the_problem() -> None:
     with pytest.raises(ChronqError, match="expected 'module:QualName'"):
         _typed.load("tests.test_spark_typed.Trades", "interface")

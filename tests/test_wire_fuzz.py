@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import GENERATED
-from wire import EventName, FieldNumber, Int64Hex, WireError, WireType, marshal, text
+from wire import EventName, FieldNumber, Int64Hex, WireError, WireType, _accel, marshal, text
 from wire.binary import Reader, decode, decode_document, encode, encode_document
 
 
@@ -147,11 +147,11 @@ def test_errors_name_the_offset() -> None:
 
 @contextlib.contextmanager
 def _pure_python() -> Iterator[None]:
-    saved, marshal.speedups = marshal.speedups, None
+    saved, _accel.speedups = _accel.speedups, None
     try:
         yield
     finally:
-        marshal.speedups = saved
+        _accel.speedups = saved
 
 
 def _outcome(data: bytes, document: bool) -> tuple[Any, ...]:

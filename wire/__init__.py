@@ -1,6 +1,7 @@
 """Chronicle Wire for Python: the BINARY wire (byte-compatible with Java), text and MessageHistory."""
 
-from wire import binary, text
+from wire import binary, marshal, text
+from wire._fields import ClassFields, Field, fields_of
 from wire.errors import WireError
 from wire.history import MessageHistory, read_history
 from wire.registry import register, unknown_types
@@ -8,7 +9,9 @@ from wire.types import EventName, FieldNumber, Float32, HistoryBytes, Int64Array
 from wire.wiretype import WireType
 
 __all__ = [
+    "ClassFields",
     "EventName",
+    "Field",
     "FieldNumber",
     "Float32",
     "HistoryBytes",
@@ -20,6 +23,8 @@ __all__ = [
     "WireError",
     "WireType",
     "binary",
+    "fields_of",
+    "marshal",
     "read_history",
     "register",
     "text",

@@ -18,9 +18,9 @@ import re
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from wire import _javatime, registry
+from wire import _accel, _javatime, registry
 from wire.errors import WireError
 from wire.types import EventName, FieldNumber, HistoryBytes, Int64Array, Int64Hex, Typed, TypeLiteral
 
@@ -678,7 +678,7 @@ def _write_value(w: Writer, v: Any, depth: int) -> None:
     elif t is FieldNumber:
         w.int_compact(v)
     else:
-        marshal.write_object(w, v)
+        typed().write_object(w, v)
 
 
 def _write_fields(w: Writer, fields: dict[Any, Any], depth: int) -> None:
@@ -1036,7 +1036,7 @@ class Reader:
         elif hi == 0x8:
             if code in (BYTES_LENGTH32, BYTES_LENGTH16, BYTES_LENGTH8):
                 self.pos = p
-                native = marshal.speedups
+                native = _accel.speedups
                 if native is not None:  # C for the common codes; None means "Python decides"
                     found = native.generic(buf, p, self.end, False, self.depth, *_KEY_TYPES)
                     if found is not None:
@@ -1076,7 +1076,7 @@ class Reader:
         if cls is None:
             registry.note_unknown(name)
             return Typed(name, self._nested(Reader.read_value))
-        return self._nested(marshal.decoder_for(cls))
+        return self._nested(typed().decoder_for(cls))
 
     def _block_value(self) -> Any:
         """A block's contents: fields -> dict, U8_ARRAY -> bytes, HISTORY -> HistoryBytes, else a list."""
@@ -1107,7 +1107,7 @@ class Reader:
         A document may also hold bare values (Java's `writeBytes` payloads are not wire at all); those
         raise WireError so callers can fall back to showing raw bytes.
         """
-        native = marshal.speedups
+        native = _accel.speedups
         if native is not None:  # C for the common codes; None means "Python decides"
             found = native.generic(self.buf, self.pos, self.end, True, self.depth, *_KEY_TYPES)
             if found is not None:
@@ -1130,14 +1130,48 @@ class Reader:
             self.read_value()
 
 
+# ---------------------------------------------------------------- typed values
+class TypedCodec(Protocol):
+    """What this module needs from the typed codec (`wire.marshal`, which builds on this module and so
+    installs itself here when it is imported, rather than this module importing it back)."""
+
+    def write_object(self, w: Writer, v: Any) -> None: ...
+    def write_fields(self, w: Writer, v: Any) -> None: ...
+    def learn_whole_encoder(self, cls: type[Any]) -> None: ...
+    def decode_bytes(self, data: Any, tp: Any) -> Any: ...
+    def fields_decoder_for(self, tp: Any) -> Callable[[Reader], Any]: ...
+    def encoder_for(self, tp: Any) -> Callable[[bytearray, Any], None]: ...
+    def decoder_for(self, tp: Any) -> Callable[[Reader], Any]: ...
+
+
+_typed: TypedCodec | None = None
+
+#: class -> its C plan (None: none) for `encode(value)`, which the C `Encode` looks up first
+whole_encoders: dict[type[Any], Any] = {}
+#: type -> function(data) decoding a whole buffer as that type (`decode` looks here first)
+whole_decoders: dict[Any, Callable[[Any], Any]] = {}
+
+
+def install_typed(codec: TypedCodec) -> None:
+    """Called once by `wire.marshal` at import."""
+    global _typed
+    _typed = codec
+
+
+def typed() -> TypedCodec:
+    if _typed is None:  # pragma: no cover - importing the `wire` package imports wire.marshal
+        raise RuntimeError("typed values need wire.marshal, which `import wire` loads")
+    return _typed
+
+
 # ---------------------------------------------------------------- module-level API
 def encode(value: Any) -> bytes:
     """One value in Java's compact BINARY encoding (a dict becomes a marshallable `82 len fields`)."""
     w = Writer()
     _write_value(w, value, 0)
     cls = type(value)
-    if cls not in marshal.whole_encoders:
-        marshal.learn_whole_encoder(cls)
+    if cls not in whole_encoders:
+        typed().learn_whole_encoder(cls)
     return bytes(w.buffer)
 
 
@@ -1148,7 +1182,7 @@ def encode_document(fields: dict[Any, Any] | Any) -> bytes:
     if isinstance(fields, dict):
         _write_fields(w, fields, 0)
     else:
-        marshal.write_fields(w, fields)
+        typed().write_fields(w, fields)
     return bytes(w.buffer)
 
 
@@ -1159,8 +1193,8 @@ def decode(data: Any, type: Any = None) -> Any:
     fields skipped, missing ones defaulted. Trailing bytes are an error.
     """
     if type is not None:
-        fast = marshal.whole_decoders.get(type)
-        return fast(data) if fast is not None else marshal.decode_bytes(data, type)
+        fast = whole_decoders.get(type)
+        return fast(data) if fast is not None else typed().decode_bytes(data, type)
     r = Reader(data)
     value = r.read_value()
     if r.has_more():
@@ -1172,7 +1206,7 @@ def decode_document(data: Any, type: Any = None) -> Any:
     """A document body (sequence of fields) as an ordered dict, or as `type` matched by field name."""
     r = Reader(data)
     if type is not None:
-        return marshal.fields_decoder_for(type)(r)
+        return typed().fields_decoder_for(type)(r)
     return r.read_document()
 
 
@@ -1182,17 +1216,14 @@ Decoder = Callable[[Reader], Any]
 
 def encoder_for(tp: Any) -> Encoder:
     """A compiled function appending `tp`'s marshallable form (`82 len fields`) to a bytearray."""
-    return marshal.encoder_for(tp)
+    return typed().encoder_for(tp)
 
 
 def decoder_for(tp: Any) -> Decoder:
     """A compiled function reading one `tp` value from a Reader."""
-    return marshal.decoder_for(tp)
+    return typed().decoder_for(tp)
 
 
-# marshal builds on this module (it imports binary), so it can only be bound once binary is complete.
-from wire import marshal  # noqa: E402
-
-if marshal.speedups is not None:  # straight to a class's plan, without a Python frame
-    decode = marshal.speedups.Decode(decode, marshal.whole_decoders)
-    encode = marshal.speedups.Encode(encode, marshal.whole_encoders, registry._by_class)
+if _accel.speedups is not None:  # straight to a class's plan, without a Python frame
+    decode = _accel.speedups.Decode(decode, whole_decoders)
+    encode = _accel.speedups.Encode(encode, whole_encoders, registry._by_class)

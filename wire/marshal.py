@@ -8,19 +8,17 @@ unknown fields are skipped, missing ones take their defaults, order does not mat
 (int -> float, Java-style truncation float -> int). `!type` tags become classes only through
 `wire.register`.
 
-Per class, an encoder and a decoder are generated once as Python source (registered with `linecache`
-so tracebacks show it, as attrs does) and cached.
+A class's fields come from the one field model (`wire._fields`, public as `wire.fields_of`); per class
+an encoder and a decoder are generated once as Python source (`wire._codegen`) and, with the C
+accelerator, a plan is built from the same fields (`wire._plans`). This module holds how each declared
+type is written and read, the caches and the entry points; it installs itself in `wire.binary`, which
+calls it for typed values without importing it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import enum
-import inspect
-import keyword
-import linecache
-import os
 import sys
 import threading
 import types
@@ -30,33 +28,25 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
-from wire import _javatime, binary, registry
-from wire.binary import Reader, Writer
+from wire import _codegen, _javatime, _plans, binary, registry
+from wire._accel import K_BOOL, K_ENUM, K_FLOAT, K_FLOAT32, K_INT, K_OTHER, K_STR, speedups
+from wire._fields import ClassFields, fields_of
+from wire.binary import Reader, Writer, whole_decoders, whole_encoders
 from wire.errors import WireError
 from wire.types import Float32, Typed
 
 Encoder = Callable[[bytearray, Any], None]
 Decoder = Callable[[Reader], Any]
 
+__all__ = [
+    "K_BOOL", "K_ENUM", "K_FLOAT", "K_FLOAT32", "K_INT", "K_OTHER", "K_STR", "arguments_plan", "decode_bytes",
+    "decoder_for", "document_encoder", "encoder_for", "field_encoder_for", "fields_decoder_for",
+    "learn_whole_encoder", "native_plan", "positional", "speedups", "whole_decoders", "whole_encoders",
+    "write_fields", "write_object",
+]  # fmt: skip
 
-def _load_speedups() -> Any:
-    """The optional C accelerator (wire/_speedups.c); WIRE_NO_SPEEDUPS=1 forces the Python reference."""
-    if os.environ.get("WIRE_NO_SPEEDUPS"):
-        return None
-    try:
-        from wire import _speedups  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _speedups
+positional = _plans.positional
 
-
-#: The C accelerator module, or None when running the pure-Python reference.
-speedups: Any = _load_speedups()
-
-# plan kinds shared with wire/_speedups.c
-K_INT, K_FLOAT, K_STR, K_BOOL, K_ENUM, K_OTHER, K_FLOAT32 = range(7)
-
-_MISSING: Any = object()
 _lock = threading.RLock()
 _F = TypeVar("_F")
 _encoders: dict[Any, Encoder] = {}
@@ -66,95 +56,20 @@ _field_decoders: dict[Any, Decoder] = {}
 
 
 # ---------------------------------------------------------------- class introspection
-@dataclasses.dataclass(frozen=True)
-class _Field:
-    name: str  # attribute name
-    wire_name: str  # name on the wire
-    init_name: str  # constructor keyword
-    type: Any
-    default: Any  # _MISSING when required
-    factory: Callable[[], Any] | None
-
-
-def _hints(cls: type[Any]) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(cls)
-    except Exception:  # unresolvable forward references: fall back to generic values
-        return {}
-
-
-def _fields(cls: type[Any]) -> list[_Field] | None:
-    """The fields of a structured class, or None if `cls` is not one (cached: introspection is slow)."""
-    try:
-        return _field_cache[cls]
-    except KeyError:
-        pass
-    except TypeError:  # unhashable annotations such as some typing constructs
-        return None
-    fields = _introspect(cls)
-    _field_cache[cls] = fields
-    return fields
-
-
-_field_cache: dict[Any, list[_Field] | None] = {}
-
-
-def _introspect(cls: type[Any]) -> list[_Field] | None:
-    try:
-        import msgspec
-    except ImportError:  # pragma: no cover - msgspec is a dependency
-        msgspec = None  # type: ignore[assignment]
-    if msgspec is not None and isinstance(cls, type) and issubclass(cls, msgspec.Struct):
-        out = []
-        for f in msgspec.structs.fields(cls):
-            factory = None if f.default_factory is msgspec.NODEFAULT else f.default_factory
-            default = _MISSING if f.default is msgspec.NODEFAULT else f.default
-            out.append(_Field(f.name, f.encode_name, f.name, _unwrap(f.type), default, factory))
-        return out
-    attrs_fields = getattr(cls, "__attrs_attrs__", None)
-    if attrs_fields is not None:
-        import attrs
-
-        hints = _hints(cls)
-        out = []
-        for a in attrs_fields:
-            if not a.init:
-                continue
-            factory = a.default.factory if isinstance(a.default, attrs.Factory) else None  # type: ignore[arg-type]
-            if factory is not None and a.default.takes_self:
-                raise TypeError(f"{cls.__qualname__}.{a.name}: self-referencing factories are not supported")
-            default = _MISSING if a.default is attrs.NOTHING or factory is not None else a.default
-            alias = getattr(a, "alias", None) or a.name.lstrip("_")
-            out.append(
-                _Field(a.name, a.name, alias, _unwrap(hints.get(a.name, a.type or Any)), default, factory)
-            )
-        return out
-    if dataclasses.is_dataclass(cls) and isinstance(cls, type):
-        hints = _hints(cls)
-        out = []
-        for d in dataclasses.fields(cls):
-            if not d.init:
-                continue
-            factory = None if d.default_factory is dataclasses.MISSING else d.default_factory
-            default = _MISSING if d.default is dataclasses.MISSING else d.default
-            out.append(_Field(d.name, d.name, d.name, _unwrap(hints.get(d.name, Any)), default, factory))
-        return out
-    return None
-
-
-def _unwrap(tp: Any) -> Any:
-    """The type that decides the encoding: `Annotated[T, ...]` and `NewType`s are their T."""
-    while True:
-        if typing.get_origin(tp) is typing.Annotated:
-            tp = typing.get_args(tp)[0]
-        elif isinstance(tp, typing.NewType) and tp is not Float32:
-            tp = tp.__supertype__
-        else:
-            return tp
+def _info(cls: Any) -> ClassFields:
+    info = fields_of(cls)
+    assert info is not None
+    return info
 
 
 def _is_structured(tp: Any) -> bool:
-    return isinstance(tp, type) and _fields(tp) is not None
+    return isinstance(tp, type) and fields_of(tp) is not None
+
+
+def _encodes_natively(cls: Any) -> bool:
+    """Whether the C plan writes `cls`: not under `omit_defaults`, whose per-value choice of fields the
+    generated Python makes (the plan still reads such classes)."""
+    return speedups is not None and not _info(cls).omit_defaults
 
 
 def _optional(tp: Any) -> Any:
@@ -257,93 +172,24 @@ def _value_writer(tp: Any) -> Encoder:
     return _put_generic
 
 
-def _key_bytes(name: str) -> bytes:
-    b = bytearray()
-    binary.put_field(b, name)
-    return bytes(b)
-
-
-def _compile(name: str, source: str, namespace: dict[str, Any]) -> Any:
-    filename = f"<wire.marshal {name}>"
-    code = compile(source, filename, "exec")
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(code, namespace)
-    return namespace[name]
-
-
-def _kind(tp: Any) -> int:
-    if tp is int:
-        return K_INT
-    if tp is float:
-        return K_FLOAT
-    if tp is Float32:
-        return K_FLOAT32
-    if tp is str:
-        return K_STR
-    if tp is bool:
-        return K_BOOL
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return K_ENUM
-    return K_OTHER
-
-
 def _native_plan(cls: type[Any]) -> Any:
-    """The C plan for `cls` (None without the accelerator): per field its key as written, attribute,
-    kind, declared type, the Python writer for values the C fast paths skip, and enum constants."""
+    """The C plan for `cls` (None without the accelerator), built from the field model as the
+    generated Python code is."""
     if speedups is None:
         return None
-    plan = _plans.get(cls)
+    plan = _native_plans.get(cls)
     if plan is None:
-        fields = _fields(cls)
-        assert fields is not None
-        entries = tuple(
-            (
-                _key_bytes(f.wire_name),
-                sys.intern(f.name),
-                _kind(f.type),
-                f.type,
-                _value_writer(f.type),
-                tuple((binary.utf8(m.name), m) for m in f.type) if _kind(f.type) == K_ENUM else None,
-            )
-            for f in fields
-        )
-        names = tuple(f.init_name for f in fields)
-        plan = _plans[cls] = speedups.Plan(entries, cls, names, positional(cls, names))
+        plan = _native_plans[cls] = _plans.class_plan(_info(cls), _value_writer)
     return plan
 
 
-def positional(cls: type[Any], names: tuple[str, ...]) -> bool:
-    """Whether `cls(*values)` in field order means `cls(**fields)` (no keyword-only or reordered
-    parameters): the C decoder then builds objects without keyword names, about twice as fast."""
-    try:
-        params = list(inspect.signature(cls).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    return len(params) == len(names) and all(
-        p.kind is p.POSITIONAL_OR_KEYWORD and p.name == name for p, name in zip(params, names, strict=True)
-    )
-
-
-_plans: dict[Any, Any] = {}
+_native_plans: dict[Any, Any] = {}
 
 
 def arguments_plan(types: tuple[Any, ...]) -> Any:
     """The C plan reading a method's arguments of these scalar types (int, float, str, bool, enums) as
     Java writes them: one bare value, or a sequence of one value per parameter; None otherwise."""
-    if speedups is None or not types or any(_kind(t) == K_OTHER for t in types):
-        return None
-    entries = tuple(
-        (
-            b"\xc0",
-            "_",
-            _kind(t),
-            t,
-            _value_writer(t),
-            tuple((binary.utf8(m.name), m) for m in t) if _kind(t) == K_ENUM else None,
-        )
-        for t in types
-    )
-    return speedups.Plan(entries, None, ("_",) * len(types), False, 1 if len(types) == 1 else 2)
+    return _plans.arguments_plan(types, _value_writer)
 
 
 def document_encoder(tp: Any) -> Callable[[bytes, Any], bytes] | None:
@@ -352,7 +198,7 @@ def document_encoder(tp: Any) -> Callable[[bytes, Any], bytes] | None:
     if speedups is None or not isinstance(tp, type):
         return None
     with _lock:
-        if not _is_structured(tp):
+        if not _is_structured(tp) or not _encodes_natively(tp):
             return None
         return typing.cast(Callable[[bytes, Any], bytes], _native_plan(tp).encode_document)
 
@@ -371,55 +217,9 @@ def native_plan(tp: Any) -> Any:
 
 def _fields_encoder(cls: type[Any], native: bool = True) -> Encoder:
     """Append `cls`'s fields (no length prefix): the C plan when available, else generated Python."""
-    fields = _fields(cls)
-    assert fields is not None
-    if native and speedups is not None:
+    if native and _encodes_natively(cls):
         return typing.cast(Encoder, _native_plan(cls).encode)
-    ns: dict[str, Any] = {
-        "put_int": binary.put_int,
-        "put_text": binary.put_text,
-        "put_float": binary.put_float,
-    }
-    lines = ["def encode_fields(b, v):"]
-    for i, f in enumerate(fields):
-        ns[f"K{i}"] = _key_bytes(f.wire_name)
-        lines.append(f"    b += K{i}")
-        lines.append(f"    x = v.{f.name}")
-        if f.type is int:  # inline the most common small-int case
-            lines.append("    if x.__class__ is int and 0 <= x <= 255:")
-            lines.append("        b.append(0xA1)")
-            lines.append("        b.append(x)")
-            lines.append("    else:")
-            lines.append("        put_int(b, x)")
-        elif f.type is str:  # short ASCII text inline
-            lines.append("    if x.__class__ is str and len(x) < 32 and x.isascii():")
-            lines.append("        b.append(0xE0 + len(x))")
-            lines.append("        b += x.encode()")
-            lines.append("    else:")
-            lines.append("        put_text(b, x)")
-        elif f.type is float:
-            lines.append("    put_float(b, x if x.__class__ is float else float(x))")
-        elif f.type is bool:
-            lines.append("    b.append(0xB1 if x else 0xB0)")
-        elif isinstance(f.type, type) and issubclass(f.type, enum.Enum):
-            ns[f"T{i}"] = f.type
-            ns[f"W{i}"] = _value_writer(f.type)
-            lines.append(f"    if x.__class__ is T{i} and len(x.name) < 32 and x.name.isascii():")
-            lines.append("        b.append(0xE0 + len(x.name))")
-            lines.append("        b += x.name.encode()")
-            lines.append("    else:")
-            lines.append(f"        W{i}(b, x)")
-        else:
-            ns[f"W{i}"] = _value_writer(f.type)
-            lines.append(f"    W{i}(b, x)")
-    if not fields:
-        lines.append("    pass")
-    return typing.cast(Encoder, _compile("encode_fields", "\n".join(lines) + "\n", ns))
-
-
-def _is_keyword_safe(name: str) -> bool:
-    """Whether generated code may pass `name` as `name=value` (not for fields such as `try`)."""
-    return name.isidentifier() and not keyword.iskeyword(name)
+    return typing.cast(Encoder, _codegen.fields_encoder(_info(cls), _value_writer))
 
 
 def _built_once(cache: dict[Any, _F], tp: Any, build: Callable[[Any], _F]) -> _F:
@@ -447,7 +247,7 @@ def encoder_for(tp: Any) -> Encoder:
     with _lock:
         if not _is_structured(tp):
             enc = _value_writer(tp)
-        elif speedups is not None:
+        elif _encodes_natively(tp):
             enc = _native_plan(tp).encode_block
         else:
             fields_enc = field_encoder_for(tp)
@@ -635,51 +435,9 @@ def _convert(v: Any, tp: Any, at: int) -> Any:
 def _fields_decoder(cls: type[Any], native: bool = True) -> Decoder:
     """Generated: read the remaining fields of a reader into a `cls`. With the C accelerator, a block
     of known scalar fields is scanned in C; anything unusual falls through to the Python loop."""
-    fields = _fields(cls)
-    assert fields is not None
     plan = _native_plan(cls) if native else None
-    ns: dict[str, Any] = {"cls": cls, "MISSING": _MISSING, "WireError": WireError}
-    lines = ["def decode_fields(r):"]
-    body = "    "
-    if plan is not None and fields:
-        ns["SCAN"] = plan.decode_fields
-        lines.append("    vals = SCAN(r.buf, r.pos, r.end, MISSING)")
-        lines.append("    if vals is not None:")
-        lines.append("        r.pos = r.end")
-        lines.append(f"        {', '.join(f'f{i}' for i in range(len(fields)))}, = vals")
-        lines.append("    else:")
-        body = "        "
-    for i in range(len(fields)):
-        lines.append(f"{body}f{i} = MISSING")
-    lines.append(f"{body}has_more = r.has_more")
-    lines.append(f"{body}read_field = r.read_field")
-    lines.append(f"{body}while has_more():")
-    lines.append(f"{body}    k = read_field()")
-    for i, f in enumerate(fields):
-        ns[f"R{i}"] = _value_reader(f.type)
-        lines.append(f"{body}    {'if' if i == 0 else 'elif'} k == {f.wire_name!r}:")
-        lines.append(f"{body}        f{i} = R{i}(r)")
-    if fields:
-        lines.append(f"{body}    else:")
-        lines.append(f"{body}        r.skip_value()")
-    else:
-        lines.append(f"{body}    r.skip_value()")
-    for i, f in enumerate(fields):
-        lines.append(f"    if f{i} is MISSING:")
-        if f.factory is not None:
-            ns[f"F{i}"] = f.factory
-            lines.append(f"        f{i} = F{i}()")
-        elif f.default is not _MISSING:
-            ns[f"D{i}"] = f.default
-            lines.append(f"        f{i} = D{i}")
-        else:
-            message = f"{cls.__qualname__}: required field {f.wire_name!r} is missing"
-            lines.append(f"        raise WireError({message!r}, r.pos)")
-    plain = [f"{f.init_name}=f{i}" for i, f in enumerate(fields) if _is_keyword_safe(f.init_name)]
-    other = [f"{f.init_name!r}: f{i}" for i, f in enumerate(fields) if not _is_keyword_safe(f.init_name)]
-    args = ", ".join(plain + ([f"**{{{', '.join(other)}}}"] if other else []))
-    lines.append(f"    return cls({args})")
-    return typing.cast(Decoder, _compile("decode_fields", "\n".join(lines) + "\n", ns))
+    scan = plan.decode_fields if plan is not None else None
+    return typing.cast(Decoder, _codegen.fields_decoder(_info(cls), _value_reader, scan))
 
 
 def fields_decoder_for(tp: Any) -> Decoder:
@@ -722,22 +480,14 @@ def decode_bytes(data: Any, tp: Any) -> Any:
     return decode(data)
 
 
-#: class -> its C plan (None: none) for `binary.encode(value)`, which the C `Encode` looks up first
-whole_encoders: dict[type[Any], Any] = {}
-
-
 def learn_whole_encoder(cls: type[Any]) -> None:
     """Give `binary.encode` the C plan of a structured class (written as its block after any alias)."""
     plan = None
     if speedups is not None:
         with _lock:
-            if _is_structured(cls):
+            if _is_structured(cls) and _encodes_natively(cls):
                 plan = _native_plan(cls)
     whole_encoders[cls] = plan
-
-
-#: type -> function(data) decoding a whole buffer as that type (`binary.decode` looks here first)
-whole_decoders: dict[Any, Callable[[Any], Any]] = {}
 
 
 def _whole_decoder(tp: Any) -> Callable[[Any], Any]:
@@ -780,3 +530,6 @@ def decoder_for(tp: Any) -> Decoder:
             dec = _value_reader(tp)
         _decoders[tp] = dec
     return dec
+
+
+binary.install_typed(sys.modules[__name__])

@@ -26,10 +26,10 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-import attrs
 import msgspec
 
 from wire import _javatime, binary
+from wire._fields import fields_of
 from wire.errors import WireError
 from wire.history import MessageHistory
 from wire.types import EventName, FieldNumber, HistoryBytes, Int64Array, Int64Hex, Typed, TypeLiteral
@@ -528,14 +528,12 @@ def _float_for_reading(v: float) -> str:
 
 
 def _object_fields(v: Any) -> list[tuple[str, Any]] | None:
-    """The fields of a msgspec Struct, attrs instance or dataclass, in declaration order."""
-    if isinstance(v, msgspec.Struct):
-        return [(f, getattr(v, f)) for f in v.__struct_fields__]
-    if attrs.has(type(v)):
-        return [(a.name, getattr(v, a.name)) for a in attrs.fields(type(v))]
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return [(f.name, getattr(v, f.name)) for f in dataclasses.fields(v)]
-    return None
+    """(wire name, value) of a msgspec Struct, attrs instance or dataclass, in declaration order: the
+    fields BINARY writes (`wire._fields`), so YAML and BINARY name them alike and read back alike."""
+    info = fields_of(type(v))
+    if info is None:
+        return None
+    return [(f.wire_name, x) for f, x in info.items(v)]
 
 
 def _key_text_py(k: Any) -> str:
@@ -546,7 +544,9 @@ def _key_text_py(k: Any) -> str:
 
 def to_yaml(value: Any) -> str:
     """A Python value as Chronicle-style YAML (a dict becomes `key: value` lines)."""
-    return _top(_py_node(value)) if value != {} else "{ }\n"
+    node = _py_node(value)
+    empty = isinstance(node, _Map) and not node.entries and not node.tag  # `{}`, or an object whose
+    return "{ }\n" if empty else _top(node)  # fields are all omitted: not an empty (null) document
 
 
 def to_yaml_all(documents: Iterable[Any]) -> str:

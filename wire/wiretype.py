@@ -16,7 +16,6 @@ hot loops ``encoder()`` / ``decoder(type)``, which return plain callables with t
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import re
 import sys
@@ -26,10 +25,10 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, Protocol, TypeVar, overload
 
-import attrs
 import msgspec
 
 from wire import marshal
+from wire._fields import MISSING, fields_of
 from wire.errors import WireError
 
 T = TypeVar("T")
@@ -153,12 +152,13 @@ def _msgpack_plan(tp: Any) -> Any:
         info = msgspec.inspect.type_info(tp)
     except Exception:  # e.g. an annotation that does not resolve: msgspec still encodes the values
         return None
-    config = tp.__struct_config__
+    model = fields_of(tp)
     if (
-        not isinstance(info, msgspec.inspect.StructType)
-        or info.array_like
-        or info.tag_field is not None
-        or config.omit_defaults
+        model is None
+        or not isinstance(info, msgspec.inspect.StructType)
+        or model.array_like
+        or model.tag_field is not None
+        or model.omit_defaults
         or hasattr(tp, "__post_init__")
         or not 0 < len(info.fields) <= 64
     ):
@@ -187,36 +187,19 @@ def _type_name(tp: Any) -> str:
 
 
 def _dto_fields(tp: Any) -> list[tuple[str, Any, Any, Any]] | None:
-    """(name, type, default, default_factory) per field in declaration order, or None if `tp` is
-    not a message class (msgspec Struct, attrs class or dataclass)."""
-    nodefault: Any = msgspec.NODEFAULT
-    if not isinstance(tp, type):
+    """(attribute, type, default, default_factory) per field in declaration order (msgspec.NODEFAULT
+    for none), or None if `tp` is not a message class. Every field is carried, `init=False` ones too,
+    as BINARY and MSGSPEC do (`wire._fields`); such a field defaults to what its class gives it."""
+    info = fields_of(tp)
+    if info is None:
         return None
-    if issubclass(tp, msgspec.Struct):
-        return [(f.name, f.type, f.default, f.default_factory) for f in msgspec.structs.fields(tp)]
-    out: list[tuple[str, Any, Any, Any]] = []
-    if attrs.has(tp):
-        hints = typing.get_type_hints(tp)
-        for a in attrs.fields(tp):
-            if not a.init:
-                continue
-            default, factory = a.default, nodefault
-            if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-                default, factory = nodefault, default.factory
-            elif default is attrs.NOTHING:
-                default = nodefault
-            out.append((a.name, hints.get(a.name, Any), default, factory))
-        return out
-    if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        for f in dataclasses.fields(tp):
-            if not f.init:
-                continue
-            default = nodefault if f.default is dataclasses.MISSING else f.default
-            factory = nodefault if f.default_factory is dataclasses.MISSING else f.default_factory
-            out.append((f.name, hints.get(f.name, Any), default, factory))
-        return out
-    return None
+    nodefault: Any = msgspec.NODEFAULT
+    out = []
+    for f in info.fields:
+        default = nodefault if f.default is MISSING else f.default
+        factory = nodefault if f.default_factory is None else f.default_factory
+        out.append((f.name, f.annotation, default, factory))
+    return out
 
 
 _mirrors: dict[Any, Any] = {}

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+import wire
 from chronq.errors import ChronqError
 
 Convert = Callable[[Any], Any]
@@ -67,24 +68,13 @@ def struct_ddl(fields: list[tuple[str, str]]) -> str:
 
 
 def fields_of(cls: Any) -> list[tuple[str, Any]] | None:
-    """(attribute, annotation) of a msgspec Struct, attrs class or dataclass; None for anything else."""
-    if not isinstance(cls, type):
-        return None
-    import msgspec
+    """(attribute, annotation) of a msgspec Struct, attrs class or dataclass; None for anything else.
 
-    if issubclass(cls, msgspec.Struct):
-        return [(f.name, f.type) for f in msgspec.structs.fields(cls)]
-    attrs_fields = getattr(cls, "__attrs_attrs__", None)
-    if attrs_fields is not None or dataclasses.is_dataclass(cls):
-        klass: Any = cls
-        try:
-            hints = typing.get_type_hints(cls)
-        except Exception:  # unresolvable annotations: those fields become JSON text
-            hints = {}
-        if attrs_fields is not None:
-            return [(a.name, hints.get(a.name, a.type or Any)) for a in attrs_fields if a.init]
-        return [(f.name, hints.get(f.name, Any)) for f in dataclasses.fields(klass) if f.init]
-    return None
+    The fields are wire's (`wire.fields_of`): every field the decoder fills, `init=False` ones too."""
+    info = wire.fields_of(cls)
+    if info is None:
+        return None
+    return [(f.name, f.annotation) for f in info.fields]
 
 
 def _unwrap(tp: Any) -> Any:

@@ -7,17 +7,14 @@ real feed does to it.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import typing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import attrs
-import msgspec
 from hypothesis import strategies as st
 
 from rpc._interface import describe
+from wire import fields_of
 
 __all__ = [
     "Call", "agitated", "apply", "call", "calls", "dropped", "dtos", "duplicated", "reordered", "values",
@@ -45,25 +42,12 @@ def values(tp: Any) -> st.SearchStrategy[Any]:
         return st.text(max_size=40)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return st.sampled_from(list(tp))
-    if isinstance(tp, type):
-        fields = _fields(tp)
-        if fields is not None:
-            return st.builds(tp, **{name: values(ftp) for name, ftp in fields.items()})
+    info = fields_of(tp)
+    if info is not None:
+        # the constructor's keywords (an attrs alias where there is one); `init=False` fields are the
+        # class's to set, as they are when a decoder builds the object
+        return st.builds(tp, **{f.init_name: values(f.type) for f in info.fields if f.init_name is not None})
     return st.from_type(tp)
-
-
-def _fields(tp: type) -> dict[str, Any] | None:
-    """Field name -> annotation for msgspec Structs, attrs classes and dataclasses; None otherwise."""
-    if issubclass(tp, msgspec.Struct) or dataclasses.is_dataclass(tp) or attrs.has(tp):
-        hints = typing.get_type_hints(tp)
-        names = (
-            tp.__struct_fields__
-            if issubclass(tp, msgspec.Struct)
-            else [f.name for f in dataclasses.fields(tp)] if dataclasses.is_dataclass(tp)
-            else [a.name for a in attrs.fields(tp)]
-        )
-        return {n: hints[n] for n in names}
-    return None
 
 
 def call(protocol: type, *, overrides: dict[str, st.SearchStrategy[tuple[Any, ...]]] | None = None

@@ -171,20 +171,29 @@ def test_next_writer_proceeds_after_kill_while_creating_the_table_store(tmp_path
 def test_named_tailer_killed_at_random_points_resumes_without_skipping(tmp_path: Path) -> None:
     """At-least-once for a named consumer: after any kill it resumes at the excerpt it was inside, or the
     one after the last it finished, never earlier and never later (also across rolls)."""
+    named_tailer_kills(tmp_path, rounds=15, seed=SEED)
+
+
+@pytest.mark.slow
+def test_named_tailer_killed_at_random_points_long(tmp_path: Path) -> None:
+    named_tailer_kills(tmp_path, rounds=150, seed=SEED + 1)
+
+
+def named_tailer_kills(tmp_path: Path, rounds: int, seed: int) -> None:
     queue = tmp_path / "queue"
     clock = FixedClock(BASE_MS)
     with chronq.open(queue, clock=clock) as q:
         a = q.appender()
-        for n in range(3000):
-            if n and n % 700 == 0:
+        for n in range(200 * rounds):  # about 100 are read per round: the kills never run out of work
+            if n and n % (50 * rounds) == 0:
                 clock.advance(DAY_MS)
             a.write(checked_payload(0, n, n % 50))
     everything = [i for i, _ in read_all(queue)]
     after = dict(pairwise(everything))
-    rng = random.Random(SEED)
+    rng = random.Random(seed)
     env = child_env()
     last: int | None = None
-    for rnd in range(15):
+    for rnd in range(rounds):
         reader = subprocess.Popen([*script("named_reader"), str(queue), "consumer"], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, env=env)
         lines = wait_line(reader, "start", 30)
@@ -201,12 +210,12 @@ def test_named_tailer_killed_at_random_points_resumes_without_skipping(tmp_path:
         last = seen[-1]
     final = subprocess.Popen([*script("named_reader"), str(queue), "consumer"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env=env)
-    seen = [int(x) for x in finish(final, 60).split() if x not in ("start", "end")]
+    seen = [int(x) for x in finish(final, 60 + rounds).split() if x not in ("start", "end")]
     if last is not None and seen:
         assert seen[0] in {last, after.get(last)}
     covered = set(seen) | ({i for i in everything if last is not None and i <= last})
     assert covered == set(everything), "some excerpts were never delivered"
-    assert last is not None and everything.index(last) > 700, "the kills should have come past a roll"
+    assert last is not None and everything.index(last) > 50 * rounds, "the kills should have come past a roll"
 
 
 def test_other_writers_take_over_when_a_writer_dies_holding_the_lock(tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import shutil
 import struct
-import sys
 
 import atheris
 from common import VECTORS, pack_sparse, run, scratch_dir, unpack_sparse, write_file

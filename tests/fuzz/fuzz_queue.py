@@ -110,6 +110,20 @@ def test_one_input(data: bytes) -> None:
             _append(str(d))
     except ChronqError:
         pass  # the documented report of damage
+    except IndexError as e:
+        if not _raised_in(e, "_parse_store"):
+            raise
+        # known finding (tests/fuzz/findings/queue-store-type-prefix-length): an unchecked type-prefix
+        # length in the cycle file's header; allowed until chronq/store.py reports it as damage
+
+
+def _raised_in(e: BaseException, function: str) -> bool:
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == function:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def seeds() -> list[bytes]:

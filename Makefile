@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow test-pure test-interop lint typecheck unit bench bench-plots docs build clean
+.PHONY: demo test test-slow test-pure test-interop test-asan asan-build fuzz lint typecheck unit bench bench-plots docs build clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,58 @@ test-pure: build
 		tests/test_wire_text.py tests/test_wire_history.py tests/test_wire_wiretypes.py tests/test_wire_fuzz.py tests/test_wire_bounds.py tests/test_wire_fields.py \
 		tests/test_rpc_reader.py tests/test_rpc_writer.py tests/test_rpc_history.py tests/test_rpc_java_queues.py \
 		tests/test_rpc_service.py tests/test_rpc_wires.py tests/test_rpc_fuzz.py tests/test_rpc_dispatch_scope.py
+
+# Sanitizers: both C modules built with AddressSanitizer and UndefinedBehaviorSanitizer in a copy of the
+# tree (build/asan/tree: the in-place modules of this tree would otherwise be imported first), then the
+# suites that drive them run against that copy; subprocesses inherit the environment. The interpreter
+# is not sanitized, so libasan is preloaded; CPython's deliberate leaks are not reported. Reports go to
+# build/asan/logs (also those of subprocesses whose exit a test tolerates) and fail the target.
+ASAN_TREE  := build/asan/tree
+ASAN_LOGS  := $(abspath build/asan/logs)
+ASAN_ENV   = LD_PRELOAD=$$(gcc -print-file-name=libasan.so) PYTHONPATH=. \
+	ASAN_OPTIONS=detect_leaks=0:log_path=$(ASAN_LOGS)/asan \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:log_path=$(ASAN_LOGS)/ubsan
+ASAN_TESTS := tests/test_native.py tests/test_queue_model.py tests/test_appender.py tests/test_tailer.py \
+	tests/test_corrupt.py tests/test_wire_*.py tests/test_rpc_fastpath.py tests/test_rpc_fuzz.py \
+	tests/test_rpc_reader.py tests/test_rpc_writer.py tests/test_rpc_history.py tests/test_rpc_wires.py \
+	tests/test_rpc_service.py tests/test_rpc_java_queues.py tests/test_table_store.py \
+	tests/test_format_vectors.py tests/test_headerless.py tests/test_rollcycles.py tests/test_atomic.py
+# fails the recipe if a sanitizer wrote a report
+ASAN_CHECK = if ls $(ASAN_LOGS)/* >/dev/null 2>&1; then cat $(ASAN_LOGS)/*; echo "sanitizer reports in $(ASAN_LOGS)"; exit 1; fi
+
+asan-build: build
+	rm -rf $(ASAN_TREE) && mkdir -p $(ASAN_TREE)
+	tar -c --exclude='*.so' --exclude=__pycache__ chronq wire rpc tests examples docs benchmarks \
+		pyproject.toml setup.py pyspark_chronq.py README.md | tar -x -C $(ASAN_TREE)
+	ln -sfn $(abspath ..)/shared build/asan/shared  # ../shared as seen from the copy's tests
+	cd $(ASAN_TREE) && CHRONQ_SANITIZE=1 $(abspath $(PY)) setup.py -q build_ext --inplace
+
+test-asan: asan-build
+	rm -rf $(ASAN_LOGS) && mkdir -p $(ASAN_LOGS)
+	cd $(ASAN_TREE) && $(ASAN_ENV) $(abspath $(PY)) -m pytest -q $(ASAN_TESTS); rc=$$?; \
+		$(ASAN_CHECK); exit $$rc
+
+# Coverage-guided fuzzing (atheris) of the cycle-file reader, the table store and the wire decoders,
+# FUZZ_SECONDS per harness on the regular build (libasan would take libFuzzer's coverage hooks), then
+# the whole grown corpus replayed on the sanitizer build. The corpus persists in build/fuzz/corpus;
+# crashing inputs land in build/fuzz/findings.
+FUZZ_SECONDS ?= 60
+FUZZ_HARNESSES := queue table wire
+FUZZ_STAMP := $(VENV)/.fuzz-stamp
+
+$(FUZZ_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,spark,docs,fuzz]'
+	touch $@
+
+fuzz: $(FUZZ_STAMP) asan-build
+	rm -rf $(ASAN_LOGS) && mkdir -p $(ASAN_LOGS) build/fuzz/findings
+	for h in $(FUZZ_HARNESSES); do \
+		$(PY) tests/fuzz/fuzz_$$h.py --seeds build/fuzz/corpus/$$h && \
+		$(PY) tests/fuzz/fuzz_$$h.py build/fuzz/corpus/$$h -max_total_time=$(FUZZ_SECONDS) -timeout=20 \
+			-rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build/fuzz/findings/$$h- && \
+		(cd $(ASAN_TREE) && $(ASAN_ENV) $(abspath $(PY)) tests/fuzz/fuzz_$$h.py \
+			--replay $(abspath build/fuzz/corpus/$$h)) || exit 1; \
+	done; $(ASAN_CHECK)
 
 bench: build
 	$(PY) benchmarks/bench_wire.py

@@ -205,7 +205,10 @@ def _skip_type_prefix(r: Reader) -> str | None:
     if r.peek_code() != TYPE_PREFIX:
         return None
     r.pos += 1
+    at = r.pos
     n = r.read_stop_bit()
+    if not 0 <= n <= r.remaining:  # a damaged length must not move the reader outside the header
+        raise WireError(f"type name of {n} bytes, {r.remaining} remain in the header", at)
     name = bytes(r.buf[r.pos:r.pos + n]).decode("utf-8", "replace")
     r.pos += n
     return name

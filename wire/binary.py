@@ -25,6 +25,31 @@ from wire import _accel, _javatime, registry
 from wire.errors import WireError
 from wire.types import EventName, FieldNumber, HistoryBytes, Int64Array, Int64Hex, Typed, TypeLiteral
 
+# The wire codes (NULL, TRUE, TYPE_PREFIX...) stay importable by name but are not part of `*`.
+__all__ = [
+    "Decoder",
+    "Encoder",
+    "Reader",
+    "TypedCodec",
+    "Writer",
+    "decode",
+    "decode_document",
+    "decoder_for",
+    "encode",
+    "encode_document",
+    "encoder_for",
+    "install_typed",
+    "put_bytes",
+    "put_field",
+    "put_float",
+    "put_float32",
+    "put_int",
+    "put_text",
+    "typed",
+    "utf8",
+    "write_stop_bit",
+]
+
 # ---------------------------------------------------------------- codes (BinaryWireCode)
 BYTES_LENGTH8 = 0x80
 BYTES_LENGTH16 = 0x81

@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h> /* T_LONGLONG etc.: Py_T_* need 3.12 */
 #include "../wire/_document_source.h"
 #include <errno.h>
 #include <stdint.h>
@@ -476,6 +477,97 @@ bad:
     return -1;
 }
 
+/* ------------------------------------------------------------------ Geometry (Python side) */
+
+/* What a cycle file's store header says, handed to `_attach` as one object (built once per mapping
+   by chronq.queue.CycleFile.geometry): named fields instead of a positional tuple, so appender and
+   tailer cannot disagree about the order, and `_attach` reads the values as C fields. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *map; /* a chronq._native.Map */
+    long long cycle, shift, align, index_count, index_spacing, write_position_offset, has_hint,
+        index2index_position, last_index_offset, data_start;
+    char headerless; /* char: T_BOOL */
+} GeometryObject;
+
+static PyTypeObject GeometryType;
+
+static PyObject *Geometry_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"map", "cycle", "shift", "align", "index_count", "index_spacing",
+                             "write_position_offset", "has_hint", "index2index_position", "last_index_offset",
+                             "data_start", "headerless", NULL};
+    PyObject *map;
+    long long v[10];
+    int headerless = 0;
+    if (PyTuple_GET_SIZE(args) != 0) {
+        PyErr_SetString(PyExc_TypeError, "Geometry() takes keyword arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!LLLLLLLLLL|p", kwlist, &MapType, &map, &v[0], &v[1], &v[2],
+                                     &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &headerless))
+        return NULL;
+    GeometryObject *self = (GeometryObject *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->map = Py_NewRef(map);
+    self->cycle = v[0];
+    self->shift = v[1];
+    self->align = v[2];
+    self->index_count = v[3];
+    self->index_spacing = v[4];
+    self->write_position_offset = v[5];
+    self->has_hint = v[6];
+    self->index2index_position = v[7];
+    self->last_index_offset = v[8];
+    self->data_start = v[9];
+    self->headerless = (char)headerless;
+    return (PyObject *)self;
+}
+
+static void Geometry_dealloc(GeometryObject *self) {
+    Py_XDECREF(self->map);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Geometry_repr(GeometryObject *self) {
+    return PyUnicode_FromFormat(
+        "Geometry(cycle=%lld, shift=%lld, align=%lld, index_count=%lld, index_spacing=%lld, "
+        "write_position_offset=%lld, has_hint=%lld, index2index_position=%lld, last_index_offset=%lld, "
+        "data_start=%lld, headerless=%s)",
+        self->cycle, self->shift, self->align, self->index_count, self->index_spacing, self->write_position_offset,
+        self->has_hint, self->index2index_position, self->last_index_offset, self->data_start,
+        self->headerless ? "True" : "False");
+}
+
+#define GEO_MEMBER(NAME) {#NAME, T_LONGLONG, offsetof(GeometryObject, NAME), READONLY, NULL}
+static PyMemberDef Geometry_members[] = {
+    {"map", T_OBJECT_EX, offsetof(GeometryObject, map), READONLY, NULL},
+    GEO_MEMBER(cycle),
+    GEO_MEMBER(shift),
+    GEO_MEMBER(align),
+    GEO_MEMBER(index_count),
+    GEO_MEMBER(index_spacing),
+    GEO_MEMBER(write_position_offset),
+    GEO_MEMBER(has_hint),
+    GEO_MEMBER(index2index_position),
+    GEO_MEMBER(last_index_offset),
+    GEO_MEMBER(data_start),
+    {"headerless", T_BOOL, offsetof(GeometryObject, headerless), READONLY, NULL},
+    {NULL}};
+#undef GEO_MEMBER
+
+static PyTypeObject GeometryType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chronq._native.Geometry",
+    .tp_basicsize = sizeof(GeometryObject),
+    .tp_dealloc = (destructor)Geometry_dealloc,
+    .tp_repr = (reprfunc)Geometry_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Geometry(*, map, cycle, shift, align, index_count, index_spacing, write_position_offset, "
+              "has_hint, index2index_position, last_index_offset, data_start, headerless=False): "
+              "a cycle file's store geometry for AppenderCore/TailerCore._attach.",
+    .tp_members = Geometry_members,
+    .tp_new = Geometry_new,
+};
+
 #define ARRAY_CACHE 16
 
 /* The store-level geometry shared by appender and tailer cores. */
@@ -499,20 +591,18 @@ typedef struct {
     Py_ssize_t cached_arr[ARRAY_CACHE];
 } Geometry;
 
-static int parse_geometry(Geometry *g, PyObject *const *args, Py_ssize_t nargs, const char *fname) {
-    /* (map, cycle, shift, align, index_count, index_spacing, wp_off, hint_ok, i2i_pos, li_off, data_start) */
-    if (check_nargs(fname, nargs, 11) < 0) return -1;
-    if (!Py_IS_TYPE(args[0], &MapType)) {
-        PyErr_SetString(PyExc_TypeError, "expected a chronq._native.Map");
+static int parse_geometry(Geometry *g, PyObject *arg, long long wp_off) {
+    /* `wp_off` overrides the object's write_position_offset (a headerless cycle has none: -1) */
+    if (!Py_IS_TYPE(arg, &GeometryType)) {
+        PyErr_Format(PyExc_TypeError, "_attach() expects a chronq._native.Geometry, not %.100s",
+                     Py_TYPE(arg)->tp_name);
         return -1;
     }
-    MapObject *map = (MapObject *)args[0];
-    long long cycle, shift, align, count, spacing, wp_off, hint_ok, i2i_pos, li_off, data_start;
-    long long *outs[] = {&cycle, &shift, &align, &count, &spacing, &wp_off, &hint_ok, &i2i_pos, &li_off, &data_start};
-    for (int i = 0; i < 10; i++) {
-        *outs[i] = PyLong_AsLongLong(args[i + 1]);
-        if (*outs[i] == -1 && PyErr_Occurred()) return -1;
-    }
+    GeometryObject *geo = (GeometryObject *)arg;
+    MapObject *map = (MapObject *)geo->map;
+    long long cycle = geo->cycle, shift = geo->shift, align = geo->align, count = geo->index_count,
+              spacing = geo->index_spacing, hint_ok = geo->has_hint, i2i_pos = geo->index2index_position,
+              li_off = geo->last_index_offset, data_start = geo->data_start;
     if (shift < 1 || shift > 62 || (align != 1 && align != 4) || count < 1 || (count & (count - 1)) || spacing < 1 ||
         (spacing & (spacing - 1))) {
         raise_corrupt(map->name, 0, "invalid store geometry (shift %lld, align %lld, indexCount %lld, "
@@ -803,8 +893,18 @@ static PyObject *App_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     return (PyObject *)self;
 }
 
-static PyObject *App_attach(AppenderObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse_geometry(&self->g, args, nargs, "_attach") < 0) return NULL;
+static PyObject *App_attach(AppenderObject *self, PyObject *arg) {
+    if (!Py_IS_TYPE(arg, &GeometryType)) {
+        PyErr_Format(PyExc_TypeError, "_attach() expects a chronq._native.Geometry, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    GeometryObject *geo = (GeometryObject *)arg;
+    if (geo->headerless) { /* no writePosition to append at (the queue refuses such files earlier) */
+        PyErr_SetString(PyExc_ValueError, "cannot append to a headerless cycle");
+        return NULL;
+    }
+    if (parse_geometry(&self->g, arg, geo->write_position_offset) < 0) return NULL;
     self->cache_valid = 0;
     /* Never append after a broken chain: the document at writePosition must be reachable from the
        index (or the start) by walking headers, else what we append could never be read. */
@@ -1471,7 +1571,7 @@ static PyMethodDef App_methods[] = {
     {"_abort", (PyCFunction)App_abort, METH_NOARGS, NULL},
     {"_atomic_begin", (PyCFunction)App_atomic_begin, METH_NOARGS, NULL},
     {"_atomic_end", (PyCFunction)App_atomic_end, METH_O, NULL},
-    {"_attach", (PyCFunction)(void (*)(void))App_attach, METH_FASTCALL, NULL},
+    {"_attach", (PyCFunction)App_attach, METH_O, NULL},
     {"_detach", (PyCFunction)App_detach, METH_NOARGS, NULL},
     {"_set_lock", (PyCFunction)App_set_lock, METH_VARARGS, NULL},
     {"_set_clock", (PyCFunction)App_set_clock, METH_VARARGS, NULL},
@@ -1772,35 +1872,28 @@ static PyObject *Tl_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     return (PyObject *)self;
 }
 
-static PyObject *Tl_attach(TailerObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    /* same geometry as the appender, plus an optional 12th argument: headerless (no writePosition, no
-       index; writePosition offset, index2index and lastIndex must be passed as -1, 0, 0).
+static PyObject *Tl_attach(TailerObject *self, PyObject *arg) {
+    /* same geometry as the appender; a headerless one has no writePosition and no index (its
+       write_position_offset, index2index_position and last_index_offset must be -1, 0, 0).
        Positions the tailer at the start of the cycle. */
-    int headerless = 0;
-    if (nargs == 12) {
-        headerless = PyObject_IsTrue(args[11]);
-        if (headerless < 0) return NULL;
-        nargs = 11;
+    if (!Py_IS_TYPE(arg, &GeometryType)) {
+        PyErr_Format(PyExc_TypeError, "_attach() expects a chronq._native.Geometry, not %.100s",
+                     Py_TYPE(arg)->tp_name);
+        return NULL;
     }
-    if (check_nargs("_attach", nargs, 11) < 0) return NULL;
-    PyObject *geometry[11];
-    memcpy(geometry, args, sizeof(geometry));
-    PyObject *zero = NULL;
+    GeometryObject *geo = (GeometryObject *)arg;
+    int headerless = geo->headerless;
+    long long wp_off = geo->write_position_offset;
     if (headerless) {
-        long long wp = PyLong_AsLongLong(args[6]);
-        if (wp == -1 && PyErr_Occurred()) return NULL;
-        if (wp != -1) {
+        if (wp_off != -1) {
             PyErr_SetString(PyExc_ValueError, "a headerless cycle has no writePosition (pass -1)");
             return NULL;
         }
-        zero = PyLong_FromLong(0);
-        if (!zero) return NULL;
-        geometry[6] = zero; /* never read: Tl_seek_end walks a headerless cycle instead */
+        wp_off = 0; /* never read: Tl_seek_end walks a headerless cycle instead */
     }
     PyObject *old_name = self->g.map && self->headerless ? Py_NewRef(self->g.map->name) : NULL;
     int64_t old_cycle = self->g.cycle;
-    int r = parse_geometry(&self->g, geometry, 11, "_attach");
-    Py_XDECREF(zero);
+    int r = parse_geometry(&self->g, arg, wp_off);
     if (r < 0) {
         Py_XDECREF(old_name);
         return NULL;
@@ -2220,7 +2313,7 @@ static PyMethodDef Tl_methods[] = {
      "read(metadata=False) -> Excerpt | None"},
     {"_read_open", (PyCFunction)Tl_read_open, METH_O, NULL},
     {"_finish", (PyCFunction)Tl_finish, METH_NOARGS, NULL},
-    {"_attach", (PyCFunction)(void (*)(void))Tl_attach, METH_FASTCALL, NULL},
+    {"_attach", (PyCFunction)Tl_attach, METH_O, NULL},
     {"_detach", (PyCFunction)Tl_detach, METH_NOARGS, NULL},
     {"_remap", (PyCFunction)Tl_remap, METH_O, NULL},
     {"_set_named", (PyCFunction)Tl_set_named, METH_VARARGS, NULL},
@@ -2542,12 +2635,13 @@ static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "chronq._nativ
                                            NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&MapType) < 0 || PyType_Ready(&AppenderType) < 0 || PyType_Ready(&ExcerptType) < 0 ||
-        PyType_Ready(&TailerType) < 0)
+    if (PyType_Ready(&MapType) < 0 || PyType_Ready(&GeometryType) < 0 || PyType_Ready(&AppenderType) < 0 ||
+        PyType_Ready(&ExcerptType) < 0 || PyType_Ready(&TailerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&native_module);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Map", (PyObject *)&MapType) < 0 ||
+        PyModule_AddObjectRef(m, "Geometry", (PyObject *)&GeometryType) < 0 ||
         PyModule_AddObjectRef(m, "AppenderCore", (PyObject *)&AppenderType) < 0 ||
         PyModule_AddObjectRef(m, "Excerpt", (PyObject *)&ExcerptType) < 0 ||
         PyModule_AddObjectRef(m, "TailerCore", (PyObject *)&TailerType) < 0) {

@@ -78,6 +78,54 @@ class Map:
 
     def sync(self) -> None: ...
 
+class Geometry:
+    """A cycle file's store geometry as `_attach` takes it: built once per mapping, read as C fields.
+
+    A headerless cycle (libchronicle) has ``write_position_offset=-1``, ``index2index_position=0``,
+    ``last_index_offset=0`` and ``headerless=True``; appenders refuse it.
+    """
+
+    def __init__(
+        self,
+        *,
+        map: Map,
+        cycle: int,
+        shift: int,
+        align: int,
+        index_count: int,
+        index_spacing: int,
+        write_position_offset: int,
+        has_hint: bool,
+        index2index_position: int,
+        last_index_offset: int,
+        data_start: int,
+        headerless: bool = False,
+    ) -> None: ...
+    @property
+    def map(self) -> Map: ...
+    @property
+    def cycle(self) -> int: ...
+    @property
+    def shift(self) -> int: ...
+    @property
+    def align(self) -> int: ...
+    @property
+    def index_count(self) -> int: ...
+    @property
+    def index_spacing(self) -> int: ...
+    @property
+    def write_position_offset(self) -> int: ...
+    @property
+    def has_hint(self) -> int: ...
+    @property
+    def index2index_position(self) -> int: ...
+    @property
+    def last_index_offset(self) -> int: ...
+    @property
+    def data_start(self) -> int: ...
+    @property
+    def headerless(self) -> bool: ...
+
 class Excerpt:
     """One document read by a tailer. ``payload`` is a zero-copy view of the mapped body."""
 
@@ -119,21 +167,7 @@ class AppenderCore:
     def _abort(self) -> None: ...
     def _atomic_begin(self) -> None: ...
     def _atomic_end(self, publish: bool, /) -> None: ...
-    def _attach(
-        self,
-        map: Map,
-        cycle: int,
-        shift: int,
-        align: int,
-        index_count: int,
-        index_spacing: int,
-        write_position_offset: int,
-        has_hint: int,
-        index2index_position: int,
-        last_index_offset: int,
-        data_start: int,
-        /,
-    ) -> None: ...
+    def _attach(self, geometry: Geometry, /) -> None: ...
     def _detach(self) -> None: ...
     def _set_lock(self, buf: Buffer | None, off: int, pid: int, /) -> None: ...
     def _set_clock(self, ask_python: bool, cycle_start_ms: int, cycle_end_ms: int, /) -> None: ...
@@ -165,22 +199,8 @@ class TailerCore:
     def move_to_index(self, index: int, /) -> bool: ...
     def _read_open(self, metadata: bool, /) -> Excerpt | None: ...
     def _finish(self) -> None: ...
-    def _attach(
-        self,
-        map: Map,
-        cycle: int,
-        shift: int,
-        align: int,
-        index_count: int,
-        index_spacing: int,
-        write_position_offset: int,
-        has_hint: int,
-        index2index_position: int,
-        last_index_offset: int,
-        data_start: int,
-        headerless: bool = False,
-        /,
-    ) -> None: ...
+    def _attach(self, geometry: Geometry, /) -> None:
+        """Attach a cycle (a headerless one too) and go to its start."""
     def _detach(self) -> None: ...
     def _remap(self, map: Map, /) -> None: ...
     @overload

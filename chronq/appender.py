@@ -139,7 +139,7 @@ class Appender(_native.AppenderCore):
     # -- slow paths called from C ----------------------------------------------------------------------
     def _attach_file(self, cf: CycleFile) -> None:
         self._file = cf
-        self._attach(*cf.geometry())
+        self._attach(cf.geometry())
         self._alloc_end = cf.layout.header_end
         self._set_limits(cf)
         rc, q = self._queue.roll_cycle, self._queue
@@ -234,7 +234,7 @@ class Appender(_native.AppenderCore):
         cf.remap()
         mine = self._map
         if mine is None or cf.map.size > mine.size:
-            self._attach(*cf.geometry())
+            self._attach(cf.geometry())
             self._set_limits(cf)
 
     def _grow(self, pos: int, need_end: int) -> None:
@@ -255,7 +255,7 @@ class Appender(_native.AppenderCore):
         # re-attach only to a new mapping: attaching re-validates the header and the chain up to
         # writePosition, work a batch would otherwise repeat at every reservation
         if cf.remap() or cf.map is not self._map:
-            self._attach(*cf.geometry())
+            self._attach(cf.geometry())
         if need_end > self._alloc_end:
             # Everything before pos is written, by us or by other writers that reserved it: reserving
             # (and prefaulting) from pos on is enough, and far cheaper than walking megabytes others

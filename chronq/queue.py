@@ -16,9 +16,10 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from chronq import _native
+from chronq.appender import Appender
 from chronq.errors import ChronqError, CorruptQueueError, RollCycleMismatchError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_format, by_name, file_splits
 from chronq.store import (
@@ -37,6 +38,7 @@ from chronq.store import (
     roll_in_cycle_headers,
 )
 from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore, check_tailer_name
+from chronq.tailer import Excerpt, Tailer
 
 __all__ = ["CycleFile", "Queue", "open"]
 
@@ -61,25 +63,28 @@ class CycleFile:
     def align(self) -> int:
         return 4 if self.layout.data_format == 1 else 1
 
-    def geometry(self) -> tuple[Any, ...]:
-        """Arguments of the native cores' `_attach` (a headerless file adds a 12th: True)."""
+    def geometry(self) -> _native.Geometry:
+        """The store geometry the native cores' `_attach` takes (made once per mapping, not per write)."""
         lay = self.layout
         if lay.headerless:
-            return (self.map, self.cycle, lay.cycle_shift, self.align, lay.index_count, lay.index_spacing,
-                    -1, 0, 0, 0, 0, True)
+            return _native.Geometry(
+                map=self.map, cycle=self.cycle, shift=lay.cycle_shift, align=self.align,
+                index_count=lay.index_count, index_spacing=lay.index_spacing, write_position_offset=-1,
+                has_hint=False, index2index_position=0, last_index_offset=0, data_start=0, headerless=True,
+            )
         i2i = _native.load64(self.map, lay.index2index_offset) if lay.index2index_offset >= 0 else 0
-        return (
-            self.map,
-            self.cycle,
-            lay.cycle_shift,
-            self.align,
-            lay.index_count,
-            lay.index_spacing,
-            lay.write_position_offset,
-            int(lay.has_sequence_hint),
-            i2i,
-            max(lay.last_index_offset, 0),
-            lay.header_end,
+        return _native.Geometry(
+            map=self.map,
+            cycle=self.cycle,
+            shift=lay.cycle_shift,
+            align=self.align,
+            index_count=lay.index_count,
+            index_spacing=lay.index_spacing,
+            write_position_offset=lay.write_position_offset,
+            has_hint=lay.has_sequence_hint,
+            index2index_position=i2i,
+            last_index_offset=max(lay.last_index_offset, 0),
+            data_start=lay.header_end,
         )
 
     def fileno(self) -> int:
@@ -135,7 +140,7 @@ class Queue:
         self._cycles: list[int] | None = None
         self._cycles_mod = -1
         self._closed = False
-        self._named: weakref.WeakSet[Any] = weakref.WeakSet()  # tailers mapping a table-store value
+        self._named: weakref.WeakSet[Tailer] = weakref.WeakSet()  # tailers mapping a table-store value
         requested = by_name(roll_cycle or DEFAULT_ROLL_CYCLE)
         v4_roll = None if (self.path / TABLE_STORE_FILE).exists() else roll_in_cycle_headers(self.path)
         if readonly:
@@ -383,23 +388,21 @@ class Queue:
         return cycle_file_size(self.block_size, index_count)
 
     # -- appenders and tailers -------------------------------------------------------------------------
-    def appender(self) -> Any:
+    def appender(self) -> Appender:
         """The calling thread's appender (one per thread, as in Chronicle)."""
         self._check_open()
         if self.readonly:
             raise ChronqError(f"{self.path}: queue is open read-only")
-        a = getattr(self._local, "appender", None)
+        a: Appender | None = getattr(self._local, "appender", None)
         if a is None or a.closed:
-            from chronq.appender import Appender
-
             a = Appender(self)
             self._local.appender = a
             if not hasattr(self, "_appenders"):
-                self._appenders: list[Any] = []
+                self._appenders: list[Appender] = []
             self._appenders.append(a)
         return a
 
-    def tailer(self, name: str | None = None) -> Any:
+    def tailer(self, name: str | None = None) -> Tailer:
         """A new tailer at the start; a named one resumes where the name last finished reading.
 
         Names are at most `chronq.table.MAX_TAILER_NAME` (1024) Latin-1 characters (ValueError
@@ -410,8 +413,6 @@ class Queue:
             check_tailer_name(name)
         if self.table is not None and not self.readonly:
             self.table.refresh_listing(self._fresh_cycles)  # as Java's createTailer
-        from chronq.tailer import Tailer
-
         t = Tailer(self, name)
         if name is not None:
             self._named.add(t)
@@ -420,8 +421,6 @@ class Queue:
     # -- whole-queue questions -------------------------------------------------------------------------
     def _count_in(self, cycle: int) -> int:
         """Number of data documents in a cycle file (0 if it has none)."""
-        from chronq.tailer import Tailer
-
         t = Tailer(self, None)
         if not t._attach_cycle(cycle):
             return 0
@@ -505,7 +504,7 @@ class Queue:
 
         return dump_text(self.path)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Excerpt]:
         """Read every excerpt from the start (a fresh tailer)."""
         return iter(self.tailer())
 
@@ -661,16 +660,34 @@ def _first_hole(fd: int, size: int) -> int:
 def open(
     path: str | os.PathLike[str],
     roll_cycle: str | RollCycle | None = None,
+    *,
     source_id: int = 0,
     clock: Clock | None = None,
     block_size: int | None = None,
     readonly: bool = False,
-    **options: Any,
+    epoch: int = 0,
+    lock_timeout: float = 15.0,
+    on_acquired: Listener | None = None,
+    on_released: Listener | None = None,
 ) -> Queue:
     """Open (creating unless `readonly`) the queue directory at `path`.
 
     `roll_cycle` (default FAST_DAILY) is for a new queue: one already stored in the queue wins (with a
-    warning if `roll_cycle` was given and differs).
-    Options: ``epoch`` (ms), ``lock_timeout`` (s), ``on_acquired``/``on_released`` (cycle, path) listeners.
+    warning if `roll_cycle` was given and differs). `source_id` is written into the table store and
+    MessageHistory; `clock` (default the system clock) decides the cycle an append goes to;
+    `block_size` is the mapping chunk (default 64 MiB); `epoch` (ms) shifts cycle boundaries for a new
+    queue; `lock_timeout` (s) bounds the wait for the write lock; `on_acquired`/`on_released` are called
+    with (cycle, path) as cycle files are mapped and released.
     """
-    return Queue(path, roll_cycle, source_id, clock, block_size, readonly, **options)
+    return Queue(
+        path,
+        roll_cycle,
+        source_id=source_id,
+        clock=clock,
+        block_size=block_size,
+        readonly=readonly,
+        epoch=epoch,
+        lock_timeout=lock_timeout,
+        on_acquired=on_acquired,
+        on_released=on_released,
+    )

@@ -46,7 +46,11 @@ __all__ = [
     "load64",
     "looks_like_store_header",
     "open_regular",
+    "process_alive",
+    "publish_file",
     "read_layout",
+    "remove_abandoned_files",
+    "roll_in_cycle_headers",
     "stop_header",
 ]
 

@@ -143,7 +143,7 @@ class Tailer(_native.TailerCore):
         if cf is None:
             return False
         self._file = cf
-        self._attach(*cf.geometry())
+        self._attach(cf.geometry())
         self._eof = False
         self._older = self._queue.next_cycle_after(cycle) is not None
         return True
@@ -219,7 +219,7 @@ class Tailer(_native.TailerCore):
         cf, pos, seq = saved
         assert cf is not None
         self._file = cf
-        self._attach(*cf.geometry())
+        self._attach(cf.geometry())
         self._set_position(pos, seq)
 
     def _place_at(self, index: int) -> None:

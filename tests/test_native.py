@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import chronq
 from chronq import _native
+from chronq.errors import CorruptQueueError
 from tests import native_model as model
 
 SIZE = 64
@@ -140,3 +142,50 @@ def test_map_exports_a_buffer(tmp_path: Path) -> None:
     m.release_pages(0, 8192)
     assert _native.load64(m, 16) == 42  # MADV_DONTNEED on a shared file mapping keeps the data
     assert f.read_bytes()[16] == 42
+
+
+def _geometry_of(tmp_path: Path) -> _native.Geometry:
+    with chronq.open(tmp_path / "q", "TEST_DAILY") as q:
+        q.appender().write(b"x")
+        cycle = q.cycles()[0]
+        cf = q.open_cycle(cycle)
+        assert cf is not None
+        return cf.geometry()
+
+
+def test_geometry_is_one_named_object(tmp_path: Path) -> None:
+    # the attach arguments travel as named fields: appender and tailer cannot disagree on an order
+    g = _geometry_of(tmp_path)
+    assert isinstance(g.map, _native.Map)
+    assert (g.align, g.headerless) == (4, False)
+    assert g.write_position_offset > 0 and g.data_start > g.write_position_offset
+    assert g.index_count > 0 and g.index_spacing > 0 and 1 <= g.shift <= 62
+    assert f"cycle={g.cycle}" in repr(g)
+    with pytest.raises(AttributeError):
+        g.cycle = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        _native.Geometry(g.map, g.cycle)  # type: ignore[misc, call-arg]
+
+
+def test_attach_takes_a_geometry_only(tmp_path: Path) -> None:
+    g = _geometry_of(tmp_path)
+    t = _native.TailerCore()
+    with pytest.raises(TypeError, match="Geometry"):
+        t._attach((g.map, g.cycle))  # type: ignore[arg-type]
+    t._attach(g)
+    assert t._cycle == g.cycle
+
+
+def test_attach_checks_the_geometry_against_the_mapping(tmp_path: Path) -> None:
+    g = _geometry_of(tmp_path)
+    fields = {k: getattr(g, k) for k in ("map", "cycle", "shift", "align", "index_count", "index_spacing",
+                                         "write_position_offset", "has_hint", "index2index_position",
+                                         "last_index_offset", "data_start")}
+    bad = _native.Geometry(**{**fields, "write_position_offset": g.map.size})
+    with pytest.raises(CorruptQueueError):
+        _native.TailerCore()._attach(bad)
+    headerless = _native.Geometry(**{**fields, "headerless": True})
+    with pytest.raises(ValueError, match="writePosition"):
+        _native.TailerCore()._attach(headerless)
+    with pytest.raises(ValueError, match="headerless"):
+        _native.AppenderCore()._attach(headerless)

@@ -12,17 +12,43 @@ Numbers follow Java's default "compact" writer exactly (spec section 7.3); reade
 
 from __future__ import annotations
 
+import builtins
 import datetime as _dt
 import math
 import re
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, overload
 
 from wire import _accel, _javatime, registry
 from wire.errors import WireError
 from wire.types import EventName, FieldNumber, HistoryBytes, Int64Array, Int64Hex, Typed, TypeLiteral
+
+# The wire codes (NULL, TRUE, TYPE_PREFIX...) stay importable by name but are not part of `*`.
+__all__ = [
+    "Decoder",
+    "Encoder",
+    "Reader",
+    "TypedCodec",
+    "Writer",
+    "decode",
+    "decode_document",
+    "decoder_for",
+    "encode",
+    "encode_document",
+    "encoder_for",
+    "install_typed",
+    "put_bytes",
+    "put_field",
+    "put_float",
+    "put_float32",
+    "put_int",
+    "put_text",
+    "typed",
+    "utf8",
+    "write_stop_bit",
+]
 
 # ---------------------------------------------------------------- codes (BinaryWireCode)
 BYTES_LENGTH8 = 0x80
@@ -1186,6 +1212,15 @@ def encode_document(fields: dict[Any, Any] | Any) -> bytes:
     return bytes(w.buffer)
 
 
+_T = TypeVar("_T")
+
+
+@overload
+def decode(data: Any, type: None = None) -> Any: ...
+@overload
+def decode(data: Any, type: builtins.type[_T]) -> _T: ...
+@overload
+def decode(data: Any, type: object) -> Any: ...  # a typing form (`int | None`, `Annotated[...]`)
 def decode(data: Any, type: Any = None) -> Any:
     """Decode one value (or, if `data` starts with a field name, a whole document as a dict).
 
@@ -1202,6 +1237,12 @@ def decode(data: Any, type: Any = None) -> Any:
     return value
 
 
+@overload
+def decode_document(data: Any, type: None = None) -> dict[Any, Any]: ...
+@overload
+def decode_document(data: Any, type: builtins.type[_T]) -> _T: ...
+@overload
+def decode_document(data: Any, type: object) -> Any: ...
 def decode_document(data: Any, type: Any = None) -> Any:
     """A document body (sequence of fields) as an ordered dict, or as `type` matched by field name."""
     r = Reader(data)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["WireError"]
+
 
 class WireError(ValueError):
     """Bytes or text that are not a valid wire document; `offset` is where decoding stopped."""

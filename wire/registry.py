@@ -9,6 +9,8 @@ import threading
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+__all__ = ["alias_of", "lookup", "note_unknown", "register", "unknown_types"]
+
 T = TypeVar("T", bound=type[Any])
 
 _lock = threading.Lock()

@@ -240,3 +240,6 @@ def _plot(hops: list[HopStats], throughput: list[tuple[str, int, int]], path: Pa
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+__all__ = ["HopStats", "LatencyReport", "end_to_end_frame", "hop_frame", "report"]

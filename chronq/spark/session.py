@@ -55,3 +55,6 @@ def local_session(master: str = "local[2]", app: str = "chronq", **conf: str) ->
     spark = builder.getOrCreate()
     register(spark)
     return spark
+
+
+__all__ = ["local_session"]

@@ -255,3 +255,6 @@ class QueueStreamWriter(_Staging, DataSourceStreamArrowWriter):
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         self._clean(messages)
+
+
+__all__ = ["QueueStreamWriter", "QueueWriter", "Staged", "stream_id"]

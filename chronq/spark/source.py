@@ -373,3 +373,15 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
 
 def offset_json(cycle: int, seq: int) -> str:
     return json.dumps(offset(cycle, seq))
+
+
+__all__ = [
+    "BatchReader",
+    "ChronqDataSource",
+    "FilteringBatchReader",
+    "Options",
+    "StreamReader",
+    "offset",
+    "offset_json",
+    "read_range",
+]

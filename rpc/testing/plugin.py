@@ -103,3 +103,13 @@ class ScenarioItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, f"replay scenario {self.path.parent.name}"
+
+
+__all__ = [
+    "ScenarioFile",
+    "ScenarioItem",
+    "load_factory",
+    "load_interfaces",
+    "pytest_addoption",
+    "pytest_collect_file",
+]

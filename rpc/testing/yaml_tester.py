@@ -20,7 +20,15 @@ from rpc import _codec
 from rpc._reader import MethodReader
 from wire import binary, text
 
-__all__ = ["Recorder", "ReplayResult", "YamlTester", "read_calls", "render_calls"]
+__all__ = [
+    "Recorder",
+    "ReplayResult",
+    "YamlTester",
+    "decode_call",
+    "encode_call",
+    "read_calls",
+    "render_calls",
+]
 
 HandlerFactory = Callable[["Recorder"], object]
 

@@ -1,0 +1,166 @@
+"""The public surface of wire, chronq and rpc, pinned: an export added or dropped by accident fails here.
+
+A module whose path has no `_`-prefixed part is public. Each one declares `__all__`; the lists below
+are what users may rely on. Changing the surface on purpose means changing this file in the same commit.
+Every public class or function a public module defines is either in its `__all__` or named with a
+leading underscore, so that a helper written for one module does not become API by being visible.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import skip_unless_strict
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("wire", "chronq", "rpc")
+
+EXPORTS: dict[str, list[str]] = {
+    "wire": [
+        "ClassFields", "EventName", "Field", "FieldNumber", "Float32", "HistoryBytes", "Int64Array",
+        "Int64Hex", "MessageHistory", "TypeLiteral", "Typed", "WireError", "WireType", "binary", "fields_of",
+        "marshal", "read_history", "register", "text", "unknown_types",
+    ],
+    "wire.binary": [
+        "Decoder", "Encoder", "Reader", "TypedCodec", "Writer", "decode", "decode_document", "decoder_for",
+        "encode", "encode_document", "encoder_for", "install_typed", "put_bytes", "put_field", "put_float",
+        "put_float32", "put_int", "put_text", "typed", "utf8", "write_stop_bit",
+    ],
+    "wire.errors": ["WireError"],
+    "wire.history": ["MessageHistory", "read_history"],
+    "wire.marshal": [
+        "K_BOOL", "K_ENUM", "K_FLOAT", "K_FLOAT32", "K_INT", "K_OTHER", "K_STR", "arguments_plan",
+        "decode_bytes", "decoder_for", "document_encoder", "encoder_for", "field_encoder_for",
+        "fields_decoder_for", "learn_whole_encoder", "native_plan", "positional", "speedups",
+        "whole_decoders", "whole_encoders", "write_fields", "write_object",
+    ],
+    "wire.registry": ["alias_of", "lookup", "note_unknown", "register", "unknown_types"],
+    "wire.text": [
+        "from_yaml", "from_yaml_all", "java_double", "java_double_to_string", "json_value", "looks_binary",
+        "quote", "render", "to_json", "to_yaml", "to_yaml_all",
+    ],
+    "wire.types": [
+        "EventName", "FieldNumber", "Float32", "HistoryBytes", "Int64Array", "Int64Hex", "TypeLiteral",
+        "Typed",
+    ],
+    "wire.wiretype": ["Codec", "WireType"],
+    "chronq": [
+        "Appender", "BusyPauser", "ChronqError", "CorruptQueueError", "Direction", "DocumentContext",
+        "Excerpt", "IndexNotFoundError", "Pauser", "Queue", "QueueLockedError", "RollCycleMismatchError",
+        "SleepingPauser", "Tailer", "TailerState", "YieldingPauser", "open",
+    ],
+    "chronq.appender": ["Appender", "DocumentContext"],
+    "chronq.cli": ["main"],
+    "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
+    "chronq.errors": [
+        "ChronqError", "CorruptQueueError", "IndexNotFoundError", "QueueLockedError",
+        "RollCycleMismatchError", "WireError",
+    ],
+    "chronq.pausers": ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
+    "chronq.queue": ["CycleFile", "Queue", "open"],
+    "chronq.rollcycles": [
+        "Clock", "DEFAULT", "FAST_DAILY", "FixedClock", "ROLL_CYCLES", "RollCycle", "SystemClock", "WEEKLY",
+        "by_format", "by_name", "file_splits",
+    ],
+    "chronq.spark": ["ChronqDataSource", "register"],
+    "chronq.spark.latency": ["HopStats", "LatencyReport", "end_to_end_frame", "hop_frame", "report"],
+    "chronq.spark.session": ["local_session"],
+    "chronq.spark.sink": ["QueueStreamWriter", "QueueWriter", "Staged", "stream_id"],
+    "chronq.spark.source": [
+        "BatchReader", "ChronqDataSource", "FilteringBatchReader", "Options", "StreamReader", "offset",
+        "offset_json", "read_range",
+    ],
+    "chronq.store": [
+        "CycleRoll", "DATA_FORMAT", "Document", "END_OF_DATA", "LENGTH_MASK", "MAX_FIRST_HEADER", "META_DATA",
+        "NOT_COMPLETE", "StoreLayout", "align4", "create_cycle_file", "cycle_file_prefix", "cycle_file_size",
+        "documents", "headerless_layout", "is_headerless", "load32", "load64", "looks_like_store_header",
+        "open_regular", "process_alive", "publish_file", "read_layout", "remove_abandoned_files",
+        "roll_in_cycle_headers", "stop_header",
+    ],
+    "chronq.table": [
+        "APPEND_LOCK", "HIGHEST_CYCLE", "LAST_ACKNOWLEDGED_INDEX_REPLICATED", "LAST_INDEX_MSYNCED",
+        "LAST_INDEX_REPLICATED", "LOWEST_CYCLE", "MAX_KEY_LENGTH", "MAX_TAILER_NAME", "MOD_COUNT",
+        "NORMALISED_EOFS_TO", "RollMetadata", "TABLE_STORE_FILE", "TableStore", "UNLOCKED",
+        "V4_TABLE_STORE_FILE", "WRITE_LOCK", "check_key", "check_tailer_name", "find_table_store",
+        "tailer_index_key", "tailer_lock_key", "tailer_version_key",
+    ],
+    "chronq.tailer": ["Direction", "Excerpt", "Tailer", "TailerState"],
+    "rpc": [
+        "InterfaceSpec", "MethodReader", "MethodSpec", "Output", "Service", "Start", "current_history",
+        "describe", "interface", "method_id", "reader", "writer",
+    ],
+    "rpc.aio": ["AsyncMethodReader", "excerpts"],
+    "rpc.service": ["Output", "Service", "Start", "last_source_index"],
+    "rpc.testing": ["Recorder", "ReplayResult", "YamlTester", "read_calls", "render_calls"],
+    "rpc.testing.plugin": [
+        "ScenarioFile", "ScenarioItem", "load_factory", "load_interfaces", "pytest_addoption",
+        "pytest_collect_file",
+    ],
+    "rpc.testing.strategies": [
+        "Call", "agitated", "apply", "call", "calls", "dropped", "dtos", "duplicated", "reordered", "values",
+    ],
+    "rpc.testing.yaml_tester": [
+        "Recorder", "ReplayResult", "YamlTester", "decode_call", "encode_call", "read_calls", "render_calls",
+    ],
+}
+
+# needed only by chronq.spark; a run without the spark extra skips those modules (CI has it)
+OPTIONAL_DEPENDENCIES = {"pyspark", "pyarrow", "pandas"}
+
+
+def public_modules() -> list[str]:
+    """Every module of the packages whose dotted name has no `_`-prefixed part (from the files, so that
+    finding them imports nothing)."""
+    found = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            if parts[-1] == "__main__" or any(p.startswith("_") for p in parts):
+                continue
+            found.append(".".join(parts))
+    return found
+
+
+def _import(name: str) -> object:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and e.name.split(".")[0] in OPTIONAL_DEPENDENCIES:
+            skip_unless_strict(f"{name} needs {e.name}")
+        raise
+
+
+def test_every_public_module_is_pinned() -> None:
+    # a new public module needs its `__all__` pinned here; a removed one must leave this list too
+    assert sorted(public_modules()) == sorted(EXPORTS)
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTS))
+def test_exports_are_pinned(name: str) -> None:
+    module = _import(name)
+    exported = getattr(module, "__all__", None)
+    assert exported is not None, f"{name} has no __all__"
+    assert sorted(exported) == sorted(EXPORTS[name])
+    assert len(set(exported)) == len(exported), f"{name}.__all__ repeats a name"
+    missing = [n for n in exported if not hasattr(module, n)]
+    assert not missing, f"{name}.__all__ names what the module lacks: {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTS))
+def test_public_definitions_are_exported_or_underscored(name: str) -> None:
+    module = _import(name)
+    stray = sorted(
+        attr
+        for attr, value in vars(module).items()
+        if not attr.startswith("_")
+        and (inspect.isclass(value) or inspect.isfunction(value))
+        and value.__module__ == name
+        and attr not in EXPORTS[name]
+    )
+    assert not stray, f"{name} defines public names outside __all__ (export them or prefix _): {stray}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,16 +254,22 @@ def geometry(m: _native.Map, cycle: int, layout: StoreLayout) -> tuple[Any, ...]
             max(layout.last_index_offset, 0), layout.header_end)
 
 
-def seek(path: PathLike, cycle: int, layout: StoreLayout, seq: int) -> int | None:
-    """Position of the header of data document `seq` of a cycle file, found as a tailer finds it (the
-    native index lookup, then a walk); None if the file has fewer documents."""
+def seek(path: PathLike, cycle: int, layout: StoreLayout, seqs: Sequence[int]) -> list[int | None]:
+    """Positions of the headers of data documents `seqs` of a cycle file, found as a tailer finds them
+    (the native index lookup, which checks every entry it follows, then a walk); None for a sequence
+    the file does not hold."""
     fd = open_regular(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
+        # a headerless file's only document may be shorter than the 16 bytes the native geometry
+        # checks need; the rest of the mapped page reads as zeros (no document yet)
         m = _native.Map(fd, max(size, 16), False, os.fspath(path))
     finally:
         os.close(fd)
     core = _native.TailerCore()
     core._attach(*geometry(m, cycle, layout))
-    found = core._seek(seq)
-    return core._pos if found == 1 else None
+    out: list[int | None] = []
+    for seq in seqs:
+        out.append(core._pos if core._seek(seq) == 1 else None)
+    core._detach()
+    return out

@@ -28,6 +28,7 @@ __all__ = [
     "close_map",
     "cycle_file_names",
     "geometry",
+    "head",
     "header_roll",
     "headerless_aligned",
     "listing",
@@ -83,11 +84,12 @@ def listing(directory: PathLike, rc: RollCycle | None, epoch: int = 0) -> list[t
     return out
 
 
-def _head(path: PathLike) -> bytes:
-    """The start of a cycle file, as far as its store header can reach (a FIFO must not block)."""
+def head(path: PathLike, size: int = 4 + MAX_FIRST_HEADER) -> bytes:
+    """The first `size` bytes of a cycle file (by default as far as a store header can reach), read
+    without mapping it; a FIFO under a cycle-file name is a CorruptQueueError, not an open that blocks."""
     fd = open_regular(path, os.O_RDONLY)
     with open(fd, "rb") as f:
-        return f.read(4 + MAX_FIRST_HEADER)
+        return f.read(size)
 
 
 # -- the roll cycle ------------------------------------------------------------------------------------
@@ -101,7 +103,7 @@ def header_roll(directory: PathLike) -> RollMetadata | None:
     for name in names:
         path = os.path.join(directory, name)
         try:
-            roll: CycleRoll | None = read_layout(_head(path), path).roll
+            roll: CycleRoll | None = read_layout(head(path), path).roll
         except (OSError, CorruptQueueError):  # still being created, or not a cycle file: try the next one
             continue
         if roll is not None:
@@ -135,7 +137,7 @@ def roll_cycle(stored: RollMetadata, source: PathLike, directory: PathLike) -> R
         if cycle is None:
             continue
         try:
-            layout = read_layout(_head(Path(directory) / name), Path(directory) / name)
+            layout = read_layout(head(Path(directory) / name), Path(directory) / name)
         except (OSError, ChronqError):  # still being created, damaged
             continue
         if layout.headerless:

@@ -6,7 +6,6 @@ cycles, keeps the table store in sync and answers questions about the whole queu
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import functools
 import os
@@ -533,9 +532,7 @@ def _refuse_headerless(directory: Path) -> None:
     """A writable open fails up front on a queue with headerless cycle files (never appended to)."""
     for name in _directory.cycle_file_names(directory):
         try:
-            fd = open_regular(directory / name, os.O_RDONLY)  # a FIFO must not block the open
-            with builtins.open(fd, "rb") as f:
-                start = f.read(128)  # as much as `is_headerless` looks at
+            start = _directory.head(directory / name, 128)  # as much as `is_headerless` looks at
         except (OSError, CorruptQueueError):
             continue
         if is_headerless(start):

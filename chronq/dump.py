@@ -10,11 +10,11 @@ import hashlib
 import mmap
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chronq import _directory
 from chronq.errors import CorruptQueueError
 from chronq.rollcycles import RollCycle, by_format, file_splits
 from chronq.store import (
@@ -28,10 +28,8 @@ from chronq.store import (
     documents,
     headerless_layout,
     load32,
-    open_regular,
     read_layout,
 )
-from chronq.table import TABLE_STORE_FILE, TableStore, find_table_store
 from wire import text as wire_text
 from wire.errors import WireError
 
@@ -57,68 +55,13 @@ def _files(path: Path) -> list[_File]:
     if not path.is_dir():  # a file, or something else named as one (reported when it is mapped)
         if path.suffix != ".cq4":
             return [_File(path, True, None)]
-        table = find_table_store(path.parent)
-        return [_File(path, False, _roll_of(table) or _v4_roll(path), _padded(table))]
-    table = find_table_store(path)
-    # not only regular files: a FIFO or directory under a cycle-file name is reported (by `_mapped`), as
+        d = _directory.read(path.parent)
+        return [_File(path, False, d.roll, d.headerless_aligned)]
+    d = _directory.read(path)
+    out = [_File(d.table, True, None)] if d.table is not None else []
+    # not only regular files: a FIFO or directory under a cycle-file name is reported (by `mapped`), as
     # a reader reports it, rather than left out of the dump without a word
-    cycles = [p for p in path.iterdir() if p.suffix == ".cq4" and not p.name.startswith(".")]
-    roll = _roll_of(table) or (_v4_roll(min(cycles)) if cycles else None)
-
-    def order(p: Path) -> tuple[int, str]:
-        if roll is not None:
-            try:
-                return roll.parse_file_name(p.name), p.name
-            except ValueError:
-                pass
-        return 0, p.name
-
-    out = [_File(table, True, None)] if table is not None else []
-    return out + [_File(p, False, roll, _padded(table)) for p in sorted(cycles, key=order)]
-
-
-def _padded(table: Path | None) -> bool:
-    return table is None or table.name == TABLE_STORE_FILE
-
-
-def _roll_of(table: Path | None) -> RollCycle | None:
-    if table is None or table.name != TABLE_STORE_FILE:
-        return None
-    from chronq.queue import _stored_roll_cycle
-
-    with TableStore.open(table, readonly=True) as t:
-        # a damaged format or length is reported naming the table store, as opening the queue does
-        return _stored_roll_cycle(t.roll, table) if t.roll is not None else None
-
-
-def _v4_roll(cycle_file: Path) -> RollCycle | None:
-    """Chronicle 4.x kept the roll in every cycle header instead of the table store."""
-    try:
-        with _mapped(cycle_file) as buf:
-            layout = read_layout(buf, cycle_file)
-    except CorruptQueueError:
-        return None
-    if layout.roll is None:
-        return None
-    return by_format(layout.roll.format, layout.roll.length_ms, layout.index_count, layout.index_spacing)
-
-
-@contextmanager
-def _mapped(path: Path) -> Iterator[mmap.mmap]:
-    fd = open_regular(path, os.O_RDONLY)  # a FIFO named like a queue file must not block the dump
-    with open(fd, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            raise CorruptQueueError(str(path), 0, "empty file")
-        m = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-    try:
-        yield m
-    finally:
-        # An error raised while parsing leaves views of the map in its traceback's frames (the wire
-        # reader's memoryview): closing now would raise BufferError and replace the error being
-        # reported. The map is then unmapped when the last view goes.
-        with suppress(BufferError):
-            m.close()
+    return out + [_File(path / name, False, d.roll, d.headerless_aligned) for _, name in d.listing()]
 
 
 def _start(buf: mmap.mmap, f: _File) -> tuple[Document | None, int, bool, StoreLayout | None]:
@@ -148,7 +91,7 @@ def dump_text(path: str | os.PathLike[str]) -> str:
 def dump_lines(path: str | os.PathLike[str]) -> Iterator[str]:
     """The dump as text chunks, produced lazily so that a large queue streams."""
     for f in _files(Path(path)):
-        with _mapped(f.path) as buf:
+        with _directory.mapped(f.path) as buf:
             yield from _file_text(buf, f)
 
 
@@ -203,7 +146,7 @@ def _hexdump(body: memoryview, at: int) -> str:
 def dump_records(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """One record per complete document, in file order (see the CLI's `dump --json`)."""
     for f in _files(Path(path)):
-        with _mapped(f.path) as buf:
+        with _directory.mapped(f.path) as buf:
             yield from _file_records(buf, f)
 
 

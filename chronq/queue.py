@@ -6,7 +6,6 @@ cycles, keeps the table store in sync and answers questions about the whole queu
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import functools
 import os
@@ -18,13 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from chronq import _native
+from chronq import _directory, _native
 from chronq.appender import Appender
 from chronq.errors import ChronqError, CorruptQueueError, RollCycleMismatchError
-from chronq.rollcycles import Clock, RollCycle, SystemClock, by_format, by_name, file_splits
+from chronq.rollcycles import Clock, RollCycle, SystemClock, by_name
 from chronq.store import (
     END_OF_DATA,
-    MAX_FIRST_HEADER,
     NOT_COMPLETE,
     StoreLayout,
     create_cycle_file,
@@ -35,9 +33,8 @@ from chronq.store import (
     open_regular,
     read_layout,
     remove_abandoned_files,
-    roll_in_cycle_headers,
 )
-from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore, check_tailer_name
+from chronq.table import TABLE_STORE_FILE, RollMetadata, TableStore, check_tailer_name
 from chronq.tailer import Excerpt, Tailer
 
 __all__ = ["CycleFile", "Queue", "open"]
@@ -65,27 +62,7 @@ class CycleFile:
 
     def geometry(self) -> _native.Geometry:
         """The store geometry the native cores' `_attach` takes (made once per mapping, not per write)."""
-        lay = self.layout
-        if lay.headerless:
-            return _native.Geometry(
-                map=self.map, cycle=self.cycle, shift=lay.cycle_shift, align=self.align,
-                index_count=lay.index_count, index_spacing=lay.index_spacing, write_position_offset=-1,
-                has_hint=False, index2index_position=0, last_index_offset=0, data_start=0, headerless=True,
-            )
-        i2i = _native.load64(self.map, lay.index2index_offset) if lay.index2index_offset >= 0 else 0
-        return _native.Geometry(
-            map=self.map,
-            cycle=self.cycle,
-            shift=lay.cycle_shift,
-            align=self.align,
-            index_count=lay.index_count,
-            index_spacing=lay.index_spacing,
-            write_position_offset=lay.write_position_offset,
-            has_hint=lay.has_sequence_hint,
-            index2index_position=i2i,
-            last_index_offset=max(lay.last_index_offset, 0),
-            data_start=lay.header_end,
-        )
+        return _directory.geometry(self.map, self.cycle, self.layout)
 
     def fileno(self) -> int:
         if self.fd < 0:  # evicted from the queue's cache while an appender or tailer still uses it
@@ -142,7 +119,7 @@ class Queue:
         self._closed = False
         self._named: weakref.WeakSet[Tailer] = weakref.WeakSet()  # tailers mapping a table-store value
         requested = by_name(roll_cycle or DEFAULT_ROLL_CYCLE)
-        v4_roll = None if (self.path / TABLE_STORE_FILE).exists() else roll_in_cycle_headers(self.path)
+        v4_roll = None if (self.path / TABLE_STORE_FILE).exists() else _directory.header_roll(self.path)
         if readonly:
             if not self.path.is_dir():
                 raise ChronqError(f"{self.path}: no queue directory to open read-only")
@@ -155,11 +132,9 @@ class Queue:
             _refuse_headerless(self.path)
             if not (self.path / TABLE_STORE_FILE).exists():
                 _refuse_foreign_names(self.path, requested, epoch)
-        table = self.path / TABLE_STORE_FILE
-        if readonly and not table.exists() and (self.path / V4_TABLE_STORE_FILE).exists():
-            table = self.path / V4_TABLE_STORE_FILE
-        # libchronicle pads the documents of its headerless files to 4 bytes in a v5 queue only
-        self._headerless_aligned = table.name != V4_TABLE_STORE_FILE
+        found = _directory.table_store(self.path) if readonly else None
+        table = found or self.path / TABLE_STORE_FILE  # a writable open creates metadata.cq4t
+        self._headerless_aligned = _directory.headerless_aligned(table)
         self.table: TableStore | None = None
         if table.exists() or not readonly:
             try:
@@ -172,11 +147,11 @@ class Queue:
         if not readonly:
             remove_abandoned_files(self.path)
         stored = self.table.roll if self.table is not None else None
-        if stored is None and v4_roll is not None:
-            stored = RollMetadata(v4_roll.format, v4_roll.length_ms, v4_roll.epoch)
+        if stored is None:
+            stored = v4_roll
         self.epoch = epoch
         if stored is not None:
-            rc = _stored_roll_cycle(stored, table)
+            rc = _directory.roll_cycle(stored, table, self.path)
             differs = (rc.format, rc.length_ms) != (requested.format, requested.length_ms)
             if differs and roll_cycle is not None:  # None means "whatever the queue has"
                 warnings.warn(
@@ -185,7 +160,7 @@ class Queue:
                     stacklevel=3,
                 )
             self.epoch = stored.epoch
-            requested = _split_from_files(self.path, rc, self.epoch)
+            requested = rc
         self.roll_cycle: RollCycle = requested
         if self.table is not None and not readonly:
             self.table.init_queue_keys()
@@ -242,15 +217,8 @@ class Queue:
         """Cycles that have a file, ascending (the directory is re-listed when the listing changed)."""
         mod = self.table.mod_count if self.table is not None else None
         if self._cycles is None or mod is None or mod != self._cycles_mod:
-            found = []
-            for name in os.listdir(self.path):
-                if not name.endswith(".cq4"):
-                    continue
-                try:
-                    found.append(self.roll_cycle.parse_file_name(name, self.epoch))
-                except ValueError:
-                    continue
-            self._cycles = sorted(found)
+            listed = _directory.listing(self.path, self.roll_cycle, self.epoch)
+            self._cycles = [c for c, _ in listed if c is not None]
             self._cycles_mod = mod if mod is not None else -1
         return list(self._cycles)
 
@@ -335,7 +303,7 @@ class Queue:
                 m = _native.Map(fd, size if writable else max(size, 16), writable, str(path))
                 layout = read_layout(memoryview(m), path, roll_cycle=self.roll_cycle,
                                      aligned_headerless=self._headerless_aligned)
-                _check_split(layout, self.roll_cycle)
+                _directory.check_split(layout, self.roll_cycle)
             except BaseException:
                 os.close(fd)
                 raise
@@ -515,68 +483,6 @@ def _prefix_len(index_count: int, index_spacing: int) -> int:
     return len(cycle_file_prefix(index_count, index_spacing))
 
 
-def _stored_roll_cycle(stored: RollMetadata, table: Path) -> RollCycle:
-    """The roll cycle a table store names; damaged metadata becomes a CorruptQueueError."""
-    try:
-        if "\0" in stored.format or stored.length_ms <= 0:
-            raise ValueError(f"format {stored.format!r}, length {stored.length_ms}")
-        rc = stored.roll_cycle()
-        rc.file_name(0, stored.epoch)
-        return rc
-    except (ValueError, OverflowError) as e:
-        raise CorruptQueueError(str(table), 0, f"unusable roll cycle in the table store: {e}") from None
-
-
-def _check_split(layout: StoreLayout, rc: RollCycle) -> None:
-    """Refuse a cycle file whose store header splits indexes unlike the queue's roll cycle.
-
-    The header's indexCount/indexSpacing fix how the file's sequences become indexes. A file of
-    another roll cycle under one of this queue's names (a HUGE_DAILY file renamed to a FAST_DAILY
-    name) would otherwise yield indexes of another width than `move_to_index` and the backward read
-    use, so that reading backward goes round in circles and forward indexes are wrong. Other index
-    parameters with the same split (a file of another 32-bit cycle) are read correctly: the file's own
-    index arrays are walked with its own parameters.
-    """
-    if not layout.headerless and layout.cycle_shift != rc.cycle_shift:
-        raise CorruptQueueError(
-            layout.file, 4,
-            f"store header has indexCount {layout.index_count}, indexSpacing {layout.index_spacing} "
-            f"({layout.cycle_shift}-bit sequences): a file of another roll cycle than the queue's "
-            f"{rc.name} ({rc.index_count}/{rc.index_spacing}, {rc.cycle_shift}-bit sequences)",
-        )
-
-
-def _split_from_files(directory: Path, rc: RollCycle, epoch: int) -> RollCycle:
-    """`rc` with the index split its cycle files were written with, when that may differ.
-
-    A table store keeps only the format and length: a cycle written with other index parameters
-    (XLARGE_DAILY or HUGE_DAILY before Chronicle 5.24, or a custom cycle) takes them from its first
-    cycle file with a store header. A split Java never used for a known cycle is not adopted: such
-    a file is another cycle's, and opening it raises (see `_check_split`).
-    """
-    accepted = file_splits(rc)
-    if accepted is not None and len(accepted) == 1:
-        return rc
-    names = []
-    with contextlib.suppress(OSError):
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".cq4") and not n.startswith("."))
-    for name in names:
-        try:
-            rc.parse_file_name(name, epoch)
-            fd = open_regular(directory / name, os.O_RDONLY)
-            with builtins.open(fd, "rb") as f:
-                layout = read_layout(f.read(4 + MAX_FIRST_HEADER), directory / name)
-        except (ValueError, OSError, ChronqError):  # not one of ours, still being created, damaged
-            continue
-        if layout.headerless:
-            continue
-        split = (layout.index_count, layout.index_spacing)
-        if split != (rc.index_count, rc.index_spacing) and (accepted is None or split in accepted):
-            return by_format(rc.format, rc.length_ms, *split)
-        return rc
-    return rc
-
-
 def _make_dirs(path: Path) -> None:
     """Create the queue directory and any missing parent as the queue itself: never world-writable.
 
@@ -620,28 +526,22 @@ def _headerless_error(path: Path) -> ChronqError:
 
 def _refuse_headerless(directory: Path) -> None:
     """A writable open fails up front on a queue with headerless cycle files (never appended to)."""
-    for entry in os.scandir(directory):
-        if entry.name.endswith(".cq4") and not entry.name.startswith("."):
-            try:
-                fd = open_regular(entry.path, os.O_RDONLY)  # a FIFO must not block the open
-                with builtins.open(fd, "rb") as f:
-                    start = f.read(128)  # as much as `is_headerless` looks at
-            except (OSError, CorruptQueueError):
-                continue
-            if is_headerless(start):
-                raise _headerless_error(Path(entry.path))
+    for name in _directory.cycle_file_names(directory):
+        try:
+            start = _directory.head(directory / name, 128)  # as much as `is_headerless` looks at
+        except (OSError, CorruptQueueError):
+            continue
+        if is_headerless(start):
+            raise _headerless_error(directory / name)
 
 
 def _refuse_foreign_names(directory: Path, rc: RollCycle, epoch: int) -> None:
     """Without a table store, the roll cycle that wrote existing cycle files is unknown: if none of their
     names is one of `rc`'s, appending with `rc` would start a second, unrelated series of files."""
-    names = sorted(n for n in os.listdir(directory) if n.endswith(".cq4") and not n.startswith("."))
-    for name in names:
-        try:
-            rc.parse_file_name(name, epoch)
-            return
-        except ValueError:
-            continue
+    listed = _directory.listing(directory, rc, epoch)
+    if any(cycle is not None for cycle, _ in listed):
+        return
+    names = [name for _, name in listed]
     if names:
         raise RollCycleMismatchError(
             f"{directory / names[0]}: not a file name of roll cycle {rc.name} and {directory} has no "

@@ -253,27 +253,6 @@ def read_layout(buf: Buffer, file_name: str | os.PathLike[str], *,
         raise CorruptQueueError(file, at, f"bad SCQStore header: {e}") from None
 
 
-def roll_in_cycle_headers(directory: str | os.PathLike[str]) -> CycleRoll | None:
-    """The roll a Chronicle 4.x queue keeps in its cycle headers (5.x keeps it in metadata.cq4t), from
-    the first cycle file with a complete 4.x header; None when no file has one."""
-    try:
-        names = sorted(n for n in os.listdir(directory) if n.endswith(".cq4") and not n.startswith("."))
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    for name in names:
-        path = os.path.join(directory, name)
-        try:
-            fd = open_regular(path, os.O_RDONLY)  # a FIFO under a cycle-file name must not block
-            with open(fd, "rb") as f:
-                head = f.read(4 + MAX_FIRST_HEADER)
-            roll = read_layout(head, path).roll
-        except (OSError, CorruptQueueError):  # still being created, or not a cycle file: try the next one
-            continue
-        if roll is not None:
-            return roll
-    return None
-
-
 def headerless_layout(file: str, roll_cycle: RollCycle | None = None, *,
                       aligned: bool = False) -> StoreLayout:
     """The layout of a cycle file without a store header: documents from offset 0, nothing indexed."""

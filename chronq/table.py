@@ -138,11 +138,9 @@ def tailer_lock_key(name: str) -> str | None:
 
 def find_table_store(queue_dir: str | os.PathLike[str]) -> Path | None:
     """The queue's table store: `metadata.cq4t` (v5) or `directory-listing.cq4t` (v4), if present."""
-    for name in (TABLE_STORE_FILE, V4_TABLE_STORE_FILE):
-        p = Path(queue_dir) / name
-        if p.is_file():
-            return p
-    return None
+    from chronq._directory import table_store  # the directory module builds on this one
+
+    return table_store(queue_dir)
 
 
 @dataclass(frozen=True, slots=True)

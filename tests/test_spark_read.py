@@ -290,3 +290,29 @@ def test_headerless_libchronicle_queues_read_like_the_tailer(
     assert got == [(p, meta, body) for p, (body, meta) in zip(positions, DOCS, strict=False)]
     data_rows = sorted((r["index"], bytes(r.payload)) for r in rows if not r.metadata)
     assert data_rows == chronq_tailer(tmp_path)
+
+
+def test_ranges_follow_only_index_entries_the_tailer_accepts(tmp_path: Path) -> None:
+    """A range starts where the native index lookup (a tailer's move_to_index) puts it: an index entry
+    pointing at a metadata document is refused naming the file, as the tailer refuses it, where the
+    planner's own lookup once started the range there and numbered the wrong messages."""
+    from chronq import _native
+    from chronq.errors import CorruptQueueError
+    from chronq.store import load64, read_layout
+
+    with chronq.open(tmp_path) as q:
+        q.appender().write_many(b"m%d" % i for i in range(1_000))
+    (state,) = _plan.snapshot(str(tmp_path))
+    spacing = state.layout.index_spacing
+    path = Path(state.path)
+    data = bytearray(path.read_bytes())
+    layout = read_layout(data, path)
+    i2i = load64(data, layout.index2index_offset)
+    first_index = load64(data, _native.index_array(data, i2i) + 16)
+    slot1 = _native.index_array(data, first_index) + 16 + 8  # the entry of sequence `spacing`
+    assert load64(data, slot1) > 0
+    with path.open("r+b") as f:
+        f.seek(slot1)
+        f.write(struct.pack("<q", i2i))  # the index2index document: metadata, not a message
+    with pytest.raises(CorruptQueueError, match=rf"{re.escape(path.name)}: at position {slot1}: index entry"):
+        _plan.ranges(state, 0, state.count, spacing)

@@ -1,4 +1,4 @@
-"""Read-only view of a queue directory for the Spark source: cycle listing, store layout, header walk.
+"""Read-only view of a queue directory for the Spark source: its roll and cycles, store layout, header walk.
 
 Spark executors only need three things from a cycle file: where data starts, how headers are aligned, and
 where the last complete document ends. Everything here works on a read-only mmap so executors never take a
@@ -7,7 +7,6 @@ lock or write a byte, and every header is bounds-checked against the file size.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import struct
@@ -16,23 +15,17 @@ from typing import Final
 
 import numpy as np
 
-from chronq import _native, store, table
+from chronq import _directory, _native, store
+from chronq._directory import Directory
 from chronq.errors import ChronqError, CorruptQueueError
-from chronq.rollcycles import file_splits
-from chronq.store import StoreLayout
+from chronq.store import NOT_COMPLETE, StoreLayout
 from chronq.table import RollMetadata
-
-HEADER_LEN_MASK: Final = 0x3FFF_FFFF
-META_BIT: Final = 0x4000_0000
-NOT_COMPLETE: Final = 0x8000_0000
-EOF_HEADER: Final = 0xC000_0000
 
 # Stop reasons of a header walk.
 STOP_LIMIT: Final = 0  # reached the pinned end or the row limit; more may follow
 STOP_NOT_READY: Final = 1  # header 0 or bit 31 set: a writer has not published it yet
 STOP_EOF: Final = 2  # the cycle is closed
 
-_I32 = struct.Struct("<i")
 _I64 = struct.Struct("<q")
 _U32 = struct.Struct("<I")
 
@@ -65,10 +58,6 @@ class Layout:
     def index_spacing(self) -> int:
         return self.store.index_spacing
 
-    @property
-    def index2index(self) -> int:
-        return self.store.index2index
-
     def hinted_seq(self) -> int | None:
         """Sequence of the message at ``write_position`` when the hint is valid (spec 3.4), else None."""
         if self.write_position <= 0 or not self.store.has_sequence_hint:
@@ -89,159 +78,57 @@ class CycleFile:
 # --------------------------------------------------------------------------------------------- listing
 
 
-def read_roll(queue_dir: str) -> RollMetadata:
-    """The roll cycle that names the queue's cycle files.
+def queue_directory(queue_dir: str) -> Directory:
+    """The queue directory with the roll cycle that names its cycle files (see `chronq._directory`).
 
     A v5 queue keeps it in ``metadata.cq4t``; Chronicle 4.x kept it in every cycle file's header
     (its ``directory-listing.cq4t``, when there is one, holds none), so the first cycle file that
-    has a complete header tells.
+    has a complete header tells. A directory where neither names one is refused.
     """
-    found = table.find_table_store(queue_dir)
-    roll = None
-    if found is not None:
-        with table.TableStore.open(found, readonly=True) as ts:
-            roll = ts.roll
-    if roll is None:
-        roll = _roll_in_cycle_header(queue_dir)
-    if roll is not None:
-        return roll
-    if found is not None:
-        raise CorruptQueueError(str(found), 0, "table store holds no roll cycle (format/length), and no "
-                                               "cycle file header names one")
+    d = _directory.read(queue_dir)
+    if d.stored is not None:
+        return d
+    if d.table is not None:
+        raise CorruptQueueError(str(d.table), 0, "table store holds no roll cycle (format/length), and no "
+                                                 "cycle file header names one")
     hint = "" if os.path.isabs(queue_dir) else "; Spark workers resolve relative paths: use absolute ones"
     raise ChronqError(f"{queue_dir}: not a queue directory (no metadata.cq4t, and no cycle file with a "
                       f"4.x header naming its roll cycle){hint}")
 
 
-def _roll_in_cycle_header(queue_dir: str) -> RollMetadata | None:
-    roll = store.roll_in_cycle_headers(queue_dir)
-    return None if roll is None else RollMetadata(roll.format, roll.length_ms, roll.epoch)
-
-
-def cycle_of_name(name: str, roll: RollMetadata) -> int | None:
-    """Cycle number of a cycle file name, or None if the name is not one of this roll cycle's files."""
-    try:
-        return roll.roll_cycle().parse_file_name(name, roll.epoch)
-    except ValueError:
-        return None
+def read_roll(queue_dir: str) -> RollMetadata:
+    """The roll cycle that names the queue's cycle files, as stored (see `queue_directory`)."""
+    roll = queue_directory(queue_dir).stored
+    assert roll is not None
+    return roll
 
 
 def list_cycles(queue_dir: str) -> list[CycleFile]:
     """Cycle files of a queue directory in cycle order (``.discard`` and foreign files ignored)."""
-    roll = read_roll(queue_dir)
-    found = []
-    for name in os.listdir(queue_dir):
-        if not name.endswith(".cq4"):
-            continue
-        cycle = cycle_of_name(name, roll)
-        if cycle is not None:
-            found.append(CycleFile(cycle, os.path.join(queue_dir, name)))
-    found.sort(key=lambda c: c.cycle)
-    return found
+    return [CycleFile(cycle, str(path)) for cycle, path in queue_directory(queue_dir).cycle_files()]
 
 
 # --------------------------------------------------------------------------------------------- store header
 
 
-def open_map(path: str) -> mmap.mmap | None:
-    """Read-only map of a whole cycle file, or None for an empty file (nothing written yet).
+def read_layout(buf: mmap.mmap, path: str, *, aligned_headerless: bool) -> Layout | None:
+    """Layout of a cycle file, or None while its first header is still being written.
 
-    A FIFO or directory under a cycle-file name raises CorruptQueueError instead of blocking the open.
+    `aligned_headerless`: whether headerless (libchronicle) files pad their documents, as the
+    directory says (``Directory.headerless_aligned``).
     """
-    with open(store.open_regular(path, os.O_RDONLY), "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return None
-        return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-
-
-def close_map(buf: mmap.mmap) -> None:
-    """Unmap now if nothing still views the map; otherwise (an error's traceback holding a view) the
-    map is released when that goes, and the error being raised stays the one reported."""
-    with contextlib.suppress(BufferError):
-        buf.close()
-
-
-def read_layout(buf: mmap.mmap, path: str) -> Layout | None:
-    """Layout of a cycle file, or None while its first header is still being written."""
     if len(buf) < 8:
         return None
     (first,) = _U32.unpack_from(buf, 0)
     if first == 0 or first & NOT_COMPLETE:
         return None
-    # libchronicle pads the documents of its headerless files to 4 bytes in a v5 queue only
-    v4 = os.path.exists(os.path.join(os.path.dirname(path), table.V4_TABLE_STORE_FILE))
-    layout = store.read_layout(buf, path, aligned_headerless=not v4)
+    layout = store.read_layout(buf, path, aligned_headerless=aligned_headerless)
     wp, hint = 0, 0
     if layout.write_position_offset >= 0:
         (wp,) = _I64.unpack_from(buf, layout.write_position_offset)
         if layout.has_sequence_hint:
             (hint,) = _I64.unpack_from(buf, layout.write_position_offset + 8)
     return Layout(layout, wp, hint)
-
-
-def check_splits(states: list[tuple[str, Layout]], roll: RollMetadata) -> None:
-    """Refuse a cycle file whose store header splits indexes unlike the queue's roll cycle.
-
-    Rows take their index from each file's own indexCount/indexSpacing; a file of another roll cycle
-    under one of the queue's names (a HUGE_DAILY file renamed to a FAST_DAILY name) would give
-    indexes of another width. Splits Java used for the cycle (also before 5.24) are accepted; a
-    custom cycle's files must agree with the first one.
-    """
-    accepted = file_splits(roll.roll_cycle())
-    shifts = None if accepted is None else {_shift(c, s) for c, s in accepted}
-    for path, layout in states:
-        if layout.store.headerless:
-            continue
-        if shifts is None:
-            shifts = {layout.shift}
-        if layout.shift not in shifts:
-            raise CorruptQueueError(
-                path, 4, f"store header has indexCount {layout.index_count}, indexSpacing "
-                         f"{layout.index_spacing} ({layout.shift}-bit sequences): a file of another roll "
-                         f"cycle than the queue's {roll.format!r}",
-            )
-
-
-def _shift(index_count: int, index_spacing: int) -> int:
-    return max(32, 2 * (index_count.bit_length() - 1) + index_spacing.bit_length() - 1)
-
-
-# --------------------------------------------------------------------------------------------- index lookup
-
-
-def indexed_position(buf: mmap.mmap, layout: Layout, seq: int, path: str) -> tuple[int, int]:
-    """(position, seq) of the nearest indexed message at or before ``seq``; (data_start, 0) if none.
-
-    Planning uses this to start partitions in the middle of a cycle without scanning the data before them.
-    """
-    if layout.index2index <= 0:
-        return layout.data_start, 0
-    c = layout.index_count.bit_length() - 1
-    s = layout.index_spacing.bit_length() - 1
-    i2 = seq >> (c + s)
-    i1 = (seq >> s) & (layout.index_count - 1)
-    while i2 >= 0:
-        secondary = _array_value(buf, layout.index2index, i2, layout.index_count, path)
-        if secondary > 0:
-            for slot in range(i1, -1, -1):
-                pos = _array_value(buf, secondary, slot, layout.index_count, path)
-                if pos > 0:
-                    return pos, (i2 << (c + s)) + (slot << s)
-        i2, i1 = i2 - 1, layout.index_count - 1
-    return layout.data_start, 0
-
-
-def _array_value(buf: mmap.mmap, doc_pos: int, slot: int, capacity: int, path: str) -> int:
-    """Value ``slot`` of the I64_ARRAY inside the index document at ``doc_pos`` (spec 3.2)."""
-    at = doc_pos + 4
-    end = at + (_U32.unpack_from(buf, doc_pos)[0] & HEADER_LEN_MASK) if doc_pos + 4 <= len(buf) else 0
-    if end > len(buf) or end <= at:
-        raise CorruptQueueError(path, doc_pos, "index document outside the file")
-    at = buf.find(b"\x8d", at, end)  # event name and padding precede the array code
-    if at < 0 or at + 17 + 8 * capacity > end:
-        raise CorruptQueueError(path, doc_pos, "index document has no int64 array of the expected size")
-    return int(_I64.unpack_from(buf, at + 17 + 8 * slot)[0])
 
 
 # --------------------------------------------------------------------------------------------- header walk

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from chronq import _directory
 from chronq.spark import _files
 from chronq.spark._files import CycleFile, Layout
 
@@ -44,13 +45,16 @@ class Range:
     end_pos: int
 
 
-def cycle_state(cf: CycleFile) -> CycleState | None:
-    """Count the complete documents of one cycle file, or None if the file has no header yet."""
-    buf = _files.open_map(cf.path)
+def cycle_state(cf: CycleFile, aligned_headerless: bool = True) -> CycleState | None:
+    """Count the complete documents of one cycle file, or None if the file has no header yet.
+
+    `aligned_headerless`: whether a headerless (libchronicle) file pads its documents (v5 queues).
+    """
+    buf = _directory.open_map(cf.path)
     if buf is None:
         return None
     try:
-        layout = _files.read_layout(buf, cf.path)
+        layout = _files.read_layout(buf, cf.path, aligned_headerless=aligned_headerless)
         if layout is None:
             return None
         seq = layout.hinted_seq()
@@ -60,7 +64,7 @@ def cycle_state(cf: CycleFile) -> CycleState | None:
         w = _files.walk(buf, cf.path, layout.aligned, pos, seq, end_pos=len(buf))
         return CycleState(cf.cycle, cf.path, layout, w.next_seq, w.next_pos, w.stop == _files.STOP_EOF)
     finally:
-        _files.close_map(buf)
+        _directory.close_map(buf)
 
 
 def snapshot(queue_dir: str, first_cycle: int | None = None, last_cycle: int | None = None,
@@ -69,13 +73,16 @@ def snapshot(queue_dir: str, first_cycle: int | None = None, last_cycle: int | N
     states = []
     lowest = -1 if first_cycle is None else first_cycle
     highest = 1 << 62 if last_cycle is None else last_cycle
-    for cf in _files.list_cycles(queue_dir):
-        if not lowest <= cf.cycle <= highest:
+    directory = _files.queue_directory(queue_dir)
+    assert directory.roll is not None
+    for cycle, path in directory.cycle_files():
+        if not lowest <= cycle <= highest:
             continue
-        st = cycle_state(cf)
+        st = cycle_state(CycleFile(cycle, str(path)), directory.headerless_aligned)
         if st is not None:
+            # rows take their index from the file's own split: one of another roll cycle is refused
+            _directory.check_split(st.layout.store, directory.roll)
             states.append(st)
-    _files.check_splits([(st.path, st.layout) for st in states], _files.read_roll(queue_dir))
     return states
 
 
@@ -95,17 +102,16 @@ def ranges(state: CycleState, lo: int, hi: int, rows_per_range: int) -> list[Ran
     cuts = sorted({(lo + k * count // parts) // spacing * spacing for k in range(1, parts)})
     cuts = [c for c in cuts if c > lo]
     bounds = [lo, *cuts, max(hi, lo)]
+    # each range starts where a tailer's move_to_index would put it: the native index lookup
+    found = _directory.seek(state.path, state.cycle, layout.store, [b for b in bounds[:-1] if b > 0])
+    starts = iter(found)
     out = []
-    buf = _files.open_map(state.path)
-    assert buf is not None  # it had a header when the state was taken
-    try:
-        for start, stop in itertools.pairwise(bounds):
-            if start == 0:
-                pos, seq = 0, 0  # from the file start, so the queue's own metadata is readable too
-            else:
-                pos, seq = _files.indexed_position(buf, layout, start, state.path)
-            out.append(Range(state.path, state.cycle, layout.shift, layout.aligned, pos, seq, start, stop,
-                             state.end_pos))
-        return out
-    finally:
-        _files.close_map(buf)
+    for start, stop in itertools.pairwise(bounds):
+        pos, seq = 0, 0  # from the file start, so the queue's own metadata is readable too
+        if start > 0:
+            at = next(starts)
+            if at is not None:
+                pos, seq = at, start
+        out.append(Range(state.path, state.cycle, layout.shift, layout.aligned, pos, seq, start, stop,
+                         state.end_pos))
+    return out

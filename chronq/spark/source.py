@@ -26,6 +26,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from chronq import _directory
 from chronq.errors import ChronqError
 from chronq.spark import _arrow, _decode, _files, _plan, _typed
 from chronq.spark._plan import CycleState, Range
@@ -189,7 +190,7 @@ def read_range(
     *, interface: str | None = None, dto_type: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one planned range; maps the file for the duration of the read only."""
-    buf = _files.open_map(rng.path)
+    buf = _directory.open_map(rng.path)
     if buf is None:
         return
     types = {f.name: f.type for f in schema}
@@ -211,7 +212,7 @@ def read_range(
                 return
             pos, seq = w.next_pos, w.next_seq
     finally:
-        _files.close_map(buf)
+        _directory.close_map(buf)
 
 
 class BatchReader(_Reading, DataSourceReader):

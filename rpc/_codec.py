@@ -1,6 +1,7 @@
 """The only place rpc touches the wire layer: events, arguments and MessageHistory in BINARY.
 
-Everything here is a thin binding to `wire.binary` / `wire.history`, so the bytes are exactly the ones
+Everything here is a thin binding to `wire.methods` (the method-call document format, shared with the
+Spark source) / `wire.binary` / `wire.history`, so the bytes are exactly the ones
 the wire layer (and Java) defines; rpc adds only the sequence length patch and the bytes-value frame
 around arguments encoded with a Python-only `WireType`.
 """
@@ -18,6 +19,7 @@ from wire import WireError, WireType
 from wire import binary as _b
 from wire import history as _h
 from wire import marshal as _marshal
+from wire import methods as _methods
 from wire.history import MessageHistory
 
 __all__ = ["WireError"]
@@ -28,14 +30,7 @@ Decoder = Callable[[_b.Reader], Any]
 _U32 = struct.Struct("<I")
 
 
-def event_bytes(event: str | int) -> bytes:
-    """EVENT_NAME for a method name, FIELD_NUMBER for an `@method_id`: written once per method."""
-    w = _b.Writer()
-    if isinstance(event, int):
-        w.field_number(event)
-    else:
-        w.event_name(event)
-    return w.getvalue()
+event_bytes = _methods.event_bytes
 
 
 def value_encoder(tp: Any) -> Encoder:
@@ -204,25 +199,7 @@ def read_history(payload: Any) -> tuple[MessageHistory | None, int]:
 reader_at = _b.Reader
 
 
-def event_at(buf: Any, pos: int) -> tuple[str | int | None, int]:
-    """The event key at `pos` (method name, or method id) and the position after it; None at the end.
-
-    Short names and small ids, which is every method Java or we write, are parsed inline; anything
-    else (padding, comments, long names) goes through the full reader.
-    """
-    n = len(buf)
-    if pos + 1 < n:
-        c = buf[pos]
-        k = buf[pos + 1]
-        if c == 0xB9 and k < 0x80 and pos + 2 + k <= n:
-            return str(buf[pos + 2 : pos + 2 + k], "latin-1"), pos + 2 + k
-        if c == 0xBA and k < 0x80:
-            return k, pos + 2
-    r = _b.Reader(buf, pos)
-    if not r.has_more():
-        return None, r.position
-    key = r.read_field()
-    return (int(key) if isinstance(key, int) else str(key)), r.position
+event_at = _methods.event_at
 
 
 def enter_sequence(r: _b.Reader) -> _b.Reader:

@@ -47,7 +47,7 @@ def fast_plan(params: Any, wire: WireType = WireType.BINARY) -> Any:
     """How the C fast path reads a method's arguments (see `event_value`), else None: BINARY, the C
     plan of one structured class, or of scalar arguments; another wire type, the decoder of its one
     argument, given the framed bytes."""
-    if not params or _marshal.speedups is None:
+    if not params or not _methods.accelerated:
         return None
     if wire is not WireType.BINARY:
         return wire.decoder(params[0][1]) if len(params) == 1 else None
@@ -55,7 +55,7 @@ def fast_plan(params: Any, wire: WireType = WireType.BINARY) -> Any:
     return plan if plan is not None else _marshal.arguments_plan(tuple(tp for _, tp in params))
 
 
-def event_value(
+def _event_value(
     document: Any, table: dict[bytes, tuple[Any, ...]]
 ) -> tuple[Any, tuple[Any, ...], int, bytes | None] | None:
     """(entry, arguments, end, history) for a document that starts (after a binary MessageHistory,
@@ -64,13 +64,13 @@ def event_value(
     return None
 
 
-def event_call(document: Any, table: dict[bytes, tuple[Any, ...]]) -> Any:
+def _event_call(document: Any, table: dict[bytes, tuple[Any, ...]]) -> Any:
     """`event_value`, then each handler in the table value's third item called with the arguments;
     returns the entry, or None (nothing called) when the general path must decide."""
     return None
 
 
-def read_one(
+def _read_one(
     read: Callable[[], Any],
     table: dict[bytes, tuple[Any, ...]],
     current: ContextVar[Any],
@@ -96,17 +96,19 @@ def read_one(
     return read_one
 
 
-def history_hop(payload: bytes, source: tuple[int, int] | None, timings: tuple[int, ...]) -> bytearray | None:
+def _history_hop(
+    payload: bytes, source: tuple[int, int] | None, timings: tuple[int, ...]
+) -> bytearray | None:
     """`MessageHistory.from_payload(payload).encode_hop(source, timings)` as a bytearray, spliced in C;
     None without the accelerator or for anything unusual (then use encode_hop, which reports errors)."""
     return None
 
 
-if _marshal.speedups is not None:
-    history_hop = _marshal.speedups.history_hop
-    event_value = _marshal.speedups.event_value
-    event_call = _marshal.speedups.event_call
-    read_one = _marshal.speedups.ReadOne
+# the native ones where wire has its C accelerator, else the Python fallbacks above (no fast path)
+history_hop: _methods.HistoryHop = _methods.history_hop or _history_hop
+event_value: _methods.EventValue = _methods.event_value or _event_value
+event_call: _methods.EventCall = _methods.event_call or _event_call
+read_one: _methods.ReadOneType = _methods.ReadOne or _read_one
 
 
 def value_decoder(tp: Any) -> Decoder:

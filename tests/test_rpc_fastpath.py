@@ -18,9 +18,9 @@ import rpc
 from rpc import _codec
 from rpc.testing import Recorder
 from tests.rpc_support import Events, Message1, Message2, Recording
-from wire import WireError, marshal
+from wire import WireError, methods
 
-needs_speedups = pytest.mark.skipif(marshal.speedups is None, reason="wire._speedups is not built")
+needs_speedups = pytest.mark.skipif(not methods.accelerated, reason="wire has no C accelerator")
 
 
 def _readers(*handlers: Any, source_id: int = 0) -> tuple[rpc.MethodReader, rpc.MethodReader]:

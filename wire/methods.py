@@ -9,13 +9,29 @@ Spark source's generic ``method``/``args`` columns both read and write it throug
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from wire import _accel
 from wire.binary import EVENT_NAME, FIELD_NUMBER, Reader, Writer
 from wire.history import Buffer, MessageHistory
 
-__all__ = ["encode_call", "event_at", "event_bytes", "events"]
+__all__ = [
+    "EventCall",
+    "EventValue",
+    "HistoryHop",
+    "ReadOne",
+    "ReadOneType",
+    "Table",
+    "accelerated",
+    "encode_call",
+    "event_at",
+    "event_bytes",
+    "event_call",
+    "event_value",
+    "events",
+    "history_hop",
+]
 
 
 def event_bytes(event: str | int) -> bytes:
@@ -77,3 +93,41 @@ def encode_call(steps: Iterable[tuple[str | int, Any]], history: MessageHistory 
         w.value(value)
     body = w.getvalue()
     return body if history is None else history.encode() + body
+
+
+# --------------------------------------------------------------------- the native method-reader dispatch
+# The C accelerator reads a method document, decodes its arguments with the argument plans of
+# `wire.marshal` and calls the handlers in one step (see docs/wire.md, "Method dispatch in C", for why
+# that lives in wire's module). Each name is None without the accelerator; the caller then keeps its
+# Python path. Tables are `{event bytes: (entry, plan, handlers, ...)}` as rpc's method reader builds.
+
+#: True when wire's C accelerator is loaded (WIRE_NO_SPEEDUPS=1 or a build without it: False).
+accelerated: bool = _accel.speedups is not None
+
+Table = dict[bytes, tuple[Any, ...]]
+HistoryHop = Callable[[bytes, tuple[int, int] | None, tuple[int, ...]], bytearray | None]
+EventValue = Callable[[Any, Table], tuple[Any, tuple[Any, ...], int, bytes | None] | None]
+EventCall = Callable[[Any, Table], Any]
+ReadOneType = Callable[..., Callable[[], bool]]
+
+#: `history_hop(payload, (source id, index) | None, timings) -> bytearray | None`:
+#: `MessageHistory.from_payload(payload).encode_hop(...)` spliced from the bytes; None for anything
+#: unusual (then encode_hop builds it, or reports the error).
+history_hop: HistoryHop | None = None
+
+#: `event_value(document, table) -> (entry, arguments, end, history payload) | None`.
+event_value: EventValue | None = None
+
+#: `event_call(document, table) -> entry | None`: `event_value`, then each handler called.
+event_call: EventCall | None = None
+
+#: `ReadOne(read, table, current, slow, pending, clock, source_id, source=None)`: a method reader's
+#: `read_one()` (and `.many(limit)`) as one C call per message; `source` is a tailer's
+#: `document_source()`, read through its capsule (wire/_document_source.h) instead of `read`.
+ReadOne: ReadOneType | None = None
+
+if _accel.speedups is not None:
+    history_hop = _accel.speedups.history_hop
+    event_value = _accel.speedups.event_value
+    event_call = _accel.speedups.event_call
+    ReadOne = _accel.speedups.ReadOne

@@ -322,6 +322,15 @@ class Tailer(_native.TailerCore):
         self._before_start = True
 
     # -- conveniences ----------------------------------------------------------------------------------
+    def document_source(self) -> tuple[Tailer, object] | None:
+        """What a native consumer (rpc's method reader) needs to read this tailer's documents in C
+        without a Python call per document: (the tailer, a capsule of `wire/_document_source.h`'s
+        table), or None when `read()` has been replaced (a subclass override, or an instance
+        attribute), since then that replacement must be called."""
+        if getattr(self, "read", None) != _native.TailerCore.read.__get__(self):
+            return None
+        return self, _native.DOCUMENT_SOURCE
+
     @contextlib.contextmanager
     def reading_document(self, metadata: bool = False) -> Iterator[Excerpt | None]:
         """Read one document; a named tailer's stored position moves only when the block finishes.

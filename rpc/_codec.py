@@ -1,6 +1,7 @@
 """The only place rpc touches the wire layer: events, arguments and MessageHistory in BINARY.
 
-Everything here is a thin binding to `wire.binary` / `wire.history`, so the bytes are exactly the ones
+Everything here is a thin binding to `wire.methods` (the method-call document format, shared with the
+Spark source) / `wire.binary` / `wire.history`, so the bytes are exactly the ones
 the wire layer (and Java) defines; rpc adds only the sequence length patch and the bytes-value frame
 around arguments encoded with a Python-only `WireType`.
 """
@@ -18,6 +19,7 @@ from wire import WireError, WireType
 from wire import binary as _b
 from wire import history as _h
 from wire import marshal as _marshal
+from wire import methods as _methods
 from wire.history import MessageHistory
 
 __all__ = ["WireError"]
@@ -28,14 +30,7 @@ Decoder = Callable[[_b.Reader], Any]
 _U32 = struct.Struct("<I")
 
 
-def event_bytes(event: str | int) -> bytes:
-    """EVENT_NAME for a method name, FIELD_NUMBER for an `@method_id`: written once per method."""
-    w = _b.Writer()
-    if isinstance(event, int):
-        w.field_number(event)
-    else:
-        w.event_name(event)
-    return w.getvalue()
+event_bytes = _methods.event_bytes
 
 
 def value_encoder(tp: Any) -> Encoder:
@@ -52,7 +47,7 @@ def fast_plan(params: Any, wire: WireType = WireType.BINARY) -> Any:
     """How the C fast path reads a method's arguments (see `event_value`), else None: BINARY, the C
     plan of one structured class, or of scalar arguments; another wire type, the decoder of its one
     argument, given the framed bytes."""
-    if not params or _marshal.speedups is None:
+    if not params or not _methods.accelerated:
         return None
     if wire is not WireType.BINARY:
         return wire.decoder(params[0][1]) if len(params) == 1 else None
@@ -60,7 +55,7 @@ def fast_plan(params: Any, wire: WireType = WireType.BINARY) -> Any:
     return plan if plan is not None else _marshal.arguments_plan(tuple(tp for _, tp in params))
 
 
-def event_value(
+def _event_value(
     document: Any, table: dict[bytes, tuple[Any, ...]]
 ) -> tuple[Any, tuple[Any, ...], int, bytes | None] | None:
     """(entry, arguments, end, history) for a document that starts (after a binary MessageHistory,
@@ -69,13 +64,13 @@ def event_value(
     return None
 
 
-def event_call(document: Any, table: dict[bytes, tuple[Any, ...]]) -> Any:
+def _event_call(document: Any, table: dict[bytes, tuple[Any, ...]]) -> Any:
     """`event_value`, then each handler in the table value's third item called with the arguments;
     returns the entry, or None (nothing called) when the general path must decide."""
     return None
 
 
-def read_one(
+def _read_one(
     read: Callable[[], Any],
     table: dict[bytes, tuple[Any, ...]],
     current: ContextVar[Any],
@@ -101,17 +96,19 @@ def read_one(
     return read_one
 
 
-def history_hop(payload: bytes, source: tuple[int, int] | None, timings: tuple[int, ...]) -> bytearray | None:
+def _history_hop(
+    payload: bytes, source: tuple[int, int] | None, timings: tuple[int, ...]
+) -> bytearray | None:
     """`MessageHistory.from_payload(payload).encode_hop(source, timings)` as a bytearray, spliced in C;
     None without the accelerator or for anything unusual (then use encode_hop, which reports errors)."""
     return None
 
 
-if _marshal.speedups is not None:
-    history_hop = _marshal.speedups.history_hop
-    event_value = _marshal.speedups.event_value
-    event_call = _marshal.speedups.event_call
-    read_one = _marshal.speedups.ReadOne
+# the native ones where wire has its C accelerator, else the Python fallbacks above (no fast path)
+history_hop: _methods.HistoryHop = _methods.history_hop or _history_hop
+event_value: _methods.EventValue = _methods.event_value or _event_value
+event_call: _methods.EventCall = _methods.event_call or _event_call
+read_one: _methods.ReadOneType = _methods.ReadOne or _read_one
 
 
 def value_decoder(tp: Any) -> Decoder:
@@ -204,25 +201,7 @@ def read_history(payload: Any) -> tuple[MessageHistory | None, int]:
 reader_at = _b.Reader
 
 
-def event_at(buf: Any, pos: int) -> tuple[str | int | None, int]:
-    """The event key at `pos` (method name, or method id) and the position after it; None at the end.
-
-    Short names and small ids, which is every method Java or we write, are parsed inline; anything
-    else (padding, comments, long names) goes through the full reader.
-    """
-    n = len(buf)
-    if pos + 1 < n:
-        c = buf[pos]
-        k = buf[pos + 1]
-        if c == 0xB9 and k < 0x80 and pos + 2 + k <= n:
-            return str(buf[pos + 2 : pos + 2 + k], "latin-1"), pos + 2 + k
-        if c == 0xBA and k < 0x80:
-            return k, pos + 2
-    r = _b.Reader(buf, pos)
-    if not r.has_more():
-        return None, r.position
-    key = r.read_field()
-    return (int(key) if isinstance(key, int) else str(key)), r.position
+event_at = _methods.event_at
 
 
 def enter_sequence(r: _b.Reader) -> _b.Reader:

@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chronq import _native
 from rpc import _codec
 from rpc._codec import event_call as _event_call
 from rpc._history import Pending, current
@@ -221,10 +220,8 @@ class MethodReader:
         read = getattr(self.tailer, "read", None)
         if read is not None and self._fast and self._metadata_handler is None:
             # a chronq tailer whose read() is the native one is read without a Python call
-            native = isinstance(self.tailer, _native.TailerCore)
-            source = None
-            if native and read == _native.TailerCore.read.__get__(self.tailer):
-                source = (self.tailer, _native.DOCUMENT_SOURCE)
+            document_source = getattr(self.tailer, "document_source", None)
+            source = document_source() if document_source is not None else None
             self.read_one = _codec.read_one(
                 read, self._fast, current, self._read_slow, Pending, self.clock, self._source_id, source
             )

@@ -18,9 +18,9 @@ import rpc
 from rpc import _codec
 from rpc.testing import Recorder
 from tests.rpc_support import Events, Message1, Message2, Recording
-from wire import WireError, marshal
+from wire import WireError, methods
 
-needs_speedups = pytest.mark.skipif(marshal.speedups is None, reason="wire._speedups is not built")
+needs_speedups = pytest.mark.skipif(not methods.accelerated, reason="wire has no C accelerator")
 
 
 def _readers(*handlers: Any, source_id: int = 0) -> tuple[rpc.MethodReader, rpc.MethodReader]:
@@ -269,3 +269,50 @@ def test_handler_errors_from_read_one_name_the_index_and_keep_the_traceback(
             r.read_one()
         assert rpc.current_history() is None  # restored although the handlers raised
         assert r.read_one() and not r.read_one()
+
+
+class _Events(Protocol):
+    def say(self, text: str) -> None: ...
+
+
+class _Said(_Events):
+    def __init__(self) -> None:
+        self.got: list[str] = []
+
+    def say(self, text: str) -> None:
+        self.got.append(text)
+
+
+class _SkippingTailer(chronq.Tailer):
+    """A tailer whose read() is replaced: a method reader must call it, not read natively around it."""
+
+    def read(self, metadata: bool = False) -> chronq.Excerpt | None:
+        ex = super().read(metadata)
+        return None if ex is None else super().read(metadata)  # every other document
+
+
+def test_a_replaced_read_is_called_and_a_plain_tailer_is_read_natively(tmp_path) -> None:
+    with chronq.open(tmp_path / "q") as q:
+        w = rpc.writer(q, _Events)
+        for i in range(4):
+            w.say(str(i))
+        plain = q.tailer()
+        source = plain.document_source()
+        assert source is not None and source[0] is plain
+        said = _Said()
+        r = rpc.reader(plain, said)
+        while r.read_one():
+            pass
+        assert said.got == ["0", "1", "2", "3"]
+
+        skipping = _SkippingTailer(q)
+        assert skipping.document_source() is None
+        said = _Said()
+        r = rpc.reader(skipping, said)
+        while r.read_one():
+            pass
+        assert said.got == ["1", "3"]
+
+        patched = q.tailer()
+        patched.read = lambda metadata=False: None  # type: ignore[method-assign]
+        assert patched.document_source() is None

@@ -1,5 +1,8 @@
 """The optional C accelerator (wire/_speedups.c), loaded once for every module that uses it.
 
+The only place that imports `wire._speedups` (its API: wire/_speedups.pyi). Other packages never see
+the module: what they need of it is a public wire name (`wire.methods` for rpc's dispatch).
+
 Its own module so that `wire.binary` (which the accelerator's generic reader serves) and the typed
 codec built on it both reach it without importing each other. WIRE_NO_SPEEDUPS=1 forces the
 pure-Python reference.
@@ -15,7 +18,7 @@ def _load_speedups() -> Any:
     if os.environ.get("WIRE_NO_SPEEDUPS"):
         return None
     try:
-        from wire import _speedups  # type: ignore[attr-defined]
+        from wire import _speedups
     except ImportError:
         return None
     return _speedups

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar, overload
 
 import msgspec
 
-from wire import marshal
+from wire import _accel, marshal
 from wire._fields import MISSING, fields_of
 from wire.errors import WireError
 
@@ -54,7 +54,7 @@ class _MsgspecCodec:
 
     def __init__(self) -> None:
         encode = msgspec.msgpack.Encoder().encode
-        if marshal.speedups is None:
+        if _accel.speedups is None:
             self._encode = encode
             return
         plans: dict[type, Any] = {}
@@ -64,7 +64,7 @@ class _MsgspecCodec:
             plans[type(value)] = _msgpack_plan(type(value))
             return encode(value)
 
-        self._encode = marshal.speedups.Encode(first_encode, plans, {}, encode)
+        self._encode = _accel.speedups.Encode(first_encode, plans, {}, encode)
 
     def encode(self, value: Any) -> bytes:
         try:
@@ -146,7 +146,7 @@ def _msgpack_plan(tp: Any) -> Any:
     """The C plan for msgspec's MessagePack form of Struct `tp`, or None (no accelerator, or not a
     Struct of unconstrained int, float, str, bool and str-valued enum fields written as a plain map).
     Constraints, tags, `omit_defaults`, `array_like` and `__post_init__` stay msgspec's business."""
-    if marshal.speedups is None or not (isinstance(tp, type) and issubclass(tp, msgspec.Struct)):
+    if _accel.speedups is None or not (isinstance(tp, type) and issubclass(tp, msgspec.Struct)):
         return None
     try:
         info = msgspec.inspect.type_info(tp)
@@ -176,7 +176,7 @@ def _msgpack_plan(tp: Any) -> Any:
             return None
         entries.append((key, sys.intern(f.name), kind, enum_cls, None, members))
     names = tuple(f.name for f in info.fields)
-    return marshal.speedups.Plan(tuple(entries), tp, names, marshal.positional(tp, names), 0, True)
+    return _accel.speedups.Plan(tuple(entries), tp, names, marshal.positional(tp, names), 0, True)
 
 
 def _type_name(tp: Any) -> str:

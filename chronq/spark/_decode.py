@@ -1,5 +1,8 @@
 """Decoded columns on request: the method name and arguments of method-writer messages, and history.
 
+The method-call document format itself (events, method ids, chains, history) is `wire.methods`, the
+codec rpc's writers and readers use too; this module only maps it to and from JSON columns.
+
 Decoding runs per row in Python (wire's codec), so it is opt-in through the ``decode`` option; the
 plain columns stay fully vectorised.
 """
@@ -17,7 +20,7 @@ import wire
 from chronq.errors import ChronqError
 from chronq.spark import _typed
 from chronq.spark._files import Walk
-from wire import binary, text
+from wire import binary, methods, text
 
 _U32 = struct.Struct("<I")
 HISTORY_SOURCE = pa.struct([pa.field("source_id", pa.int32()), pa.field("index", pa.int64())])
@@ -71,23 +74,17 @@ def _steps(body: bytes, at: int) -> list[tuple[str, Any]]:
         return []
     if len(value) == 1 and _one_event(body, at):
         return list(value.items())
-    spans = _event_spans(body, at)
+    spans = methods.events(body, at)
     if len(spans) == len(value):
         return list(value.items())
-    return [(name, text.json_value(body[start:end])) for name, start, end in spans]
+    return [(str(event), text.json_value(body[start:end])) for event, start, end in spans]
 
 
 def _one_event(body: bytes, at: int) -> bool:
     """True when the document is exactly one event and one value (a DTO, an argument list, a short text
     or a small int), seen from the two headers alone: the common case needs no walk."""
     end = len(body)
-    code = body[at]
-    if 0xC0 <= code < 0xE0:  # a short field name
-        at += 1 + code - 0xC0
-    elif code == binary.EVENT_NAME and at + 1 < end and body[at + 1] < 0x80:  # an event name, one-byte length
-        at += 2 + body[at + 1]
-    else:
-        return False
+    _, at = methods.event_at(body, at)
     if at >= end:
         return False
     code = body[at]
@@ -98,18 +95,6 @@ def _one_event(body: bytes, at: int) -> bool:
     if code == binary.BYTES_LENGTH32 and at + 5 <= end:  # a DTO or an argument list
         return at + 5 + int(_U32.unpack_from(body, at + 1)[0]) == end
     return False
-
-
-def _event_spans(body: bytes, at: int) -> list[tuple[str, int, int]]:
-    """(event name, value start, value end) of each event of a document (values skipped, not decoded)."""
-    r = binary.Reader(body, at)
-    spans = []
-    while r.has_more():
-        key = r.read_field()
-        start = r.pos
-        r.skip_value()
-        spans.append((str(int(key)) if isinstance(key, int) else str(key), start, r.pos))
-    return spans
 
 
 def columns(buf: mmap.mmap, w: Walk, names: list[str], types: dict[str, pa.DataType],
@@ -223,11 +208,6 @@ def encode_call(method: str | None, args: Any) -> bytes:
         else:
             raise ChronqError(f"the chained call {method!r} has {len(names)} steps: its args must be a JSON "
                               f"array of {len(names)} values")
-    w = wire.binary.Writer()
-    for name, step_value in steps:
-        if name.isascii() and name.isdigit():  # a method id (`@MethodId`), read back as its number
-            w.field_number(int(name))
-        else:
-            w.event_name(name)
-        w.value(step_value)
-    return w.getvalue()
+    # a method of digits only is a method id (`@MethodId`), read back as its number
+    return methods.encode_call((int(name) if name.isascii() and name.isdigit() else name, step_value)
+                               for name, step_value in steps)

@@ -1,0 +1,133 @@
+"""Method-call documents: what a method writer appends and a method reader reads (spec 7.5).
+
+A document is an optional MessageHistory, then one event per call of the chain (``to("fx").say("hi")``
+is two): the event key is the method name (``B9 <len> name``) or, for an ``@MethodId`` method, its
+number (``BA <n>``), followed by the argument value. In Java this format belongs to Chronicle Wire
+(MethodWriter / MethodReader), so it lives here, once: `rpc`'s typed writers and readers and the
+Spark source's generic ``method``/``args`` columns both read and write it through these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from wire import _accel
+from wire.binary import EVENT_NAME, FIELD_NUMBER, Reader, Writer
+from wire.history import Buffer, MessageHistory
+
+__all__ = [
+    "EventCall",
+    "EventValue",
+    "HistoryHop",
+    "ReadOne",
+    "ReadOneType",
+    "Table",
+    "accelerated",
+    "encode_call",
+    "event_at",
+    "event_bytes",
+    "event_call",
+    "event_value",
+    "events",
+    "history_hop",
+]
+
+
+def event_bytes(event: str | int) -> bytes:
+    """EVENT_NAME for a method name, FIELD_NUMBER for an `@MethodId` number."""
+    w = Writer()
+    if isinstance(event, int):
+        w.field_number(event)
+    else:
+        w.event_name(event)
+    return w.getvalue()
+
+
+def event_at(buf: Buffer, pos: int) -> tuple[str | int | None, int]:
+    """The event key at `pos` (method name, or method id) and the position after it; None at the end.
+
+    Short names and small ids, which is every method Java or rpc writes, are parsed inline (a method
+    reader does this once per message); anything else (padding, comments, long names) goes through
+    the full reader, which raises `WireError` for what is not an event.
+    """
+    n = len(buf)
+    if pos + 1 < n:
+        c = buf[pos]
+        k = buf[pos + 1]
+        if c == EVENT_NAME and k < 0x80 and pos + 2 + k <= n:
+            return str(buf[pos + 2 : pos + 2 + k], "latin-1"), pos + 2 + k
+        if c == FIELD_NUMBER and k < 0x80:
+            return k, pos + 2
+    r = Reader(buf, pos)
+    if not r.has_more():
+        return None, r.position
+    key = r.read_field()
+    return (int(key) if isinstance(key, int) else str(key)), r.position
+
+
+def events(buf: Buffer, pos: int = 0) -> list[tuple[str | int, int, int]]:
+    """(event key, value start, value end) of each event from `pos` (after any history) to the end:
+    the steps of a chained call, values skipped, not decoded. Raises `WireError` for a malformed one."""
+    spans: list[tuple[str | int, int, int]] = []
+    while True:
+        key, start = event_at(buf, pos)
+        if key is None:
+            return spans
+        r = Reader(buf, start)
+        r.skip_value()
+        pos = r.position
+        spans.append((key, start, pos))
+
+
+def encode_call(steps: Iterable[tuple[str | int, Any]], history: MessageHistory | None = None) -> bytes:
+    """One document holding each (event, value) step, as Java's method writer writes it: the history
+    first when given, a method id (int) as FIELD_NUMBER, values in wire's generic encoding (a call
+    without arguments is Java's empty text ``""``)."""
+    w = Writer()
+    for event, value in steps:
+        if isinstance(event, int):
+            w.field_number(event)
+        else:
+            w.event_name(event)
+        w.value(value)
+    body = w.getvalue()
+    return body if history is None else history.encode() + body
+
+
+# --------------------------------------------------------------------- the native method-reader dispatch
+# The C accelerator reads a method document, decodes its arguments with the argument plans of
+# `wire.marshal` and calls the handlers in one step (see docs/wire.md, "Method dispatch in C", for why
+# that lives in wire's module). Each name is None without the accelerator; the caller then keeps its
+# Python path. Tables are `{event bytes: (entry, plan, handlers, ...)}` as rpc's method reader builds.
+
+#: True when wire's C accelerator is loaded (WIRE_NO_SPEEDUPS=1 or a build without it: False).
+accelerated: bool = _accel.speedups is not None
+
+Table = dict[bytes, tuple[Any, ...]]
+HistoryHop = Callable[[bytes, tuple[int, int] | None, tuple[int, ...]], bytearray | None]
+EventValue = Callable[[Any, Table], tuple[Any, tuple[Any, ...], int, bytes | None] | None]
+EventCall = Callable[[Any, Table], Any]
+ReadOneType = Callable[..., Callable[[], bool]]
+
+#: `history_hop(payload, (source id, index) | None, timings) -> bytearray | None`:
+#: `MessageHistory.from_payload(payload).encode_hop(...)` spliced from the bytes; None for anything
+#: unusual (then encode_hop builds it, or reports the error).
+history_hop: HistoryHop | None = None
+
+#: `event_value(document, table) -> (entry, arguments, end, history payload) | None`.
+event_value: EventValue | None = None
+
+#: `event_call(document, table) -> entry | None`: `event_value`, then each handler called.
+event_call: EventCall | None = None
+
+#: `ReadOne(read, table, current, slow, pending, clock, source_id, source=None)`: a method reader's
+#: `read_one()` (and `.many(limit)`) as one C call per message; `source` is a tailer's
+#: `document_source()`, read through its capsule (wire/_document_source.h) instead of `read`.
+ReadOne: ReadOneType | None = None
+
+if _accel.speedups is not None:
+    history_hop = _accel.speedups.history_hop
+    event_value = _accel.speedups.event_value
+    event_call = _accel.speedups.event_call
+    ReadOne = _accel.speedups.ReadOne

@@ -14,7 +14,6 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError

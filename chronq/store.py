@@ -50,7 +50,6 @@ __all__ = [
     "publish_file",
     "read_layout",
     "remove_abandoned_files",
-    "roll_in_cycle_headers",
     "stop_header",
 ]
 

@@ -460,3 +460,27 @@ def test_damaged_eof_of_an_older_cycle_is_reported(reader: Reader, header: int) 
     result = check(reader, "fast_hourly_roll_eof", damage, "read")
     expect_error(result, "20240115-10F.cq4", "without an EOF marker")
     assert result["position"] == EOF_AT
+
+
+@pytest.mark.parametrize("length", [
+    bytes.fromhex("ffffffff00000000000000 94ffffff0e"),  # -268435456: found by fuzzing
+    bytes.fromhex("ffff7f"),  # 2**21 - 1: past the end of the header
+], ids=["negative", "past-the-header"])
+def test_damaged_type_prefix_length_in_the_store_header(tmp_path: Path, length: bytes) -> None:
+    """The length of the type name before `indexing` in a cycle file's header moved the header reader
+    outside the header (a negative one made the next read a bare IndexError); it is damage, reported with
+    the file and the offset."""
+    import chronq
+    from chronq.errors import CorruptQueueError
+
+    require_vectors()
+    queue = copy_vector("named_tailer", tmp_path)
+    cycle = next(queue.glob("*.cq4"))
+    data = bytearray(cycle.read_bytes())
+    at = data.index(b"indexing") + len(b"indexing")
+    assert data[at] == 0xB6, "the vector's indexing block starts with a type prefix"
+    data[at + 1 : at + 1 + len(length)] = length
+    cycle.write_bytes(bytes(data))
+    with pytest.raises(CorruptQueueError) as info, chronq.open(queue, readonly=True) as q:
+        q.tailer().read()
+    assert info.value.file == str(cycle) and info.value.position == at + 1

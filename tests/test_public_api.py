@@ -23,7 +23,7 @@ EXPORTS: dict[str, list[str]] = {
     "wire": [
         "ClassFields", "EventName", "Field", "FieldNumber", "Float32", "HistoryBytes", "Int64Array",
         "Int64Hex", "MessageHistory", "TypeLiteral", "Typed", "WireError", "WireType", "binary", "fields_of",
-        "marshal", "read_history", "register", "text", "unknown_types",
+        "read_history", "register", "text", "unknown_types",
     ],
     "wire.binary": [
         "Decoder", "Encoder", "Reader", "TypedCodec", "Writer", "decode", "decode_document", "decoder_for",
@@ -32,6 +32,10 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "wire.errors": ["WireError"],
     "wire.history": ["MessageHistory", "read_history"],
+    "wire.methods": [
+        "EventCall", "EventValue", "HistoryHop", "ReadOne", "ReadOneType", "Table", "accelerated", "encode_call",
+        "event_at", "event_bytes", "event_call", "event_value", "events", "history_hop",
+    ],
     "wire.marshal": [
         "K_BOOL", "K_ENUM", "K_FLOAT", "K_FLOAT32", "K_INT", "K_OTHER", "K_STR", "arguments_plan",
         "decode_bytes", "decoder_for", "document_encoder", "encoder_for", "field_encoder_for",
@@ -79,7 +83,7 @@ EXPORTS: dict[str, list[str]] = {
         "NOT_COMPLETE", "StoreLayout", "align4", "create_cycle_file", "cycle_file_prefix", "cycle_file_size",
         "documents", "headerless_layout", "is_headerless", "load32", "load64", "looks_like_store_header",
         "open_regular", "process_alive", "publish_file", "read_layout", "remove_abandoned_files",
-        "roll_in_cycle_headers", "stop_header",
+        "stop_header",
     ],
     "chronq.table": [
         "APPEND_LOCK", "HIGHEST_CYCLE", "LAST_ACKNOWLEDGED_INDEX_REPLICATED", "LAST_INDEX_MSYNCED",

@@ -24,7 +24,6 @@ __all__ = [
     "WireType",
     "binary",
     "fields_of",
-    "marshal",
     "read_history",
     "register",
     "text",

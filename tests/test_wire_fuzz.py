@@ -49,7 +49,7 @@ def _bodies() -> list[bytes]:
     ):
         for path in sorted(Path(GENERATED, name).glob("*.cq4")):
             data = path.read_bytes()
-            pos = 65808  # first message of a FAST_DAILY file (spec 3.2)
+            pos = 65808  # first message of a FAST_DAILY file, after its header and index documents
             while pos + 4 <= len(data):
                 header = struct.unpack_from("<I", data, pos)[0]
                 if header == 0 or header & 0x80000000:

@@ -70,7 +70,9 @@ class Layout:
         return self.store.index2index
 
     def hinted_seq(self) -> int | None:
-        """Sequence of the message at ``write_position`` when the hint is valid (spec 3.4), else None."""
+        """Sequence of the message at ``write_position`` when the hint is valid, else None: the second long
+        of writePosition packs (position << shift | sequence), and is trusted only while its position
+        part still matches writePosition."""
         if self.write_position <= 0 or not self.store.has_sequence_hint:
             return None
         shift = self.shift
@@ -233,7 +235,8 @@ def indexed_position(buf: mmap.mmap, layout: Layout, seq: int, path: str) -> tup
 
 
 def _array_value(buf: mmap.mmap, doc_pos: int, slot: int, capacity: int, path: str) -> int:
-    """Value ``slot`` of the I64_ARRAY inside the index document at ``doc_pos`` (spec 3.2)."""
+    """Value ``slot`` of the I64_ARRAY inside the index document at ``doc_pos`` (an index2index or index
+    document holds one `int64_array` after its event name: capacity, used, then the slots)."""
     at = doc_pos + 4
     end = at + (_U32.unpack_from(buf, doc_pos)[0] & HEADER_LEN_MASK) if doc_pos + 4 <= len(buf) else 0
     if end > len(buf) or end <= at:

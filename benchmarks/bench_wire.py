@@ -2,7 +2,7 @@
 
     python benchmarks/bench_wire.py [--seconds 1.0]
 
-Targets (issue #2): BINARY encode and decode >= 2,000,000 messages/s, WireType.MSGSPEC >= 3,000,000.
+Targets: BINARY encode and decode >= 2,000,000 messages/s, WireType.MSGSPEC >= 3,000,000.
 """
 
 from __future__ import annotations

@@ -467,12 +467,13 @@ def process_alive(pid: int) -> bool:
 def remove_abandoned_files(directory: Path) -> list[Path]:
     """Delete the temporary files of creators killed before `publish_file` linked them into place."""
     removed = []
-    for entry in os.scandir(directory):
-        m = _TEMP_FILE.match(entry.name)
-        if m and not process_alive(int(m["pid"])):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-                removed.append(Path(entry.path))
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            m = _TEMP_FILE.match(entry.name)
+            if m and not process_alive(int(m["pid"])):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
     return removed
 
 

@@ -34,7 +34,7 @@ event_bytes = _methods.event_bytes
 
 
 def value_encoder(tp: Any) -> Encoder:
-    """Appends one argument of declared type `tp` the way Java's method writer does (spec 7.5)."""
+    """Appends one argument of declared type `tp` the way Java's method writer does (docs/rpc.md, Writing)."""
     return _b.encoder_for(tp)
 
 

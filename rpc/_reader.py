@@ -44,8 +44,9 @@ def _decoder(
     params: Sequence[tuple[str, Any]], defaults: tuple[Any, ...] = (), wire: WireType = WireType.BINARY
 ) -> Callable[[Any, int], tuple[tuple[Any, ...], int]]:
     """Arguments at `pos`: one value, a sequence of values, or (no parameters) one ignored value, as
-    spec 7.5 says; returns them with the position after them. A sequence shorter than the parameters
-    (an older writer) takes the trailing defaults; longer (a newer writer) has its extras ignored."""
+    Java's method writer writes them (docs/rpc.md, Writing); returns them with the position after them.
+    A sequence shorter than the parameters (an older writer) takes the trailing defaults; longer (a
+    newer writer) has its extras ignored."""
     reader = _codec.reader_at
     if wire is not WireType.BINARY and params:
         types = tuple(tp for _, tp in params)

@@ -62,7 +62,7 @@ def verify(queue: Path, acks: dict[int, list[list[int]]]) -> list[list[int]]:
         assert len(got) >= len(acked), f"round {rnd}: {len(acked)} acknowledged, {len(got)} in the queue"
         for n, index in acked:
             assert got[n][1] == index, f"round {rnd} message {n}: acked {index:#x}, found {got[n][1]:#x}"
-    # A roll leaves EOF in the older cycle (spec 1.4), or a Java tailer would wait there forever;
+    # A roll leaves EOF in the older cycle, or a Java tailer would wait there forever;
     # a writer killed mid-roll is repaired by the next appender's EOF normalisation.
     files = sorted(queue.glob("*.cq4"))
     assert sum(check_cycle_file(f) for f in files) == len(excerpts)

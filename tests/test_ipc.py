@@ -1,6 +1,6 @@
 """Several real processes append to one queue while two independent processes tail it.
 
-Acceptance (issue #3): every message exactly once, each writer's order kept, the index a writer was
+What must hold: every message exactly once, each writer's order kept, the index a writer was
 given is where readers find its message, and both readers see the same total order.
 """
 

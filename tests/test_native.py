@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 import chronq
 from chronq import _native
 from chronq.errors import CorruptQueueError
+from chronq.rollcycles import FixedClock
 from tests import native_model as model
 
 SIZE = 64
@@ -26,6 +28,8 @@ op = st.one_of(
     st.tuples(st.just("set_max64"), offsets8, i64),
     st.tuples(st.just("add64"), offsets8, i64),
     st.tuples(st.just("cas32"), offsets8.map(lambda o: o + 4), u32, u32),
+    st.tuples(st.just("store32"), st.integers(0, SIZE // 4 - 1).map(lambda i: i * 4), u32),
+    st.tuples(st.just("set_min64"), offsets8, i64),
     st.tuples(st.just("load64"), offsets8),
     st.tuples(st.just("load32"), st.integers(0, SIZE // 4 - 1).map(lambda i: i * 4)),
 )
@@ -189,3 +193,151 @@ def test_attach_checks_the_geometry_against_the_mapping(tmp_path: Path) -> None:
         _native.TailerCore()._attach(headerless)
     with pytest.raises(ValueError, match="headerless"):
         _native.AppenderCore()._attach(headerless)
+
+
+def _same(native: Callable[[], object], model_: Callable[[], object]) -> object:
+    """Both calls return the same value or raise the same exception type (and message)."""
+    try:
+        want: object = model_()
+    except Exception as e:
+        with pytest.raises(type(e)) as got:
+            native()
+        assert str(got.value) == str(e)
+        return e
+    assert native() == want
+    return want
+
+
+def _document_buffer(docs: list[tuple[bytes, bool]], last: int, size: int, align: int) -> bytearray:
+    """Documents written by the model, then the header `last` (free, EOF or not-complete) where they end."""
+    buf = bytearray(size)
+    pos = 0
+    for body, meta in docs:
+        if pos + 4 + max(len(body), 1) + 8 > size:
+            break
+        pos = model.append(buf, pos, body, meta, align)
+    if pos + 4 <= size:
+        struct.pack_into("<I", buf, pos, last)
+    return buf
+
+
+last_headers = st.sampled_from([0, model.EOF, model.NOT_COMPLETE | 12, model.NOT_COMPLETE | model.META | 3])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=24), st.booleans()), max_size=8), last_headers,
+       st.integers(40, 200), st.sampled_from([1, 4]), st.integers(-1, 60), st.sampled_from([1, 2, 4]))
+def test_write_eof_matches_the_model(docs: list[tuple[bytes, bool]], last: int, size: int, align: int,
+                                     start: int, eof_align: int) -> None:
+    ref = _document_buffer(docs, last, size, align)
+    start = start if start < 0 else (start // align) * align
+    real = bytearray(ref)
+    _same(lambda: _native.write_eof(real, start, eof_align, "q.cq4"),
+          lambda: model.write_eof(ref, start, eof_align, "q.cq4"))
+    assert real == ref
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(min_size=0, max_size=64),
+       st.lists(st.tuples(st.integers(-2, 70), st.integers(-2, 70)), max_size=6), st.booleans())
+def test_gather_matches_the_model(buf: bytes, rows: list[tuple[int, int]], misshapen: bool) -> None:
+    positions = struct.pack(f"<{len(rows)}q", *(p for p, _ in rows))
+    lengths = struct.pack(f"<{len(rows)}i", *(n for _, n in rows))
+    if misshapen:
+        lengths += b"\0\0\0\0"
+    _same(lambda: _native.gather(buf, positions, lengths), lambda: model.gather(buf, positions, lengths))
+
+
+def _index_doc(count: int, pad: int, name: bytes = b"index") -> bytes:
+    """An index document body as Java writes one: event name, `pad` bytes of alignment, the int64 array."""
+    body = b"\xb9" + bytes([len(name)]) + name
+    body += b"\x8f" * pad if pad <= 4 else b"\x8e" + struct.pack("<I", pad - 5) + bytes(pad - 5)
+    return body + b"\x8d" + struct.pack("<qq", count, 0) + bytes(8 * count)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 8), st.integers(1, 8), st.integers(0, 8), st.integers(0, 7), st.booleans(),
+       st.data())
+def test_index_array_matches_the_model(at: int, count: int, want: int, pad: int, meta: bool,
+                                       data: st.DataObject) -> None:
+    doc_pos = at * 4
+    body = bytearray(_index_doc(count, pad))
+    for _ in range(data.draw(st.integers(0, 2), label="damage")):  # a damaged byte, anywhere
+        body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+    buf = bytearray(doc_pos + 4 + len(body) + data.draw(st.integers(-8, 8), label="slack") % 9)
+    header = len(body) | (model.META if meta else 0)
+    struct.pack_into("<I", buf, doc_pos, header)
+    room = len(buf) - doc_pos - 4
+    buf[doc_pos + 4 : doc_pos + 4 + min(room, len(body))] = body[:room]
+    _same(lambda: _native.index_array(bytes(buf), doc_pos, want),
+          lambda: model.index_array(bytes(buf), doc_pos, want))
+
+
+def _cycle_file(q: chronq.Queue) -> tuple[bytearray, model.Geometry]:
+    (cycle,) = q.cycles()
+    cf = q.open_cycle(cycle)
+    assert cf is not None
+    geo = cf.geometry()
+    name = str(q.file_for(cycle))
+    buf = bytearray(memoryview(cf.map))
+    g = model.Geometry(name, geo.align, geo.index_count, geo.index_spacing, geo.index2index_position,
+                       geo.last_index_offset, geo.data_start)
+    return buf, g
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=80),
+       st.sampled_from(["TEST2_DAILY", "TEST4_DAILY"]))
+def test_index_writes_and_seeks_match_the_model(sizes: list[int], roll: str) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d, \
+            chronq.open(d, roll_cycle=roll, clock=FixedClock(1_705_276_800_000)) as q:
+        a = q.appender()
+        for n, size in enumerate(sizes):
+            a.write(bytes([n & 0xFF]) * size)
+        buf, g = _cycle_file(q)
+        t = q.tailer()
+        positions = []
+        while (ex := t.read()) is not None:
+            positions.append(ex.position)
+        assert len(positions) == len(sizes)
+        # index writes: every slot the native appender filled is what the model writes for the same documents
+        replay = bytearray(buf)
+        i2i = g.i2i_array(replay)
+        for k in range(g.index_count):
+            sec = struct.unpack_from("<q", replay, i2i + 16 + 8 * k)[0]
+            if sec:
+                arr = model.index_array(replay, sec, g.index_count)
+                replay[arr + 16 : arr + 16 + 8 * g.index_count] = bytes(8 * g.index_count)
+        for seq, pos in enumerate(positions):
+            model.index(replay, g, seq, pos)
+        assert replay == buf
+        # seeks: the model finds every document where the native tailer does, and the next free position
+        cycle = q.cycles()[0]
+        for seq, pos in enumerate(positions):
+            assert model.seek(buf, g, seq) == (1, pos)
+            assert t.move_to_index(q.roll_cycle.to_index(cycle, seq)) and t.read().position == pos
+        status, free = model.seek(buf, g, len(positions))
+        assert status == 0 and free > positions[-1]
+        assert model.seek(buf, g, len(positions) + 1)[0] == -1
+
+
+def test_seek_raises_what_the_native_tailer_raises_for_a_bad_index_entry(tmp_path: Path) -> None:
+    with chronq.open(tmp_path, roll_cycle="TEST2_DAILY", clock=FixedClock(1_705_276_800_000)) as q:
+        a = q.appender()
+        for n in range(8):
+            a.write(bytes([n]) * 10)
+        buf, g = _cycle_file(q)
+    arr = model.index_array(buf, struct.unpack_from("<q", buf, g.i2i_array(buf) + 16)[0], g.index_count)
+    slot = arr + 16 + 8 * 2  # the entry of seq 4 (spacing 2)
+    struct.pack_into("<q", buf, slot, g.data_start + 4)  # inside the first document, not at a header
+    with pytest.raises(CorruptQueueError, match="does not point at a data document") as want:
+        model.seek(buf, g, 5)
+    (path,) = tmp_path.glob("*.cq4")
+    with open(path, "r+b") as f:
+        f.seek(slot)
+        f.write(struct.pack("<q", g.data_start + 4))
+    with chronq.open(tmp_path, readonly=True) as q, pytest.raises(CorruptQueueError) as got:
+        q.tailer().move_to_index(q.roll_cycle.to_index(q.cycles()[0], 5))
+    assert (got.value.position, got.value.detail) == (want.value.position, want.value.detail)

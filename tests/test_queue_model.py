@@ -42,7 +42,8 @@ class TailerModel:
 
 def stored(payload: bytes) -> bytes:
     """What a tailer returns for `payload`: the format writes an empty body as the one padding byte 0x8F
-    (spec 1), so a message that *is* that byte cannot be told from an empty one and reads back empty."""
+    (a document body is never empty on disk), so a message that *is* that byte cannot be told from an
+    empty one and reads back empty."""
     return b"" if payload == b"\x8f" else payload
 
 

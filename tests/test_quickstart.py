@@ -1,13 +1,10 @@
-"""examples/quickstart.py and the examples in docs/queue.md run as documented."""
+"""examples/quickstart.py runs as documented (the docs pages themselves run in test_docs.py)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 import chronq
 
@@ -29,11 +26,3 @@ def test_quickstart_runs_and_leaves_a_readable_queue(tmp_path: Path) -> None:
         bodies = [bytes(ex.payload) for ex in q.tailer()]
     assert bodies[:4] == [b"hello", b"a", b"b", b"c"]
 
-
-def test_docs_queue_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    text = (ROOT / "docs" / "queue.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert blocks
-    for block in blocks:
-        exec(compile(block, "docs/queue.md", "exec"), {})

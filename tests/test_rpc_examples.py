@@ -85,6 +85,7 @@ def test_service_killed_mid_stream_resumes_with_only_the_missed_messages(tmp_pat
         _wait_for(outq, 20, 60, poll=0.002)
         p.send_signal(signal.SIGKILL)  # mid-stream: no cleanup, maybe mid-document
         p.wait(10)
+        p.communicate()  # closes its pipes
         killed_at = outq.count_excerpts(outq.first_index, outq.last_index + 1)
         assert 20 <= killed_at < backlog
         feed(inq, cmds[backlog:])
@@ -96,7 +97,8 @@ def test_service_killed_mid_stream_resumes_with_only_the_missed_messages(tmp_pat
         assert p.wait(30) == 0, p.stderr.read() if p.stderr else ""
         assert p.stdout is not None
         # state rebuilt from the answered commands with their outputs suppressed; the rest answered live
-        assert p.stdout.read().split() == ["stopped", f"processed={len(cmds)}", f"suppressed={killed_at}"]
+        out, _ = p.communicate()  # reads and closes its pipes
+        assert out.split() == ["stopped", f"processed={len(cmds)}", f"suppressed={killed_at}"]
 
         balances, calls = full_replay(cmds)
         t = outq.tailer()

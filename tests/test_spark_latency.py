@@ -62,7 +62,8 @@ def test_report_joins_hops_by_history(spark: Any, tmp_path: Path) -> None:
         assert h.percentiles["queue_us"][0.5] > 0 and h.percentiles["service_us"][0.5] > 0
     assert rep.hops[2].max_us["hop_us"] >= max(h.max_us["hop_us"] for h in rep.hops[:2])
     assert sum(n for hop, _, n in rep.throughput if hop == "end_to_end") == 3000
-    rows = list(csv.DictReader(rep.csv_path.open()))
+    with rep.csv_path.open() as f:
+        rows = list(csv.DictReader(f))
     pairs = {(r["hop"], r["metric"]) for r in rows}
     assert pairs >= {("gateway->pricer", "queue_us"), ("end_to_end", "hop_us")}
     assert rep.png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -16,6 +16,7 @@ import rpc
 import wire
 from chronq.errors import ChronqError
 from chronq.spark._decode import decode_row, encode_call
+from tests import strategies
 
 
 class Say(Protocol):
@@ -152,11 +153,14 @@ def test_chained_write_refuses_args_that_do_not_match_the_steps() -> None:
 
 # Integral doubles are left out: wire writes them compactly as integers (as Java does), so JSON gives
 # them back as integers, which write back as integer codes (the same number to a Java reader).
-_SCALARS = (st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8)
-            | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not f.is_integer()))
-_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
-                       | st.dictionaries(st.text(st.characters(codec="ascii", exclude_characters="\0"),
-                                                 min_size=1, max_size=4), inner, max_size=3), max_leaves=6)
+# JSON has no bytes, NaN or infinities, and a JSON key is plain text.
+_SCALARS = strategies.scalars(floats=strategies.floats(nan=False, infinity=False, integral=False),
+                              text_size=8, binary_size=None, int64hex=False)
+_VALUES = strategies.values(
+    _SCALARS,
+    st.text(st.characters(codec="ascii", exclude_characters="\0"), min_size=1, max_size=4),
+    max_size=3, max_leaves=6,
+)
 _NAMES = (st.text(st.characters(categories=("Ll",), max_codepoint=0x7F), min_size=1, max_size=6)
           | st.integers(0, 2**31).map(str))  # method ids: FIELD_NUMBER events
 

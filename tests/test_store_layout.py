@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import re
 import struct
 import threading
 from pathlib import Path
@@ -211,16 +210,6 @@ def test_racing_creators_one_wins(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert other.stat().st_mode & 0o777 == 0o640
-
-
-def test_format_doc_examples_run() -> None:
-    """docs/format.md's Python blocks run in order in one namespace, as a reader would try them."""
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "format.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.DOTALL)
-    assert len(blocks) == 4
-    namespace: dict[str, object] = {}
-    for block in blocks:
-        exec(compile(block, "docs/format.md", "exec"), namespace)
 
 
 @settings(max_examples=30, deadline=None)

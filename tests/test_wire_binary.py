@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import strategies
 from tests.conftest import require_vectors
 from wire import WireError
 from wire.binary import Reader, Writer, decode, decode_document, encode, encode_document, write_stop_bit
@@ -379,28 +380,13 @@ def test_index_array_offsets() -> None:
 
 # ----------------------------------------------------------------- properties
 
-ints64 = st.integers(-(1 << 63), (1 << 63) - 1)
+ints64 = strategies.LONGS
 texts = st.text(max_size=40)
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(1 << 63), (1 << 63) - 2)  # Long.MAX_VALUE is written as 2^63 by Java: lossy
-    | st.floats(allow_nan=False)
-    | texts
-    | st.binary(max_size=40)
-    | st.uuids()
-    | st.builds(Int64Hex, ints64)
-    | st.dates()
-    | st.times()
-    | st.datetimes()
-)
-# field names are 8-bit on the wire, and an all-digit name is written as a FIELD_NUMBER
-field_names = st.text(st.characters(max_codepoint=255), max_size=8).filter(lambda s: not s.isdigit())
-values = st.recursive(
-    scalars,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(field_names, inner, max_size=5),
-    max_leaves=20,
-)
+# NaN never equals itself; Long.MAX_VALUE is written as 2^63 by Java: lossy
+scalars = strategies.scalars(floats=strategies.floats(nan=False),
+                             longs=strategies.longs(max_value=(1 << 63) - 2), temporal=True)
+field_names = strategies.field_names()
+values = strategies.values(scalars, field_names, max_size=5, max_leaves=20)
 
 
 @settings(max_examples=200, deadline=None)

@@ -368,31 +368,6 @@ def test_c_decoder_matches_python_reference_on_mutated_bytes(data: st.DataObject
     assert repr(outcomes[0]) == repr(outcomes[1])  # repr: NaN prices compare equal
 
 
-def test_docs_examples_run() -> None:
-    """The python examples of the Binary wire and Typed messages sections of docs/wire.md."""
-    import re
-    import sys
-    import types
-    from pathlib import Path
-
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "wire.md").read_text()
-    sections = re.split(r"^## ", doc, flags=re.M)
-    blocks = [
-        code
-        for section in sections
-        if section.startswith(("Binary wire", "Typed messages"))
-        for code in re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    ]
-    assert len(blocks) == 5
-    for n, code in enumerate(blocks):
-        module = types.ModuleType(f"wire_binary_docs_example_{n}")  # dataclasses look their module up
-        sys.modules[module.__name__] = module
-        try:
-            exec(compile(code, "docs/wire.md", "exec"), module.__dict__)
-        finally:
-            del sys.modules[module.__name__]
-
-
 @needs_speedups
 def test_c_plan_rejects_misuse_with_python_errors() -> None:
     plan = marshal._native_plan(Message2)

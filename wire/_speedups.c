@@ -11,7 +11,7 @@
  *                                  the Python path, which decides and reports errors,
  *   generic(...)                   the generic value model (Reader.read_document / read_value of a
  *                                  block) for the common codes, with the same give-up rule.
- * Number rules are Java's compact BinaryWire rules (spec 7.3), mirrored from wire/binary.py.
+ * Number rules are Java's compact BinaryWire rules (smallest exact code), mirrored from wire/binary.py.
  * Every read is bounds-checked against `end`; nothing here can read outside the buffer.
  */
 #define PY_SSIZE_T_CLEAN
@@ -1703,7 +1703,7 @@ static PyObject *event_lookup(const unsigned char *p, Py_ssize_t size, PyObject 
     return value;
 }
 
-/* A method's arguments as Java writes them (spec 7.5) at in->pos into *obj, a tuple: one bare value
+/* A method's arguments as Java's method writer writes them at in->pos into *obj, a tuple: one bare value
  * (arguments 1), or a sequence `80|81|82 <length>` holding exactly one value per parameter (2).
  * 1 ok; 0 give up (fewer or more values, other codes: the general path decides); -1 error. */
 static int read_arguments(In *in, Plan *plan, PyObject **obj) {

@@ -7,7 +7,8 @@ Two layers:
 * `encode` / `decode` / `encode_document` / `decode_document`: generic values (see `wire.types`) and,
   through `wire.marshal`, typed ones.
 
-Numbers follow Java's default "compact" writer exactly (spec section 7.3); readers are liberal.
+Numbers follow Java's default "compact" writer exactly (the smallest code that holds the value, so the
+bytes match Java's); readers are liberal and take every numeric code.
 """
 
 from __future__ import annotations
@@ -285,7 +286,8 @@ def _put_int_large(b: bytearray, v: int) -> None:
 
 
 def put_float(b: bytearray, d: float) -> None:
-    """Java's compact `writeNumber(double)` (spec 7.3)."""
+    """Java's compact `writeNumber(double)`: the first code that holds the value exactly, tried in Java's
+    order (8/16-bit integers, float32, 32-bit integers, float64) so the bytes match Java's."""
     if d.is_integer():
         if d >= 0:
             if d <= 255:
@@ -524,7 +526,8 @@ class Writer:
         self.buffer += _I64.pack(v) if v <= _INT64_MAX else struct.pack("<Q", v)
 
     def float_compact(self, d: float) -> None:
-        """Java's compact `writeNumber(double)` (spec 7.3)."""
+        """Java's compact `writeNumber(double)`: the first code that holds the value exactly, tried in Java's
+    order (8/16-bit integers, float32, 32-bit integers, float64) so the bytes match Java's."""
         put_float(self.buffer, d)
 
     def float32_compact(self, f: float) -> None:

@@ -1,4 +1,4 @@
-"""Method-call documents: what a method writer appends and a method reader reads (spec 7.5).
+"""Method-call documents: what a method writer appends and a method reader reads.
 
 A document is an optional MessageHistory, then one event per call of the chain (``to("fx").say("hi")``
 is two): the event key is the method name (``B9 <len> name``) or, for an ``@MethodId`` method, its

@@ -59,7 +59,9 @@ class Layout:
         return self.store.index_spacing
 
     def hinted_seq(self) -> int | None:
-        """Sequence of the message at ``write_position`` when the hint is valid (spec 3.4), else None."""
+        """Sequence of the message at ``write_position`` when the hint is valid, else None: the second long
+        of writePosition packs (position << shift | sequence), and is trusted only while its position
+        part still matches writePosition."""
         if self.write_position <= 0 or not self.store.has_sequence_hint:
             return None
         shift = self.shift

@@ -79,7 +79,8 @@ def parse_checked(data: bytes) -> tuple[int, int]:
 
 
 def header_positions(data: bytes) -> list[int]:
-    """Positions of the documents of a dataFormat-1 file, up to the first free or EOF header (spec 1.1)."""
+    """Positions of the documents of a dataFormat-1 file (headers 4-byte aligned), up to the first free
+    or EOF header."""
     out, pos = [], 0
     while pos + 4 <= len(data):
         out.append(pos)
@@ -154,7 +155,7 @@ def finish(proc: subprocess.Popen[bytes], timeout: float) -> str:
 
 
 def _int64_array(data: bytes, doc: int) -> tuple[int, list[int]]:
-    """(used, values) of an index2index/index document at ``doc`` (spec 3.2), parsed independently."""
+    """(used, values) of an index2index/index document at ``doc``, parsed independently."""
     pos = doc + 4
     assert data[pos] == 0xB9, f"index document at {doc} does not start with an event name"
     pos += 2 + data[pos + 1]
@@ -170,8 +171,8 @@ def check_cycle_file(path: Path) -> int:
     number of data documents.
 
     Every document up to the first free header is complete; writePosition is a data document and its
-    sequence hint (spec 3.4) names that document's sequence; every index entry points at the
-    data document with the sequence its slot stands for (spec 3.3). Index slots may be empty after a
+    sequence hint names that document's sequence; every index entry points at the data document with
+    the sequence its slot stands for. Index slots may be empty after a
     crash (readers then scan), but never wrong.
     """
     from chronq.store import read_layout

@@ -33,8 +33,8 @@ EXPORTS: dict[str, list[str]] = {
     "wire.errors": ["WireError"],
     "wire.history": ["MessageHistory", "read_history"],
     "wire.methods": [
-        "EventCall", "EventValue", "HistoryHop", "ReadOne", "ReadOneType", "Table", "accelerated", "encode_call",
-        "event_at", "event_bytes", "event_call", "event_value", "events", "history_hop",
+        "EventCall", "EventValue", "HistoryHop", "ReadOne", "ReadOneType", "Table", "accelerated",
+        "encode_call", "event_at", "event_bytes", "event_call", "event_value", "events", "history_hop",
     ],
     "wire.marshal": [
         "K_BOOL", "K_ENUM", "K_FLOAT", "K_FLOAT32", "K_INT", "K_OTHER", "K_STR", "arguments_plan",

@@ -1,6 +1,6 @@
 """Chronicle Wire for Python: the BINARY wire (byte-compatible with Java), text and MessageHistory."""
 
-from wire import binary, marshal, text
+from wire import binary, marshal, text  # noqa: F401  (marshal registers the typed codec with binary)
 from wire._fields import ClassFields, Field, fields_of
 from wire.errors import WireError
 from wire.history import MessageHistory, read_history

@@ -197,7 +197,7 @@ def test_tail_follow(tmp_path: Path) -> None:
         assert follower.stdout.readline().endswith("\tsecond\n")
     finally:
         follower.terminate()
-        follower.wait(timeout=30)
+        follower.communicate(timeout=30)  # also closes the pipe
 
 
 @pytest.mark.parametrize(("args", "stdin", "code", "message"), [

@@ -87,6 +87,7 @@ class Reader:
 
     def ask(self, req: dict[str, Any]) -> dict[str, Any]:
         if self.proc is None or self.proc.poll() is not None:
+            self._close_pipes()
             # stderr goes to a file: warnings piling up in an unread pipe would block the reader
             if self.stderr is not None:
                 self.stderr.close()
@@ -125,8 +126,20 @@ class Reader:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._close_pipes()
         if self.stderr is not None:
             self.stderr.close()
+
+    def _close_pipes(self) -> None:
+        """Close a finished reader's pipes (left open, they are closed late by the garbage collector, as
+        a ResourceWarning in whichever test runs then)."""
+        if self.proc is not None:
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                if pipe is not None and not pipe.closed:
+                    try:
+                        pipe.close()
+                    except BrokenPipeError:  # stdin of a reader that died with data still buffered
+                        pass
 
 
 @pytest.fixture(scope="module")

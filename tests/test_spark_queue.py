@@ -100,7 +100,7 @@ def test_planned_dataframe_is_a_snapshot_while_a_writer_goes_on(spark: Any, tmp_
         assert df.count() == 1000
     finally:
         writer.terminate()
-        writer.wait(10)
+        writer.communicate(timeout=10)  # also closes the pipe
     fresh = spark.read.format("chronq").load(str(tmp_path))
     assert fresh.count() == len(tail_all(tmp_path)) > 1001
 

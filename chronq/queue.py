@@ -36,7 +36,14 @@ from chronq.store import (
     remove_abandoned_files,
     roll_in_cycle_headers,
 )
-from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore, check_tailer_name
+from chronq.table import (
+    REPLICATION_SINK,
+    TABLE_STORE_FILE,
+    V4_TABLE_STORE_FILE,
+    RollMetadata,
+    TableStore,
+    check_tailer_name,
+)
 
 __all__ = ["CycleFile", "Queue", "open"]
 
@@ -392,6 +399,8 @@ class Queue:
         if a is None or a.closed:
             from chronq.appender import Appender
 
+            _refuse_sink(self)
+
             a = Appender(self)
             self._local.appender = a
             if not hasattr(self, "_appenders"):
@@ -576,6 +585,14 @@ def _split_from_files(directory: Path, rc: RollCycle, epoch: int) -> RollCycle:
             return by_format(rc.format, rc.length_ms, *split)
         return rc
     return rc
+
+
+def _refuse_sink(queue: Queue) -> None:
+    """A replication sink mirrors its source index for index: a local write would make it diverge."""
+    source = queue.table.get(REPLICATION_SINK, None) if queue.table is not None else None
+    if source is not None:
+        raise ChronqError(f"{queue.path}: queue is a replication sink (of host {source}); it is written "
+                          "only by replication, append to the source queue instead")
 
 
 def _make_dirs(path: Path) -> None:

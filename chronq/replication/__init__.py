@@ -4,6 +4,8 @@ at the same indexes (Chronicle Queue Enterprise's replication). Bytes only: no m
 See docs/replication.md for what works and what is not built yet.
 """
 
+from chronq.replication.config import ReplicationConfig, load_config, parse_config
+from chronq.replication.endpoints import ReplicatedQueue
 from chronq.replication.errors import AuthenticationError, ConfigError, ProtocolError, ReplicationError
 from chronq.replication.sink import CycleClock, Position, SinkWriter
 from chronq.replication.source import SourceReader
@@ -14,7 +16,11 @@ __all__ = [
     "CycleClock",
     "Position",
     "ProtocolError",
+    "ReplicatedQueue",
+    "ReplicationConfig",
     "ReplicationError",
     "SinkWriter",
     "SourceReader",
+    "load_config",
+    "parse_config",
 ]

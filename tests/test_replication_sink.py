@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -13,22 +12,7 @@ from chronq.replication.errors import ReplicationError
 from chronq.replication.sink import Position, SinkWriter, is_store_document, read_position
 from chronq.replication.source import SourceReader
 from chronq.rollcycles import FixedClock
-
-Doc = tuple[int, bool, bytes]
-
-
-def all_documents(path: Path) -> list[Doc]:
-    """Every document a plain chronq tailer reads, the store's own included."""
-    with chronq.open(path, readonly=True) as q:
-        t = q.tailer()
-        out = []
-        while (ex := t.read(True)) is not None:
-            out.append((ex.index, ex.metadata, ex.bytes()))
-        return out
-
-
-def cycle_files(path: Path) -> list[str]:
-    return sorted(n for n in os.listdir(path) if n.endswith(".cq4"))
+from tests.replication_support import all_documents, cycle_files
 
 
 def make_source(path: Path) -> chronq.Queue:

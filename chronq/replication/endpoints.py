@@ -35,6 +35,7 @@ __all__ = ["ReplicatedQueue"]
 log = logging.getLogger("chronq.replication")
 
 BATCH_COUNT = 4096
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 IDLE_POLL = 0.002  # s a source waits for new excerpts (or an ack) when its tailer is at the end
 RETRY_MIN, RETRY_MAX = 0.05, 2.0  # s between a sink's reconnection attempts (doubling)
 
@@ -53,7 +54,9 @@ class _Conn:
         sock.settimeout(timeout)  # a peer that stops reading makes sendall fail, not hang
 
     def send(self, frame: p.Frame) -> None:
-        self.sock.sendall(p.encode(frame, self.max_frame))
+        # MSG_NOSIGNAL: a peer gone mid-send is an OSError for this connection, never a SIGPIPE that
+        # kills the process (the `chronq` command restores SIGPIPE's default action)
+        self.sock.sendall(p.encode(frame, self.max_frame), _NOSIGNAL)
         self.last_send = time.monotonic()
 
     def poll(self, wait: float) -> list[p.Frame]:
@@ -156,14 +159,19 @@ class _Source:
 
     def _conversation(self, conn: _Conn) -> None:
         cfg, stop = self._rq.config, self._rq._stop
-        hello = conn.expect(p.Hello)
-        assert isinstance(hello, p.Hello)
-        if hello.version != p.VERSION:
-            raise ProtocolError(f"protocol version {hello.version} is not {p.VERSION}")
-        nonce = secrets.token_bytes(p.NONCE_SIZE)
-        conn.send(p.Challenge(nonce, p.proof(cfg.key, b"source", hello.nonce, nonce, hello.queue)))
-        auth = conn.expect(p.Auth)
-        assert isinstance(auth, p.Auth)
+        try:  # until the peer proved the key, any failure is a refused peer
+            hello = conn.expect(p.Hello)
+            assert isinstance(hello, p.Hello)
+            if hello.version != p.VERSION:
+                raise ProtocolError(f"protocol version {hello.version} is not {p.VERSION}")
+            nonce = secrets.token_bytes(p.NONCE_SIZE)
+            conn.send(p.Challenge(nonce, p.proof(cfg.key, b"source", hello.nonce, nonce, hello.queue)))
+            auth = conn.expect(p.Auth)
+            assert isinstance(auth, p.Auth)
+        except AuthenticationError:
+            raise
+        except ReplicationError as e:
+            raise AuthenticationError(f"did not authenticate: {e}") from None
         if not hmac.compare_digest(auth.proof, p.proof(cfg.key, b"sink", nonce, hello.nonce, hello.queue)):
             raise AuthenticationError(f"host {hello.host_id} sent a wrong proof of the pre-shared key")
         qc = self._queues.get(hello.queue)
@@ -256,7 +264,8 @@ class _Sink:
         ch = conn.expect(p.Challenge)
         assert isinstance(ch, p.Challenge)
         if not hmac.compare_digest(ch.proof, p.proof(cfg.key, b"source", nonce, ch.nonce, qc.name)):
-            raise AuthenticationError(f"{conn.peer} sent a wrong proof of the pre-shared key")
+            conn.refuse("authentication failed")
+            raise AuthenticationError(f"refused {conn.peer}: it sent a wrong proof of the pre-shared key")
         conn.send(p.Auth(p.proof(cfg.key, b"sink", ch.nonce, nonce, qc.name)))
         info = conn.expect(p.QueueInfo)
         assert isinstance(info, p.QueueInfo)

@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--from", dest="start", type=_index, metavar="INDEX", help="start at this index")
     t.add_argument("--named", metavar="NAME", help="named tailer: resume where it stopped, and persist")
     t.add_argument("--json", action="store_true", help="one JSON object per message")
+    r = sub.add_parser("replicate", help="run this host's part of a replication cluster until SIGTERM/SIGINT")
+    r.add_argument("config", type=Path, help="QueueReplicationCfg YAML file (see docs/replication.md)")
+    r.add_argument("--host-id", type=int, required=True, metavar="N", help="this host's hostId")
     return p
 
 
@@ -66,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "dump":
             _dump(args.path, args.json)
+        elif args.command == "replicate":
+            _replicate(args.config, args.host_id)
         elif args.command == "append":
             _append(args.path, args.roll_cycle, args.hex)
         else:
@@ -123,6 +128,24 @@ def _append(path: Path, roll_cycle: str | None, as_hex: bool) -> None:
         with appender.atomic():
             indexes = [appender.write(p) for p in payloads]
     sys.stdout.writelines(f"0x{i:x}\n" for i in indexes)
+
+
+def _replicate(config: Path, host_id: int) -> None:
+    """Runs until SIGTERM or SIGINT, then stops every connection before returning (exit status 0)."""
+    import logging
+    import threading
+
+    from chronq.replication import ReplicatedQueue
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s chronq replicate: %(message)s")
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    with ReplicatedQueue(config, host_id) as rq:
+        print(f"chronq replicate: host {host_id} running" +
+              (f", source listening on {rq.address[0]}:{rq.address[1]}" if rq.address else ""), flush=True)
+        while not done.wait(0.5):
+            pass
 
 
 def _tail(path: Path, follow: bool, start: int | None, named: str | None, as_json: bool) -> None:

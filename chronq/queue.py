@@ -34,7 +34,7 @@ from chronq.store import (
     read_layout,
     remove_abandoned_files,
 )
-from chronq.table import TABLE_STORE_FILE, RollMetadata, TableStore, check_tailer_name
+from chronq.table import REPLICATION_SINK, TABLE_STORE_FILE, RollMetadata, TableStore, check_tailer_name
 from chronq.tailer import Excerpt, Tailer
 
 __all__ = ["CycleFile", "Queue", "open"]
@@ -363,6 +363,7 @@ class Queue:
             raise ChronqError(f"{self.path}: queue is open read-only")
         a: Appender | None = getattr(self._local, "appender", None)
         if a is None or a.closed:
+            _refuse_sink(self)
             a = Appender(self)
             self._local.appender = a
             if not hasattr(self, "_appenders"):
@@ -481,6 +482,14 @@ class Queue:
 def _prefix_len(index_count: int, index_spacing: int) -> int:
     """Bytes of header + index2index + first index document a cycle file starts with."""
     return len(cycle_file_prefix(index_count, index_spacing))
+
+
+def _refuse_sink(queue: Queue) -> None:
+    """A replication sink mirrors its source index for index: a local write would make it diverge."""
+    source = queue.table.get(REPLICATION_SINK, None) if queue.table is not None else None
+    if source is not None:
+        raise ChronqError(f"{queue.path}: queue is a replication sink (of host {source}); it is written "
+                          "only by replication, append to the source queue instead")
 
 
 def _make_dirs(path: Path) -> None:

@@ -72,6 +72,9 @@ LAST_INDEX_REPLICATED = "chronicle.lastIndexReplicated"
 LAST_ACKNOWLEDGED_INDEX_REPLICATED = "chronicle.lastAcknowledgedIndexReplicated"
 LAST_INDEX_MSYNCED = "chronicle.lastIndexMSynced"
 NORMALISED_EOFS_TO = "normalisedEOFsTo"
+#: present (holding the source host id) in the table store of a replication sink: local appenders
+#: are refused, only `chronq.replication` writes there (see docs/replication.md)
+REPLICATION_SINK = "chronq.replication.sinkOf"
 
 # the keys (and defaults) a writable Java queue creates, in Java's order
 _QUEUE_KEYS = (

@@ -8,6 +8,7 @@ crash, a request that takes longer than ``TIMEOUT`` is a hang; both fail the tes
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -136,10 +137,8 @@ class Reader:
         if self.proc is not None:
             for pipe in (self.proc.stdin, self.proc.stdout):
                 if pipe is not None and not pipe.closed:
-                    try:
+                    with contextlib.suppress(BrokenPipeError):  # a dead reader's stdin, data still buffered
                         pipe.close()
-                    except BrokenPipeError:  # stdin of a reader that died with data still buffered
-                        pass
 
 
 @pytest.fixture(scope="module")

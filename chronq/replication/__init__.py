@@ -1,0 +1,26 @@
+"""Queue replication: a source queue mirrored over TCP to sink queues on other hosts, excerpt for excerpt
+at the same indexes (Chronicle Queue Enterprise's replication). Bytes only: no method writers here.
+
+See docs/replication.md for what works and what is not built yet.
+"""
+
+from chronq.replication.config import ReplicationConfig, load_config, parse_config
+from chronq.replication.endpoints import ReplicatedQueue
+from chronq.replication.errors import AuthenticationError, ConfigError, ProtocolError, ReplicationError
+from chronq.replication.sink import CycleClock, Position, SinkWriter
+from chronq.replication.source import SourceReader
+
+__all__ = [
+    "AuthenticationError",
+    "ConfigError",
+    "CycleClock",
+    "Position",
+    "ProtocolError",
+    "ReplicatedQueue",
+    "ReplicationConfig",
+    "ReplicationError",
+    "SinkWriter",
+    "SourceReader",
+    "load_config",
+    "parse_config",
+]

@@ -1,0 +1,205 @@
+"""The replication configuration: a YAML file in the shape of Chronicle's `QueueReplicationCfg`.
+
+    !QueueReplicationCfg {
+      cluster: {
+        context: !QueueClusterContext {
+          heartbeatIntervalMs: 1000,
+          heartbeatTimeoutMs: 5000,
+          baseSourcePath: replica/source,
+          baseSinkPath: replica/sink,
+          keyFile: replication.key,          # chronq: the pre-shared key (required)
+        },
+        host1: { hostId: 1, connectUri: "127.0.0.1:9001" },
+        host2: { hostId: 2, connectUri: "127.0.0.1:9002", baseSinkPath: replica/sink2 },
+      },
+      queues: {
+        queue1: { path: queue1, acknowledge: false, masterId: 1, rollCycle: FAST_DAILY },
+      }
+    }
+
+Relative paths are taken from the configuration file's folder. A host may override `baseSourcePath`
+and `baseSinkPath` (several hosts on one machine). A queue's name (its key under `queues`) is what
+travels on the network; its `path` must be relative and stay inside the base folders.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from chronq.replication.errors import ConfigError
+from chronq.replication.protocol import DEFAULT_MAX_FRAME, MAX_TEXT, MIN_MAX_FRAME
+from chronq.rollcycles import by_name
+
+__all__ = ["HostCfg", "QueueCfg", "ReplicationConfig", "load_config", "parse_config"]
+
+MIN_KEY_BYTES = 16
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
+
+
+@dataclass(frozen=True)
+class HostCfg:
+    name: str
+    host_id: int
+    host: str
+    port: int
+    base_source_path: Path
+    base_sink_path: Path
+
+
+@dataclass(frozen=True)
+class QueueCfg:
+    name: str
+    path: str
+    master_id: int
+    acknowledge: bool
+    roll_cycle: str | None
+
+
+@dataclass(frozen=True)
+class ReplicationConfig:
+    hosts: dict[int, HostCfg]
+    queues: dict[str, QueueCfg]
+    heartbeat_interval_ms: int
+    heartbeat_timeout_ms: int
+    key: bytes
+    max_frame: int
+
+    def host(self, host_id: int) -> HostCfg:
+        try:
+            return self.hosts[host_id]
+        except KeyError:
+            raise ConfigError(f"host id {host_id} is not in the cluster "
+                              f"(hosts: {sorted(self.hosts)})") from None
+
+    def source_path(self, queue: QueueCfg, host_id: int) -> Path:
+        return self.host(host_id).base_source_path / queue.path
+
+    def sink_path(self, queue: QueueCfg, host_id: int) -> Path:
+        return self.host(host_id).base_sink_path / queue.path
+
+
+def _untag(v: Any) -> Any:
+    """`!Type {...}` reads as a wire.types.Typed; the tag adds nothing here."""
+    from wire.types import Typed
+
+    return v.value if isinstance(v, Typed) else v
+
+
+def _map(v: Any, where: str) -> dict[str, Any]:
+    v = _untag(v)
+    if not isinstance(v, dict):
+        raise ConfigError(f"{where}: expected a map, got {type(v).__name__}")
+    return v
+
+
+def _int(m: dict[str, Any], key: str, where: str, default: int | None = None, low: int = 0) -> int:
+    v = _untag(m.get(key, default))
+    if v is None:
+        raise ConfigError(f"{where}: {key} is missing")
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ConfigError(f"{where}: {key} must be an integer >= {low}, got {v!r}")
+    return v
+
+
+def _str(m: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
+    v = _untag(m.get(key, default))
+    if v is None:
+        raise ConfigError(f"{where}: {key} is missing")
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        raise ConfigError(f"{where}: {key} must be text, got {v!r}")
+    return str(v)
+
+
+def _relative(text: str, where: str) -> str:
+    p = PurePosixPath(text)
+    if not text or p.is_absolute() or ".." in p.parts:
+        raise ConfigError(f"{where}: path {text!r} must be relative and stay inside the base folder")
+    return text
+
+
+def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> ReplicationConfig:
+    """Parse and validate a configuration; relative paths are taken from `base_dir`."""
+    from wire import WireError
+    from wire.text import from_yaml
+
+    base = Path(base_dir)
+    try:
+        root = _map(from_yaml(text), "configuration")
+    except WireError as e:
+        raise ConfigError(f"configuration is not valid YAML: {e}") from None
+    cluster = _map(root.get("cluster"), "cluster")
+    ctx = _map(cluster.get("context"), "cluster.context")
+    where = "cluster.context"
+    interval = _int(ctx, "heartbeatIntervalMs", where, 1000, 1)
+    timeout = _int(ctx, "heartbeatTimeoutMs", where, max(5000, 3 * interval), 1)
+    if timeout <= interval:
+        raise ConfigError(f"{where}: heartbeatTimeoutMs ({timeout}) must exceed heartbeatIntervalMs "
+                          f"({interval})")
+    max_frame = _int(ctx, "maxFrameSize", where, DEFAULT_MAX_FRAME, MIN_MAX_FRAME)
+    src_base = _str(ctx, "baseSourcePath", where, "replica/source")
+    sink_base = _str(ctx, "baseSinkPath", where, "replica/sink")
+    key_file = base / _str(ctx, "keyFile", where)
+    try:
+        key = key_file.read_bytes().strip()
+    except OSError as e:
+        raise ConfigError(f"{where}: keyFile {key_file}: {e}") from None
+    if len(key) < MIN_KEY_BYTES:
+        raise ConfigError(f"{where}: keyFile {key_file} holds {len(key)} bytes; a key has at least "
+                          f"{MIN_KEY_BYTES}")
+    hosts: dict[int, HostCfg] = {}
+    for name, value in cluster.items():
+        if name == "context":
+            continue
+        where = f"cluster.{name}"
+        h = _map(value, where)
+        host_id = _int(h, "hostId", where, low=1)
+        uri = _str(h, "connectUri", where)
+        addr, sep, port_text = uri.rpartition(":")
+        if not sep or not addr or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ConfigError(f"{where}: connectUri {uri!r} is not host:port")
+        if host_id in hosts:
+            raise ConfigError(f"{where}: hostId {host_id} is used twice")
+        hosts[host_id] = HostCfg(name, host_id, addr.strip("[]"), int(port_text),
+                                 base / _str(h, "baseSourcePath", where, src_base),
+                                 base / _str(h, "baseSinkPath", where, sink_base))
+    if not hosts:
+        raise ConfigError("cluster: no hosts (entries with hostId and connectUri)")
+    queues: dict[str, QueueCfg] = {}
+    for name, value in _map(root.get("queues"), "queues").items():
+        where = f"queues.{name}"
+        if not _QUEUE_NAME.match(name) or len(name.encode()) > MAX_TEXT:
+            raise ConfigError(f"{where}: a queue name is letters, digits, '_', '.' and '-'")
+        q = _map(value, where)
+        master = _int(q, "masterId", where, low=1)
+        if master not in hosts:
+            raise ConfigError(f"{where}: masterId {master} is not a host of the cluster")
+        ack = _untag(q.get("acknowledge", False))
+        if not isinstance(ack, bool):
+            raise ConfigError(f"{where}: acknowledge must be true or false, got {ack!r}")
+        roll = q.get("rollCycle")
+        if roll is not None:
+            roll = _str(q, "rollCycle", where)
+            try:
+                by_name(roll)
+            except ValueError as e:
+                raise ConfigError(f"{where}: {e}") from None
+        queues[name] = QueueCfg(name, _relative(_str(q, "path", where, name), where), master, ack, roll)
+    if not queues:
+        raise ConfigError("queues: no queue to replicate")
+    return ReplicationConfig(hosts, queues, interval, timeout, key, max_frame)
+
+
+def load_config(path: str | os.PathLike[str]) -> ReplicationConfig:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{p}: cannot read the configuration: {e}") from None
+    try:
+        return parse_config(text, p.parent)
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None

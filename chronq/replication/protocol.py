@@ -1,0 +1,284 @@
+"""The replication wire protocol: bounded, length-prefixed frames over TCP, and the key proofs.
+
+Every frame is a 4-byte big-endian length N (1 <= N <= the connection's max frame size), then N bytes:
+one type byte and the type's fields (integers big-endian). A length beyond the bound is refused before
+anything is buffered for it, so a peer cannot make us allocate more than `max_frame` bytes.
+
+Conversation (the sink connects to the source host):
+
+    sink   -> Hello(version, queue name, sink host id, sink nonce)
+    source -> Challenge(source nonce, HMAC(key, "source" | sink nonce | source nonce | queue))
+    sink   -> Auth(HMAC(key, "sink" | source nonce | sink nonce | queue))   (after checking the source's)
+    source -> QueueInfo(roll cycle, epoch, source host id)
+    sink   -> Subscribe(next index, metadata documents already there)     (the sink's `Position`)
+    source -> Excerpts([(index, metadata, bytes), ...]) ... | Heartbeat
+    sink   -> Ack(last data index written) | Heartbeat
+    either -> Error(text) before closing on a refusal
+
+Both sides prove they hold the pre-shared key before any queue data moves, each over the other's fresh
+nonce (no replay) with the direction in the message (a proof cannot be reflected back). The queue is
+named, never given as a path: the source looks the name up in its own configuration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass, field
+
+from chronq.replication.errors import ProtocolError
+
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "NONCE_SIZE",
+    "VERSION",
+    "Ack",
+    "Auth",
+    "Challenge",
+    "Error",
+    "Excerpts",
+    "Frame",
+    "FrameDecoder",
+    "Heartbeat",
+    "Hello",
+    "QueueInfo",
+    "Subscribe",
+    "encode",
+    "proof",
+]
+
+VERSION = 1
+DEFAULT_MAX_FRAME = 4 << 20
+MIN_MAX_FRAME = 1024
+NONCE_SIZE = 32
+MAX_TEXT = 1024  # queue names, roll cycle formats and error texts
+_LEN = struct.Struct(">I")
+_EXCERPT = struct.Struct(">qBI")  # index, flags (bit 0: metadata), body length
+
+
+@dataclass(frozen=True)
+class Hello:
+    version: int
+    queue: str
+    host_id: int
+    nonce: bytes
+
+
+@dataclass(frozen=True)
+class Challenge:
+    nonce: bytes
+    proof: bytes
+
+
+@dataclass(frozen=True)
+class Auth:
+    proof: bytes
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    roll_format: str
+    length_ms: int
+    index_count: int
+    index_spacing: int
+    epoch: int
+    host_id: int
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    next_index: int  # -1: the sink is empty
+    metadata: int
+
+
+@dataclass(frozen=True)
+class Excerpts:
+    items: list[tuple[int, bool, bytes]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    pass
+
+
+@dataclass(frozen=True)
+class Ack:
+    index: int  # last data index the sink wrote, -1 for none
+
+
+@dataclass(frozen=True)
+class Error:
+    text: str
+
+
+Frame = Hello | Challenge | Auth | QueueInfo | Subscribe | Excerpts | Heartbeat | Ack | Error
+
+_TYPES: dict[type, int] = {Hello: 1, Challenge: 2, Auth: 3, QueueInfo: 4, Subscribe: 5, Excerpts: 6,
+                           Heartbeat: 7, Ack: 8, Error: 9}
+
+
+def proof(key: bytes, role: bytes, first: bytes, second: bytes, queue: str) -> bytes:
+    """HMAC-SHA256 of one side's proof: `role` is b"source" or b"sink"."""
+    msg = role + b"\0" + first + second + queue.encode("utf-8")
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def _text(s: str) -> bytes:
+    b = s.encode("utf-8")
+    if len(b) > MAX_TEXT:
+        raise ProtocolError(f"text of {len(b)} bytes is longer than {MAX_TEXT}")
+    return struct.pack(">H", len(b)) + b
+
+
+def _fixed(b: bytes, size: int, what: str) -> bytes:
+    if len(b) != size:
+        raise ProtocolError(f"{what} must be {size} bytes, not {len(b)}")
+    return b
+
+
+def encode(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
+    """The bytes of one frame, length prefix included; ProtocolError if it exceeds `max_frame`."""
+    t = _TYPES[type(frame)]
+    if isinstance(frame, Hello):
+        body = struct.pack(">HI", frame.version, frame.host_id) + _text(frame.queue) + \
+            _fixed(frame.nonce, NONCE_SIZE, "nonce")
+    elif isinstance(frame, Challenge):
+        body = _fixed(frame.nonce, NONCE_SIZE, "nonce") + _fixed(frame.proof, 32, "proof")
+    elif isinstance(frame, Auth):
+        body = _fixed(frame.proof, 32, "proof")
+    elif isinstance(frame, QueueInfo):
+        body = _text(frame.roll_format) + struct.pack(">qiiqI", frame.length_ms, frame.index_count,
+                                                      frame.index_spacing, frame.epoch, frame.host_id)
+    elif isinstance(frame, Subscribe):
+        body = struct.pack(">qI", frame.next_index, frame.metadata)
+    elif isinstance(frame, Excerpts):
+        parts = [struct.pack(">I", len(frame.items))]
+        for index, meta, data in frame.items:
+            parts.append(_EXCERPT.pack(index, 1 if meta else 0, len(data)))
+            parts.append(data)
+        body = b"".join(parts)
+    elif isinstance(frame, Heartbeat):
+        body = b""
+    elif isinstance(frame, Ack):
+        body = struct.pack(">q", frame.index)
+    else:
+        body = _text(frame.text[:MAX_TEXT // 4])
+    n = 1 + len(body)
+    if n > max_frame:
+        raise ProtocolError(f"frame of {n} bytes exceeds the maximum frame size {max_frame}")
+    return _LEN.pack(n) + bytes([t]) + body
+
+
+class _Body:
+    """Reads fields off one frame's bytes; running short is a ProtocolError."""
+
+    def __init__(self, data: memoryview) -> None:
+        self._d = data
+        self._i = 0
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self._i + n > len(self._d):
+            raise ProtocolError(f"frame truncated: {n} bytes needed at offset {self._i} of {len(self._d)}")
+        b = bytes(self._d[self._i:self._i + n])
+        self._i += n
+        return b
+
+    def unpack(self, fmt: str) -> tuple[int, ...]:
+        s = struct.Struct(fmt)
+        return s.unpack(self.take(s.size))
+
+    def text(self) -> str:
+        (n,) = self.unpack(">H")
+        if n > MAX_TEXT:
+            raise ProtocolError(f"text of {n} bytes is longer than {MAX_TEXT}")
+        try:
+            return self.take(n).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError("text is not UTF-8") from None
+
+    def end(self) -> None:
+        if self._i != len(self._d):
+            raise ProtocolError(f"{len(self._d) - self._i} unexpected bytes at the end of a frame")
+
+    @property
+    def left(self) -> int:
+        return len(self._d) - self._i
+
+
+def _decode(kind: int, b: _Body) -> Frame:
+    frame: Frame
+    if kind == 1:
+        version, host = b.unpack(">HI")
+        frame = Hello(version, b.text(), host, b.take(NONCE_SIZE))
+    elif kind == 2:
+        frame = Challenge(b.take(NONCE_SIZE), b.take(32))
+    elif kind == 3:
+        frame = Auth(b.take(32))
+    elif kind == 4:
+        fmt = b.text()
+        length, count, spacing, epoch, host = b.unpack(">qiiqI")
+        frame = QueueInfo(fmt, length, count, spacing, epoch, host)
+    elif kind == 5:
+        nxt, meta = b.unpack(">qI")
+        frame = Subscribe(nxt, meta)
+    elif kind == 6:
+        (count,) = b.unpack(">I")
+        if count * _EXCERPT.size > b.left:  # checked before building anything
+            raise ProtocolError(f"frame announces {count} excerpts but holds only {b.left} bytes")
+        items = []
+        for _ in range(count):
+            index, flags, n = b.unpack(">qBI")
+            if flags & ~1:
+                raise ProtocolError(f"unknown excerpt flags {flags:#x}")
+            items.append((index, bool(flags & 1), b.take(n)))
+        frame = Excerpts(items)
+    elif kind == 7:
+        frame = Heartbeat()
+    elif kind == 8:
+        (index,) = b.unpack(">q")
+        frame = Ack(index)
+    elif kind == 9:
+        frame = Error(b.text())
+    else:
+        raise ProtocolError(f"unknown frame type {kind}")
+    b.end()
+    return frame
+
+
+class FrameDecoder:
+    """Turns a byte stream into frames. Holds fewer than ``4 + max_frame`` bytes between calls."""
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        if max_frame < MIN_MAX_FRAME:
+            raise ValueError(f"max_frame must be at least {MIN_MAX_FRAME}")
+        self.max_frame = max_frame
+        self._buf = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """The frames completed by `data`; ProtocolError on the first invalid one (the stream is then
+        unusable: close the connection)."""
+        self._buf += data
+        frames = []
+        buf = self._buf
+        pos = 0
+        try:
+            while len(buf) - pos >= 4:
+                (n,) = _LEN.unpack_from(buf, pos)
+                if n < 1 or n > self.max_frame:
+                    raise ProtocolError(f"frame length {n} outside 1..{self.max_frame}")
+                if len(buf) - pos - 4 < n:
+                    break
+                view = memoryview(buf)[pos + 5:pos + 4 + n]
+                try:
+                    frames.append(_decode(buf[pos + 4], _Body(view)))
+                finally:
+                    view.release()
+                pos += 4 + n
+        finally:
+            del buf[:pos]
+        return frames

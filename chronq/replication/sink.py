@@ -1,0 +1,205 @@
+"""The sink side of replication on disk: write excerpts received from a source at the source's indexes.
+
+A chronq appender picks its cycle from the queue's clock (`Queue.cycle_now()`, checked by the native
+write path on every write). A sink must instead put each excerpt in the cycle its *source index* names,
+whatever the local time, including cycles far apart (a source idle over several cycles leaves no files
+between them). `CycleClock` does this without any special write path: it is a `chronq.rollcycles.Clock`
+that reads as the first millisecond of a chosen cycle, and the writer points it at the excerpt's cycle
+before each write. A queue with a non-system clock asks its clock on every write, so the appender rolls
+(writing EOF into the previous cycle file, as Java does) exactly when the source's indexes move to a new
+cycle.
+
+The sink's table store holds `chronq.table.REPLICATION_SINK` (the source host id): `Queue.appender()`
+refuses such a queue, so nothing but this writer appends to it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import chronq
+from chronq.appender import Appender
+from chronq.replication.errors import ReplicationError
+from chronq.rollcycles import RollCycle, by_format
+from chronq.table import REPLICATION_SINK
+
+__all__ = ["CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position"]
+
+Excerpt = tuple[int, bool, bytes]
+"""(index, metadata, body) of one document as replicated: a metadata document has the index of the next
+data document of its cycle (as Chronicle's `dc.index()`)."""
+
+# The store's own metadata documents (each cycle file's header, index2index and index arrays): every
+# queue writes its own, so they are never replicated. Their bodies start with these BINARY wire fields.
+_HEADER = b"\xb9\x06header\xb6\x08SCQStore"
+_INDEX2INDEX = b"\xb9\x0bindex2index"
+_INDEX = b"\xb9\x05index"
+
+
+def is_store_document(body: bytes | memoryview) -> bool:
+    """Whether a metadata document is one the queue writes for itself (header or index arrays)."""
+    head = bytes(body[:24])
+    if head.startswith(_HEADER):
+        return True
+    for prefix in (_INDEX2INDEX, _INDEX):
+        if head.startswith(prefix):
+            rest = head[len(prefix):]
+            # padding (0x8f, or 0x8e + int32 length) up to the int64 array (0x8d)
+            return rest[:1] in (b"\x8d", b"\x8e", b"\x8f")
+    return False
+
+
+class CycleClock:
+    """A `Clock` reading as the start of `cycle`: appends go to that cycle whatever the wall clock says."""
+
+    def __init__(self, roll_cycle: RollCycle, epoch: int) -> None:
+        self._rc = roll_cycle
+        self._epoch = epoch
+        self._millis = 0
+
+    def set_cycle(self, cycle: int) -> None:
+        self._millis = self._rc.cycle_start(cycle, self._epoch)
+
+    def millis(self) -> int:
+        return self._millis
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a sink ends: `next_index` is the index the next data document of its newest cycle gets, and
+    `metadata` how many (replicated) metadata documents already follow its last data document there.
+    `next_index` is None for an empty sink."""
+
+    next_index: int | None
+    metadata: int = 0
+
+
+def read_position(queue: chronq.Queue) -> Position:
+    """The end of a queue as a `Position` (a scan of its newest cycle's documents after the last data)."""
+    cycles = queue._fresh_cycles()
+    if not cycles:
+        return Position(None)
+    rc = queue.roll_cycle
+    cycle = cycles[-1]
+    count = queue._count_in(cycle)
+    t = queue.tailer()
+    try:
+        if count:
+            if not t.move_to_index(rc.to_index(cycle, count - 1)):
+                raise ReplicationError(f"{queue.path}: last excerpt of cycle {cycle} cannot be read back")
+            t.read()
+        elif not t.move_to_cycle(cycle):
+            return Position(rc.to_index(cycle, 0))
+        metadata = 0
+        while (ex := t.read(True)) is not None:
+            if ex.cycle != cycle:
+                break
+            if not ex.metadata:
+                raise ReplicationError(f"{queue.path}: data excerpt {ex.index:#x} after the end of "
+                                       f"cycle {cycle}")
+            if not is_store_document(ex.payload):
+                metadata += 1
+        return Position(rc.to_index(cycle, count), metadata)
+    finally:
+        t.close()
+
+
+def _open_sink(path: Path, roll_cycle: RollCycle, epoch: int, clock: CycleClock) -> chronq.Queue:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a different stored roll cycle is reported below, as an error
+        q = chronq.open(path, roll_cycle=roll_cycle, clock=clock, epoch=epoch)
+    have = q.roll_cycle
+    if (have.format, have.length_ms, have.cycle_shift) != (roll_cycle.format, roll_cycle.length_ms,
+                                                           roll_cycle.cycle_shift) or q.epoch != epoch:
+        q.close()
+        raise ReplicationError(
+            f"{path}: sink queue has roll cycle {have.name} (epoch {q.epoch}), the source "
+            f"{roll_cycle.name} (epoch {epoch}): indexes would not match"
+        )
+    return q
+
+
+class SinkWriter:
+    """Appends a source's excerpts to a sink queue at the source's indexes, refusing any duplicate or gap.
+
+    Excerpts must come in the source's order, starting where `position` says the sink ends. A refused
+    excerpt is never written: the error names the queue and the index.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], roll_cycle: RollCycle, epoch: int = 0,
+                 source_host: int = 0, block_size: int | None = None) -> None:
+        self.path = Path(path)
+        self._rc = by_format(roll_cycle.format, roll_cycle.length_ms, roll_cycle.index_count,
+                             roll_cycle.index_spacing)
+        self._clock = CycleClock(self._rc, epoch)
+        self.queue = _open_sink(self.path, self._rc, epoch, self._clock)
+        try:
+            table = self.queue.table
+            assert table is not None
+            table.set(REPLICATION_SINK, source_host)
+            self._clock.set_cycle(max(self.queue._fresh_cycles(), default=0))
+            # not Queue.appender(): that refuses sinks, and this is the one writer a sink has
+            self._appender = Appender(self.queue)
+            self.position = read_position(self.queue)
+        except BaseException:
+            self.queue.close()
+            raise
+        self.last_data_index = -1 if self.position.next_index is None or \
+            self._rc.split(self.position.next_index)[1] == 0 else self.position.next_index - 1
+
+    # -- writing ---------------------------------------------------------------------------------------
+    def check(self, index: int, metadata: bool) -> None:
+        """Raise ReplicationError unless `index` is the next excerpt this sink can take."""
+        rc = self._rc
+        cycle, seq = rc.split(index)
+        nxt = self.position.next_index
+        kind = "metadata document" if metadata else "excerpt"
+        if nxt is None:
+            if seq == 0:
+                return
+            raise ReplicationError(f"{self.path}: gap: {kind} {index:#x} would be the first of an empty sink "
+                                   f"but is not the first of its cycle")
+        have_cycle, next_seq = rc.split(nxt)
+        if (cycle == have_cycle and seq == next_seq) or (cycle > have_cycle and seq == 0):
+            return
+        if cycle < have_cycle or (cycle == have_cycle and seq < next_seq):
+            raise ReplicationError(f"{self.path}: duplicate: {kind} {index:#x} is already in the sink "
+                                   f"(next expected {nxt:#x})")
+        raise ReplicationError(f"{self.path}: gap: {kind} {index:#x} does not follow the sink's end "
+                               f"(next expected {nxt:#x})")
+
+    def write(self, index: int, metadata: bool, body: bytes | memoryview) -> None:
+        """Write one excerpt at `index` (a metadata document when `metadata`)."""
+        self.check(index, metadata)
+        rc = self._rc
+        cycle, _seq = rc.split(index)
+        self._clock.set_cycle(cycle)
+        if metadata:
+            self._appender.write_meta(body)
+            metas = self.position.metadata + 1 if self.position.next_index == index else 1
+            self.position = Position(index, metas)
+            return
+        written = self._appender.write(body)
+        if written != index:  # only possible if something else wrote to the sink
+            raise ReplicationError(f"{self.path}: excerpt {index:#x} was written at {written:#x}: the sink "
+                                   "was written by something else than replication")
+        self.position = Position(index + 1, 0)
+        self.last_data_index = index
+
+    def write_all(self, excerpts: Iterable[Excerpt]) -> None:
+        for index, metadata, body in excerpts:
+            self.write(index, metadata, body)
+
+    def close(self) -> None:
+        self._appender.close()
+        self.queue.close()
+
+    def __enter__(self) -> SinkWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,67 @@
+"""The source side of replication on disk: read a queue's documents in order from where a sink ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chronq
+from chronq.replication.errors import ReplicationError
+from chronq.replication.sink import Excerpt, Position, is_store_document
+
+__all__ = ["SourceReader"]
+
+
+class SourceReader:
+    """A plain tailer over the source queue yielding (index, metadata, bytes), the store's own documents
+    (header, index arrays) left out: every queue writes those itself."""
+
+    def __init__(self, queue: chronq.Queue, position: Position) -> None:
+        self.queue = queue
+        self._tailer: Any = queue.tailer()
+        self._seek(position)
+
+    def _seek(self, position: Position) -> None:
+        """Put the tailer right after the sink's last document; raise if the sink holds something this
+        source does not (a sink ahead of its source would need back-fill, which is not built)."""
+        q, t = self.queue, self._tailer
+        nxt = position.next_index
+        if nxt is None:
+            t.to_start()
+            return
+        rc = q.roll_cycle
+        cycle, seq = rc.split(nxt)
+        if seq:
+            if not t.move_to_index(nxt - 1):
+                raise ReplicationError(f"{q.path}: the sink holds excerpt {nxt - 1:#x}, which this source "
+                                       "does not have (a sink ahead of its source)")
+            t.read()
+        elif cycle not in q._fresh_cycles() or not t.move_to_cycle(cycle):
+            raise ReplicationError(f"{q.path}: the sink holds cycle {cycle}, which this source does not have")
+        skipped = 0
+        while skipped < position.metadata:
+            ex = t.read(True)
+            if ex is None or not ex.metadata or ex.index != nxt:
+                raise ReplicationError(f"{q.path}: the sink holds {position.metadata} metadata documents at "
+                                       f"{nxt:#x}, this source {skipped}")
+            if not is_store_document(ex.payload):
+                skipped += 1
+
+    def read_batch(self, max_count: int, max_bytes: int) -> list[Excerpt]:
+        """Up to `max_count` documents (at least one if any is ready) totalling about `max_bytes`."""
+        out: list[Excerpt] = []
+        size = 0
+        t = self._tailer
+        while len(out) < max_count and size < max_bytes:
+            ex = t.read(True)
+            if ex is None:
+                break
+            meta = ex.metadata
+            if meta and is_store_document(ex.payload):
+                continue
+            body = ex.bytes()
+            out.append((ex.index, meta, body))
+            size += len(body) + 16
+        return out
+
+    def close(self) -> None:
+        self._tailer.close()

@@ -1,0 +1,68 @@
+"""Helpers for the replication tests: a cluster configuration on free local ports, documents compared."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import chronq
+
+Doc = tuple[int, bool, bytes]
+KEY = "a pre-shared key of the test cluster, long enough"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(folder: Path, hosts: int = 3, roll_cycle: str = "TEST_SECONDLY", key: str = KEY,
+                 acknowledge: bool = True, name: str = "cluster.yaml") -> Path:
+    """Host 1 masters `queue1`; host N keeps its sink under sinkN/ (all hosts share one machine)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.key").write_text(key + "\n")
+    lines = ["!QueueReplicationCfg {", "  cluster: {", "    context: !QueueClusterContext {",
+             "      heartbeatIntervalMs: 200,", "      heartbeatTimeoutMs: 3000,",
+             "      baseSourcePath: source,", f"      keyFile: {name}.key,", "    },"]
+    for h in range(1, hosts + 1):
+        lines.append(f'    host{h}: {{ hostId: {h}, connectUri: "127.0.0.1:{free_port()}", '
+                     f"baseSinkPath: sink{h} }},")
+    lines += ["  },", "  queues: {",
+              f"    queue1: {{ path: queue1, acknowledge: {str(acknowledge).lower()}, masterId: 1, "
+              f"rollCycle: {roll_cycle} }},", "  }", "}"]
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def all_documents(path: Path) -> list[Doc]:
+    """Every document a plain chronq tailer reads, the store's own included."""
+    with chronq.open(path, readonly=True) as q:
+        t = q.tailer()
+        out = []
+        while (ex := t.read(True)) is not None:
+            out.append((ex.index, ex.metadata, ex.bytes()))
+        return out
+
+
+def cycle_files(path: Path) -> list[str]:
+    return sorted(n for n in os.listdir(path) if n.endswith(".cq4"))
+
+
+def last_index(path: Path) -> int | None:
+    if not (path / "metadata.cq4t").exists():
+        return None
+    with chronq.open(path, readonly=True) as q:
+        return q.last_index
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)

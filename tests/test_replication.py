@@ -1,0 +1,178 @@
+"""Replication between real processes over real sockets on 127.0.0.1 (`chronq replicate`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import chronq
+from chronq.replication import ConfigError, ReplicatedQueue, load_config, parse_config
+from chronq.replication import protocol as p
+from tests.replication_support import all_documents, cycle_files, last_index, wait_until, write_config
+
+PROCS = Path(__file__).resolve().parent / "procs"
+
+
+class Host:
+    """One `chronq replicate CONFIG --host-id N` process, its log in a file."""
+
+    def __init__(self, config: Path, host_id: int) -> None:
+        self.log = config.parent / f"host{host_id}-{time.monotonic_ns()}.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", str(host_id)],
+                stdout=out, stderr=subprocess.STDOUT)
+        wait_until(lambda: "running" in self.text() or self.proc.poll() is not None, 20, f"host {host_id}")
+        assert self.proc.poll() is None, self.text()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> int:
+        """SIGTERM, and the exit status of a clean stop."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(20)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(20)
+
+
+def write(source: Path, first: int, count: int, per_cycle: int) -> int:
+    out = subprocess.run([sys.executable, str(PROCS / "repl_writer.py"), str(source), str(first), str(count),
+                          str(per_cycle)], check=True, capture_output=True, text=True, timeout=120)
+    return int(out.stdout.strip())
+
+
+def test_source_and_two_sinks_late_join_and_restart(tmp_path: Path) -> None:
+    """100,000 messages over 5+ cycles (gaps between them, metadata in each) reach two sink processes:
+    one follows live and is killed mid-stream and restarted, the other joins only at the end."""
+    config = write_config(tmp_path)
+    source, sink2, sink3 = tmp_path / "source/queue1", tmp_path / "sink2/queue1", tmp_path / "sink3/queue1"
+    hosts = [Host(config, 1), Host(config, 2)]
+    try:
+        last = write(source, 0, 40_000, 20_000)
+        wait_until(lambda: last_index(sink2) == last, 30, "sink 2 to catch up")
+        writer = subprocess.Popen([sys.executable, str(PROCS / "repl_writer.py"), str(source), "40000",
+                                   "60000", "20000"], stdout=subprocess.PIPE, text=True)
+        wait_until(lambda: (last_index(sink2) or 0) > last, 30, "sink 2 to follow live")
+        hosts[1].kill()  # mid-stream: the writer may still be writing
+        out, _ = writer.communicate(timeout=120)
+        last = int(out.strip())
+        assert last_index(sink2) != last or writer.returncode == 0
+        hosts[1] = Host(config, 2)
+        hosts.append(Host(config, 3))  # late: everything is already written
+        for sink in (sink2, sink3):
+            wait_until(lambda s=sink: last_index(s) == last, 60, f"{sink} to catch up")  # type: ignore[misc]
+    finally:
+        codes = [h.stop() for h in hosts]
+    assert codes == [0, 0, 0], [h.text() for h in hosts]
+    expected = all_documents(source)
+    assert sum(1 for d in expected if not d[1]) == 100_000
+    assert len(cycle_files(source)) >= 5
+    for sink in (sink2, sink3):
+        assert all_documents(sink) == expected
+        assert cycle_files(sink) == cycle_files(source)
+    with chronq.open(source, readonly=True) as q:
+        assert q.table is not None
+        assert q.table.get("chronicle.lastIndexReplicated") == last
+        assert q.table.get("chronicle.lastAcknowledgedIndexReplicated") == last
+    with chronq.open(sink2) as q, pytest.raises(chronq.ChronqError, match="is a replication sink"):
+        q.appender()
+
+
+def test_wrong_key_is_refused_and_nothing_moves(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    # the same cluster (same ports and folders) with another key
+    text = config.read_text().replace("baseSourcePath: source", "baseSourcePath: ../source")
+    (bad / "cluster.yaml").write_text(text.replace("baseSinkPath: sink", "baseSinkPath: ../sink"))
+    (bad / "cluster.yaml.key").write_text("another key of at least sixteen bytes\n")
+    source = Host(config, 1)
+    try:
+        write(tmp_path / "source/queue1", 0, 100, 1000)
+        intruder = Host(bad / "cluster.yaml", 2)
+        try:
+            wait_until(lambda: "refused 127.0.0.1:" in source.text(), 20, "the refusal in the source's log")
+            wait_until(lambda: "wrong proof" in intruder.text(), 20, "the sink to see the refusal")
+        finally:
+            assert intruder.stop() == 0
+    finally:
+        assert source.stop() == 0
+    assert "did not authenticate" in source.text()
+    assert not (tmp_path / "sink2/queue1").exists() or last_index(tmp_path / "sink2/queue1") is None
+    with chronq.open(tmp_path / "source/queue1", readonly=True) as q:
+        assert q.table is not None and q.table.get("chronicle.lastIndexReplicated") == -1
+
+
+def _raw_peer(address: tuple[str, int], frames: list[bytes]) -> bytes:
+    """Connect, send raw bytes, return everything the source answers until it closes."""
+    with socket.create_connection(address, timeout=10) as s:
+        for f in frames:
+            s.sendall(f)
+            time.sleep(0.05)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def test_in_process_api_and_acknowledged_index(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = write_config(tmp_path, hosts=2)
+    with ReplicatedQueue(config, 1) as src:
+        assert src.address is not None
+        # a peer without the key: a wrong proof is refused (and logged with its address)
+        hello = p.encode(p.Hello(p.VERSION, "queue1", 7, b"n" * p.NONCE_SIZE))
+        answer = p.FrameDecoder().feed(_raw_peer(src.address, [hello, p.encode(p.Auth(b"x" * 32))]))
+        assert isinstance(answer[0], p.Challenge) and answer[1:] == [p.Error("authentication failed")]
+        # a frame beyond the bound closes that connection only
+        answer = p.FrameDecoder().feed(_raw_peer(src.address, [(1 << 30).to_bytes(4, "big")]))
+        assert answer == [p.Error("authentication failed")]
+        assert "refused 127.0.0.1:" in caplog.text and "host 7 sent a wrong proof" in caplog.text
+        assert "frame length 1073741824 outside" in caplog.text
+    with ReplicatedQueue(config, 1) as src, ReplicatedQueue(load_config(config), 2) as sink:
+        assert src.address is not None and sink.address is None
+        with chronq.open(src.source_path("queue1")) as q:
+            index = q.appender().write(b"hello replica")
+        wait_until(lambda: src.last_acknowledged("queue1") == index, 10, "the acknowledgement")
+        with chronq.open(sink.sink_path("queue1"), readonly=True) as q:
+            ex = q.tailer().read()
+            assert ex is not None and (ex.index, ex.bytes()) == (index, b"hello replica")
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("cluster: {context: {keyFile: k}, h: {hostId: 1, connectUri: x}}\nqueues: {q: {masterId: 1}}",
+     "connectUri 'x' is not host:port"),
+    ("cluster: {context: {keyFile: k}, h: {hostId: 1, connectUri: 'a:1'}}\nqueues: {q: {masterId: 2}}",
+     "masterId 2 is not a host"),
+    ("cluster: {context: {keyFile: k}, h: {hostId: 1, connectUri: 'a:1'}}\nqueues: {q: {masterId: 1, "
+     "path: ../x}}", "must be relative and stay inside"),
+    ("cluster: {context: {keyFile: k}, h: {hostId: one, connectUri: 'a:1'}}\nqueues: {q: {masterId: 1}}",
+     "hostId must be an integer"),
+    ("cluster: {context: {keyFile: short}, h: {hostId: 1, connectUri: 'a:1'}}\nqueues: {q: {masterId: 1}}",
+     "holds 5 bytes"),
+    ("cluster: {context: {keyFile: k}, h: {hostId: 1, connectUri: 'a:1'}}\nqueues: {'a/b': {masterId: 1}}",
+     "a queue name is"),
+    ("cluster: {context: {keyFile: missing}}", "missing: .*No such file"),
+    ("cluster: [1, 2]", "cluster: expected a map"),
+])
+def test_config_errors(tmp_path: Path, text: str, error: str) -> None:
+    (tmp_path / "k").write_text("sixteen bytes or more\n")
+    (tmp_path / "short").write_text("short")
+    with pytest.raises(ConfigError, match=error):
+        parse_config(text, tmp_path)
+
+
+def test_cli_refuses_an_unknown_host(tmp_path: Path) -> None:
+    config = write_config(tmp_path, hosts=2)
+    p = subprocess.run([sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", "9"],
+                       capture_output=True, text=True, timeout=60, env={**os.environ})
+    assert p.returncode == 1 and "host id 9 is not in the cluster" in p.stderr

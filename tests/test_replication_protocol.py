@@ -1,0 +1,103 @@
+"""The replication frame codec: round trips, and hostile byte streams raise only ProtocolError."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chronq.replication.errors import ProtocolError
+from chronq.replication.protocol import (
+    NONCE_SIZE,
+    Ack,
+    Auth,
+    Challenge,
+    Error,
+    Excerpts,
+    Frame,
+    FrameDecoder,
+    Heartbeat,
+    Hello,
+    QueueInfo,
+    Subscribe,
+    encode,
+)
+
+MAX = 4096
+i64 = st.integers(-(1 << 63), (1 << 63) - 1)
+u32 = st.integers(0, (1 << 32) - 1)
+i32 = st.integers(-(1 << 31), (1 << 31) - 1)
+text = st.text(max_size=40)
+nonce = st.binary(min_size=NONCE_SIZE, max_size=NONCE_SIZE)
+frames: st.SearchStrategy[Frame] = st.one_of(
+    st.builds(Hello, st.integers(0, 65535), text, u32, nonce),
+    st.builds(Challenge, nonce, st.binary(min_size=32, max_size=32)),
+    st.builds(Auth, st.binary(min_size=32, max_size=32)),
+    st.builds(QueueInfo, text, i64, i32, i32, i64, u32),
+    st.builds(Subscribe, i64, u32),
+    st.builds(Excerpts, st.lists(st.tuples(i64, st.booleans(), st.binary(max_size=200)), max_size=8)),
+    st.just(Heartbeat()),
+    st.builds(Ack, i64),
+    st.builds(Error, text),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(frames, max_size=6), st.integers(1, 64))
+def test_round_trip_in_any_chunking(sent: list[Frame], chunk: int) -> None:
+    stream = b"".join(encode(f, MAX) for f in sent)
+    d = FrameDecoder(MAX)
+    got: list[Frame] = []
+    for i in range(0, len(stream), chunk):
+        got += d.feed(stream[i:i + chunk])
+    assert got == sent
+    assert d.buffered == 0
+
+
+def _decode_all(data: bytes, chunk: int) -> None:
+    d = FrameDecoder(MAX)
+    try:
+        for i in range(0, len(data), chunk):
+            d.feed(data[i:i + chunk])
+            assert d.buffered < 4 + MAX  # never holds more than one bounded frame
+    except ProtocolError:
+        pass
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=600), st.integers(1, 700))
+def test_arbitrary_bytes_raise_only_protocol_error(data: bytes, chunk: int) -> None:
+    _decode_all(data, chunk)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(frames, min_size=1, max_size=4), st.data())
+def test_mutated_streams_raise_only_protocol_error(sent: list[Frame], data: st.DataObject) -> None:
+    stream = bytearray(b"".join(encode(f, MAX) for f in sent))
+    for _ in range(data.draw(st.integers(1, 4))):
+        op = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+        at = data.draw(st.integers(0, max(0, len(stream) - 1)))
+        if op == "flip" and stream:
+            stream[at] ^= data.draw(st.integers(1, 255))
+        elif op == "cut":
+            del stream[at:at + data.draw(st.integers(1, 8))]
+        else:
+            stream[at:at] = data.draw(st.binary(min_size=1, max_size=8))
+    _decode_all(bytes(stream), data.draw(st.integers(1, 100)))
+
+
+def test_oversized_frames_are_refused_on_both_sides() -> None:
+    big = Excerpts([(1, False, b"x" * MAX)])
+    with pytest.raises(ProtocolError, match="exceeds the maximum frame size"):
+        encode(big, MAX)
+    d = FrameDecoder(MAX)
+    with pytest.raises(ProtocolError, match=r"frame length 4097 outside 1\.\.4096"):
+        d.feed((MAX + 1).to_bytes(4, "big") + b"\x06")
+    with pytest.raises(ProtocolError, match="frame length 0"):
+        FrameDecoder(MAX).feed(b"\0\0\0\0")
+
+
+def test_a_frame_announcing_more_excerpts_than_it_holds() -> None:
+    body = b"\x06" + (0xFFFFFFFF).to_bytes(4, "big")
+    with pytest.raises(ProtocolError, match="announces 4294967295 excerpts"):
+        FrameDecoder(MAX).feed(len(body).to_bytes(4, "big") + body)

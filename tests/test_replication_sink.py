@@ -1,0 +1,123 @@
+"""The replication sink writer: source excerpts land at the same indexes, in the same cycle files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import chronq
+from chronq.replication.errors import ReplicationError
+from chronq.replication.sink import Position, SinkWriter, is_store_document, read_position
+from chronq.replication.source import SourceReader
+from chronq.rollcycles import FixedClock
+from tests.replication_support import all_documents, cycle_files
+
+
+def make_source(path: Path) -> chronq.Queue:
+    """A TEST_SECONDLY source with metadata documents, an empty message and cycles far apart."""
+    clock = FixedClock(1_000)
+    q = chronq.open(path, "TEST_SECONDLY", clock=clock)
+    a = q.appender()
+    a.write_meta(b"meta before the first message")
+    for i in range(50):
+        a.write(b"first %d" % i)
+    a.write_meta(b"meta after")
+    clock.set(4_000)  # cycles 2 and 3 never exist
+    a.write(b"")
+    a.write(bytes(range(256)) * 40)
+    a.write_meta(b"meta at the end of cycle 4")
+    clock.set(7_000)
+    a.write_meta(b"meta first in cycle 7")  # a cycle whose first document is metadata
+    a.write(b"last")
+    return q
+
+
+def replicate(source: chronq.Queue, sink: Path, batch: int = 1000) -> SinkWriter:
+    w = SinkWriter(sink, source.roll_cycle, source.epoch, source_host=1)
+    r = SourceReader(source, w.position)
+    while excerpts := r.read_batch(batch, 1 << 20):
+        w.write_all(excerpts)
+    r.close()
+    return w
+
+
+def test_sink_mirrors_source_across_gapped_cycles(tmp_path: Path) -> None:
+    with make_source(tmp_path / "src") as src:
+        replicate(src, tmp_path / "sink").close()
+    assert all_documents(tmp_path / "sink") == all_documents(tmp_path / "src")
+    assert cycle_files(tmp_path / "sink") == cycle_files(tmp_path / "src") == [
+        "19700101-000001T.cq4", "19700101-000004T.cq4", "19700101-000007T.cq4"]
+
+
+@pytest.mark.parametrize("cut", [1, 2, 51, 52, 53, 55, 56, 57])
+def test_resume_after_any_document(tmp_path: Path, cut: int) -> None:
+    """A sink stopped after any document (data or metadata) resumes without a duplicate or a gap."""
+    with make_source(tmp_path / "src") as src:
+        w = SinkWriter(tmp_path / "sink", src.roll_cycle, src.epoch, source_host=1)
+        w.write_all(SourceReader(src, Position(None)).read_batch(cut, 1 << 30))
+        w.close()
+        replicate(src, tmp_path / "sink", batch=3).close()
+    assert all_documents(tmp_path / "sink") == all_documents(tmp_path / "src")
+
+
+def test_duplicates_and_gaps_are_refused_and_not_written(tmp_path: Path) -> None:
+    with make_source(tmp_path / "src") as src:
+        docs = SourceReader(src, Position(None)).read_batch(1000, 1 << 30)
+        with SinkWriter(tmp_path / "sink", src.roll_cycle, src.epoch, source_host=1) as w:
+            with pytest.raises(ReplicationError, match=r"sink: gap: excerpt 0x100000001 would be the first"):
+                w.write(docs[2][0], False, docs[2][2])
+            w.write_all(docs[:10])
+            before = w.position
+            after = docs[10][0] + 1
+            for bad, what in [(docs[5], "duplicate"), (docs[9], "duplicate"), ((after, False, b"x"), "gap"),
+                              ((after, True, b"x"), "gap")]:
+                with pytest.raises(ReplicationError, match=rf"sink: {what}: .* {bad[0]:#x}"):
+                    w.write(*bad)
+            assert w.position == before
+        assert [d for d in all_documents(tmp_path / "sink") if not is_store_document(d[2])] == docs[:10]
+
+
+def test_sink_refuses_local_appenders_and_a_sink_ahead_is_reported(tmp_path: Path) -> None:
+    with make_source(tmp_path / "src") as src:
+        replicate(src, tmp_path / "sink").close()
+        with chronq.open(tmp_path / "sink") as q, pytest.raises(chronq.ChronqError, match="replication sink"):
+            q.appender()
+        with chronq.open(tmp_path / "other", "TEST_SECONDLY", clock=FixedClock(1_000)) as short:
+            short.appender().write(b"only one")
+            with SinkWriter(tmp_path / "sink", src.roll_cycle, src.epoch) as w, \
+                    pytest.raises(ReplicationError, match="does not have"):
+                SourceReader(short, w.position)
+
+
+def test_sink_with_another_roll_cycle_is_refused(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "sink", "TEST_SECONDLY") as q:
+        q.appender().write(b"x")
+    with chronq.open(tmp_path / "src", "FAST_DAILY") as src, \
+            pytest.raises(ReplicationError, match="roll cycle"):
+        SinkWriter(tmp_path / "sink", src.roll_cycle, src.epoch)
+
+
+def test_read_position_of_empty_and_metadata_only_queues(tmp_path: Path) -> None:
+    clock = FixedClock(2_000)
+    with chronq.open(tmp_path / "q", "TEST_SECONDLY", clock=clock) as q:
+        assert read_position(q) == Position(None)
+        q.appender().write_meta(b"m")
+        assert read_position(q) == Position(q.roll_cycle.to_index(2, 0), 1)
+
+
+@pytest.mark.interop
+def test_java_lists_the_same_documents(tmp_path: Path) -> None:
+    from tests.test_java_interop import java
+
+    with make_source(tmp_path / "src") as src:
+        replicate(src, tmp_path / "sink").close()
+    listed = []
+    for name in ("src", "sink"):
+        out = tmp_path / f"{name}.jsonl"
+        java("list", tmp_path / name, out)
+        listed.append([(d["index"], d["metadata"], d["length"], d["sha256"], d["file"], d["position"])
+                       for d in map(json.loads, out.read_text().splitlines())])
+    assert listed[0] == listed[1]
+    assert len([d for d in listed[1] if not d[1]]) == 53

@@ -1,4 +1,5 @@
-"""docs/rpc.md and docs/testing.md: their Python blocks run in order in one namespace, as a reader would."""
+"""docs/rpc.md, docs/testing.md and docs/records.md: their Python blocks run in order in one namespace, as a
+reader would."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
-@pytest.mark.parametrize("doc", ["docs/rpc.md", "docs/testing.md"])
+@pytest.mark.parametrize("doc", ["docs/rpc.md", "docs/testing.md", "docs/records.md"])
 def test_doc_examples_run(doc, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(ROOT))

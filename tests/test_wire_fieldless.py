@@ -163,6 +163,16 @@ def test_schema_evolution_is_append_only():
         WireType.FIELDLESS_BINARY.decode(b"\x82\x04\x00\x00\x00\xe3LSE", Leg)
 
 
+def test_a_type_prefix_before_an_object_is_skipped():
+    """Java writes `!type` before an object a field declares as Object or an interface."""
+    w = binary.Writer()
+    w.type_prefix("net.example.Leg")
+    data = w.getvalue() + WireType.FIELDLESS_BINARY.encode(Leg("LSE", 7))
+    assert WireType.FIELDLESS_BINARY.decode(data, Leg) == Leg("LSE", 7)
+    with pytest.raises(WireError, match="overruns"):
+        WireType.FIELDLESS_BINARY.decode(data[:5], Leg)
+
+
 def test_truncated_block_is_a_wire_error():
     data = WireType.FIELDLESS_BINARY.encode(Leg("LSE", 7))
     with pytest.raises(WireError):

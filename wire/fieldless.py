@@ -176,6 +176,14 @@ def _is_null(r: _b.Reader) -> bool:
 
 def _enter(r: _b.Reader, what: str) -> _b.Reader:
     code = r.peek_code()
+    if code == 0xB6:  # `!type` before an object whose declared type Java did not know: the type is ours
+        start = r.pos
+        r.pos += 1
+        n = r.read_stop_bit()
+        if n > r.end - r.pos:
+            raise WireError(f"type prefix of {n} bytes overruns the data", start)
+        r.pos += n
+        code = r.peek_code()
     if code not in _BLOCKS:
         raise WireError(
             f"expected a fieldless {what} (a length-prefixed block), found code 0x{code:02x}", r.pos

@@ -46,7 +46,8 @@ test-pure: build
 	WIRE_NO_SPEEDUPS=1 $(PY) -m pytest -q tests/test_wire_binary.py tests/test_wire_typed.py \
 		tests/test_wire_text.py tests/test_wire_history.py tests/test_wire_wiretypes.py tests/test_wire_fuzz.py tests/test_wire_bounds.py tests/test_wire_fields.py \
 		tests/test_rpc_reader.py tests/test_rpc_writer.py tests/test_rpc_history.py tests/test_rpc_java_queues.py \
-		tests/test_rpc_service.py tests/test_rpc_wires.py tests/test_rpc_fuzz.py tests/test_rpc_dispatch_scope.py
+		tests/test_rpc_service.py tests/test_rpc_wires.py tests/test_rpc_fuzz.py tests/test_rpc_dispatch_scope.py \
+		tests/test_wire_fieldless.py tests/test_wire_record.py
 
 # Sanitizers: both C modules built with AddressSanitizer and UndefinedBehaviorSanitizer in a copy of the
 # tree (build/asan/tree: the in-place modules of this tree would otherwise be imported first), then the

@@ -8,6 +8,7 @@ from chronq.errors import (
     QueueLockedError,
     RollCycleMismatchError,
 )
+from chronq.merge import merge
 from chronq.pausers import BusyPauser, Pauser, SleepingPauser, YieldingPauser
 from chronq.queue import Queue, open
 from chronq.tailer import Direction, Excerpt, Tailer, TailerState
@@ -29,5 +30,6 @@ __all__ = [
     "Tailer",
     "TailerState",
     "YieldingPauser",
+    "merge",
     "open",
 ]

@@ -1700,7 +1700,25 @@ static PyGetSetDef Ex_getset[] = {
     {"header", (getter)Ex_header, NULL, "the raw 32-bit header", NULL},
     {NULL}};
 
-static PyMethodDef Ex_methods[] = {{"bytes", (PyCFunction)Ex_bytes, METH_NOARGS, "copy of the body"}, {NULL}};
+/* excerpt.record(): a wire.record.RecordReader over the body, read in place (looked up once: chronq's
+   native half stays free of the wire layer until a record is read) */
+static PyObject *Ex_record(ExcerptObject *self, PyObject *Py_UNUSED(ignored)) {
+    static PyObject *reader_cls = NULL;
+    if (reader_cls == NULL) {
+        PyObject *mod = PyImport_ImportModule("wire.record");
+        if (mod == NULL) return NULL;
+        reader_cls = PyObject_GetAttrString(mod, "RecordReader");
+        Py_DECREF(mod);
+        if (reader_cls == NULL) return NULL;
+    }
+    return PyObject_CallOneArg(reader_cls, (PyObject *)self);
+}
+
+static PyMethodDef Ex_methods[] = {
+    {"bytes", (PyCFunction)Ex_bytes, METH_NOARGS, "copy of the body"},
+    {"record", (PyCFunction)Ex_record, METH_NOARGS,
+     "a wire.record.RecordReader of the body's positional values, valid until the tailer's next read"},
+    {NULL}};
 static PySequenceMethods Ex_as_sequence = {.sq_length = (lenfunc)Ex_len};
 
 static PyTypeObject ExcerptType = {

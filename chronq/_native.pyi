@@ -10,6 +10,8 @@ from typing import overload
 
 from typing_extensions import Buffer
 
+from wire.record import RecordReader
+
 UNLOCKED: int  # value of an unlocked chronicle.write.lock (Long.MIN_VALUE)
 DOCUMENT_SOURCE: object  # capsule: TailerCore.read for wire._speedups.ReadOne, without a Python call
 
@@ -144,6 +146,8 @@ class Excerpt:
     @property
     def header(self) -> int: ...
     def bytes(self) -> bytes: ...
+    def record(self) -> RecordReader:
+        """The body's positional values (`wire.record`), read in place: valid until the next read."""
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int, /) -> memoryview: ...
 

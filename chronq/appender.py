@@ -22,6 +22,7 @@ from chronq.table import NORMALISED_EOFS_TO, UNLOCKED, WRITE_LOCK
 if TYPE_CHECKING:
     from chronq.queue import CycleFile, Queue
     from wire.binary import Writer
+    from wire.record import RecordWriter
 
 __all__ = ["Appender", "DocumentContext"]
 
@@ -116,6 +117,13 @@ class Appender(_native.AppenderCore):
         from wire import binary
 
         return int(self.write(binary.encode_document(fields)))
+
+    def record(self) -> RecordWriter:
+        """A builder of positional values (`wire.record`): `with appender.record() as r:
+        r.int32(1).text("x")` appends them as one document on a clean exit, nothing on an exception."""
+        from wire.record import RecordWriter
+
+        return RecordWriter(self.write)
 
     @property
     def queue(self) -> Queue:

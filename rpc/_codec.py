@@ -33,8 +33,19 @@ _U32 = struct.Struct("<I")
 event_bytes = _methods.event_bytes
 
 
-def value_encoder(tp: Any) -> Encoder:
+def framed(wire: WireType) -> bool:
+    """Whether `wire` carries a call's arguments framed in a BINARY bytes value (the Python-only
+    wires), rather than as values in the document the way Java's method writer writes them (BINARY,
+    and FIELDLESS_BINARY, which only leaves the field names out)."""
+    return wire is not WireType.BINARY and wire is not WireType.FIELDLESS_BINARY
+
+
+def value_encoder(tp: Any, wire: WireType = WireType.BINARY) -> Encoder:
     """Appends one argument of declared type `tp` the way Java's method writer does (docs/rpc.md, Writing)."""
+    if wire is WireType.FIELDLESS_BINARY:
+        from wire import fieldless
+
+        return fieldless.encoder_for(tp)
     return _b.encoder_for(tp)
 
 
@@ -49,6 +60,8 @@ def fast_plan(params: Any, wire: WireType = WireType.BINARY) -> Any:
     argument, given the framed bytes."""
     if not params or not _methods.accelerated:
         return None
+    if wire is WireType.FIELDLESS_BINARY:
+        return None  # the C plans read named fields
     if wire is not WireType.BINARY:
         return wire.decoder(params[0][1]) if len(params) == 1 else None
     plan = _marshal.native_plan(params[0][1]) if len(params) == 1 else None
@@ -111,8 +124,13 @@ event_call: _methods.EventCall = _methods.event_call or _event_call
 read_one: _methods.ReadOneType = _methods.ReadOne or _read_one
 
 
-def value_decoder(tp: Any) -> Decoder:
-    """Reads one argument into `tp` (fields by name, lossless conversions); `Any` gives the generic value."""
+def value_decoder(tp: Any, wire: WireType = WireType.BINARY) -> Decoder:
+    """Reads one argument into `tp` (fields by name, lossless conversions; FIELDLESS_BINARY: by
+    position); `Any` gives the generic value."""
+    if wire is WireType.FIELDLESS_BINARY:
+        from wire import fieldless
+
+        return fieldless.decoder_for(tp)
     if tp is Any:
         return _b.Reader.read_value
     return _b.decoder_for(tp)

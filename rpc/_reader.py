@@ -48,7 +48,7 @@ def _decoder(
     A sequence shorter than the parameters (an older writer) takes the trailing defaults; longer (a
     newer writer) has its extras ignored."""
     reader = _codec.reader_at
-    if wire is not WireType.BINARY and params:
+    if _codec.framed(wire) and params:
         types = tuple(tp for _, tp in params)
         get = _codec.framed_decoder(wire, types[0] if len(types) == 1 else tuple[types])  # type: ignore[valid-type]
         if len(types) == 1:
@@ -76,14 +76,14 @@ def _decoder(
 
         return none
     if len(params) == 1:
-        one = _codec.value_decoder(params[0][1])
+        one = _codec.value_decoder(params[0][1], wire)
 
         def single(buf: Any, pos: int) -> tuple[tuple[Any, ...], int]:
             r = reader(buf, pos)
             return (one(r),), r.position
 
         return single
-    decs = [_codec.value_decoder(tp) for _, tp in params]
+    decs = [_codec.value_decoder(tp, wire) for _, tp in params]
 
     required = len(params) - len(defaults)
 

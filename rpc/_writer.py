@@ -124,7 +124,13 @@ def _method_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any])
     whole: Callable[[bytes, Any], Any] | None = None
     if len(args) == 1:
         tp = m.params[0][1]
-        whole = _codec.document_encoder(tp) if wire is WireType.BINARY else _codec.framed_document(wire)
+        whole = (
+            _codec.document_encoder(tp)
+            if wire is WireType.BINARY
+            else _codec.framed_document(wire)
+            if _codec.framed(wire)
+            else None
+        )
     if mode == "plain" and m.chain is None and whole is not None:  # the usual call: one C step
         ns[f"_D_{m.name}"] = whole
         body.append(f"        self._write(_D_{m.name}(_E_{m.name}, {args[0]}))")
@@ -137,20 +143,20 @@ def _method_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any])
     else:
         body.append("        b_ = self._start")
         body.append(f"        b_ += _E_{m.name}")
-    if wire is not WireType.BINARY:
+    if _codec.framed(wire):
         ns[f"_V_{m.name}"] = _codec.framed_encoder(wire)
         value = "None" if not args else args[0] if len(args) == 1 else f"({', '.join(args)},)"
         body.append(f"        _V_{m.name}(b_, {value})")
     elif not args:
         body.append("        b_ += b'\\xe0'")
     elif len(args) == 1:
-        ns[f"_V_{m.name}_0"] = _codec.value_encoder(m.params[0][1])
+        ns[f"_V_{m.name}_0"] = _codec.value_encoder(m.params[0][1], wire)
         body.append(f"        _V_{m.name}_0(b_, {args[0]})")
     else:
         body.append("        b_ += b'\\x82\\x00\\x00\\x00\\x00'")
         body.append("        s_ = len(b_)")
         for i, (a, tp) in enumerate(m.params):
-            ns[f"_V_{m.name}_{i}"] = _codec.value_encoder(tp)
+            ns[f"_V_{m.name}_{i}"] = _codec.value_encoder(tp, wire)
             body.append(f"        _V_{m.name}_{i}(b_, {a})")
         body.append("        _seq_end(b_, s_)")
     if m.chain is None:

@@ -55,6 +55,18 @@ def test_bench_rpc() -> None:
     assert all(row in out for row in rows), out
 
 
+def test_bench_record() -> None:
+    out = run("bench_record.py", "--n", "3000", "--rounds", "1")
+    rows = ("write Layout.pack + write", "read Layout.unpack(excerpt.payload)", "read struct.unpack_from")
+    assert all(row in out for row in rows), out
+
+
+def test_bench_merge() -> None:
+    out = run("bench_merge.py", "--n", "3000", "--rounds", "1")
+    rows = ("chronq.merge, copy=True (bytes)", "chronq.merge, copy=False (excerpts)", "heapq.merge over")
+    assert all(row in out for row in rows), out
+
+
 @pytest.mark.slow
 def test_bench_spark() -> None:
     out = run("bench_spark.py", "--rows", "20000", "--runs", "1")

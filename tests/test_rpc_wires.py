@@ -1,4 +1,5 @@
-"""Python-only argument wires (MSGSPEC, FIELDLESS_BINARY): same dispatch, documents still valid BINARY."""
+"""Argument wires other than BINARY (MSGSPEC, MSGPACK_ARRAY, FIELDLESS_BINARY): same dispatch, documents
+still valid BINARY."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tests.rpc_support import Events, Message1, Message2, Recording
 from tests.test_rpc_writer import Routed, Router
 from wire import WireError, WireType, text
 
-WIRES = [WireType.MSGSPEC, WireType.FIELDLESS_BINARY]
+WIRES = [WireType.MSGSPEC, WireType.MSGPACK_ARRAY, WireType.FIELDLESS_BINARY]
 CALLS = st.lists(
     st.one_of(
         st.tuples(st.just("method1"), st.tuples(rst.dtos(Message1))),
@@ -76,7 +77,7 @@ def test_queue_read_one_delivers_framed_arguments_of_every_frame_size(wire, size
     assert h.calls == [("say", ("s" * size,)), ("method1", (Message1("m" * size),))]
 
 
-@pytest.mark.parametrize("wire", [WireType.MSGSPEC, WireType.FIELDLESS_BINARY])
+@pytest.mark.parametrize("wire", [WireType.MSGSPEC, WireType.MSGPACK_ARRAY])
 def test_non_utf8_text_in_framed_arguments_is_a_wire_error_at_its_offset(wire):
     """msgspec raises UnicodeDecodeError for such text; the reader reports a WireError where it is."""
     out = Recorder()

@@ -59,7 +59,7 @@ def hostile_cases() -> list[tuple[str, Callable[[], Any]]]:
     cases.append(("tuple[bytes, int]", lambda: binary.decode(binary.encode([2**31, 1]), tuple[bytes, int])))
     cases.append(("bytes from bool", lambda: binary.decode(binary.encode(True), bytes)))
     cases.append(("YAML int as bytes", lambda: text.from_yaml("2147483648", bytes)))
-    for wire in (WireType.MSGSPEC, WireType.FIELDLESS_BINARY):
+    for wire in (WireType.MSGSPEC, WireType.MSGPACK_ARRAY, WireType.FIELDLESS_BINARY):
         for n in HUGE_INTS:
             cases.append((f"{wire.name} int {n} as bytes", lambda w=wire, n=n: w.decode(w.encode(n), bytes)))
     cases.append(("rpc bytes argument", _rpc_bytes_argument))
@@ -148,7 +148,7 @@ def test_short_inputs_allocate_in_proportion_to_themselves(data: bytes, target: 
     calls: list[Callable[[], Any]] = [lambda: binary.decode(data, target)]
     if target in (Blob, Blobs):
         calls.append(lambda: binary.decode_document(data, target))
-    for wire in (WireType.MSGSPEC, WireType.FIELDLESS_BINARY):
+    for wire in (WireType.MSGSPEC, WireType.MSGPACK_ARRAY, WireType.FIELDLESS_BINARY):
         calls.append(lambda w=wire: w.decode(data, target))
     for call in calls:
         assert _peak(call) < 256 << 10

@@ -1,5 +1,5 @@
-"""wire.WireType: one codec interface over BINARY, FIELDLESS_BINARY and MSGSPEC; round trips and
-schema evolution for each."""
+"""wire.WireType: one codec interface over BINARY, FIELDLESS_BINARY, MSGPACK_ARRAY and MSGSPEC; round trips
+and schema evolution for each."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class Book(msgspec.Struct, array_like=True):
 
 
 ALL = list(WireType)
-PYTHON_ONLY = [WireType.FIELDLESS_BINARY, WireType.MSGSPEC]
+PYTHON_ONLY = [WireType.MSGPACK_ARRAY, WireType.MSGSPEC]
 
 
 @pytest.mark.parametrize("wt", ALL)
@@ -74,20 +74,28 @@ def test_untyped_decode(wt: WireType) -> None:
     assert wt.decode(wt.encode([1, "a", None, 2.5])) == [1, "a", None, 2.5]
 
 
-def test_fieldless_is_positional_and_smallest() -> None:
+def test_msgpack_array_is_positional_and_smallest() -> None:
     t = Trade(1, "EURUSD", 1.5, 10, Side.BUY, "bob")
     sizes = {wt: len(wt.encode(t)) for wt in ALL}
-    assert sizes[WireType.FIELDLESS_BINARY] < min(sizes[WireType.MSGSPEC], sizes[WireType.BINARY])
-    assert msgspec.msgpack.decode(WireType.FIELDLESS_BINARY.encode(t)) == [1, "EURUSD", 1.5, 10, "BUY", "bob"]
+    assert sizes[WireType.MSGPACK_ARRAY] < min(sizes[WireType.MSGSPEC], sizes[WireType.BINARY])
+    assert sizes[WireType.FIELDLESS_BINARY] < sizes[WireType.BINARY]
+    assert msgspec.msgpack.decode(WireType.MSGPACK_ARRAY.encode(t)) == [1, "EURUSD", 1.5, 10, "BUY", "bob"]
+    assert WireType.FIELDLESS_BINARY.decode(WireType.FIELDLESS_BINARY.encode(t)) == [
+        1,
+        "EURUSD",
+        1.5,
+        10,
+        "BUY",
+        "bob",
+    ]
     assert b"symbol" in WireType.MSGSPEC.encode(t) and b"symbol" in WireType.BINARY.encode(t)
 
 
-def test_fieldless_nests_positionally() -> None:
+def test_positional_wires_nest_positionally() -> None:
     book = Book("b", [Order(1, [Leg("X", 2)])])
-    assert msgspec.msgpack.decode(WireType.FIELDLESS_BINARY.encode(book)) == [
-        "b",
-        [[1, [["X", 2]], "BUY", None]],
-    ]
+    nested = ["b", [[1, [["X", 2]], "BUY", None]]]
+    assert msgspec.msgpack.decode(WireType.MSGPACK_ARRAY.encode(book)) == nested
+    assert WireType.FIELDLESS_BINARY.decode(WireType.FIELDLESS_BINARY.encode(book)) == nested
 
 
 class Node(msgspec.Struct):
@@ -95,9 +103,11 @@ class Node(msgspec.Struct):
     children: list[Node] = []
 
 
-def test_fieldless_rejects_self_referencing_classes() -> None:
+def test_msgpack_array_rejects_self_referencing_classes() -> None:
     with pytest.raises(WireError, match="self-referencing"):
-        WireType.FIELDLESS_BINARY.encode(Node(1))
+        WireType.MSGPACK_ARRAY.encode(Node(1))
+    tree = Node(1, [Node(2, [Node(3)])])  # Chronicle's fieldless blocks nest to any depth
+    assert WireType.FIELDLESS_BINARY.decode(WireType.FIELDLESS_BINARY.encode(tree), Node) == tree
     assert WireType.MSGSPEC.decode(WireType.MSGSPEC.encode(Node(1, [Node(2)])), Node) == Node(1, [Node(2)])
 
 
@@ -136,10 +146,11 @@ def test_by_name_wires_tolerate_reorder_and_removal(wt: WireType) -> None:
     assert wt.decode(wt.encode(V1(1, "a")), V2Removed) == V2Removed(1)
 
 
-def test_fieldless_is_append_only() -> None:
+@pytest.mark.parametrize("wt", [WireType.FIELDLESS_BINARY, WireType.MSGPACK_ARRAY])
+def test_fieldless_is_append_only(wt: WireType) -> None:
     """Positions carry the meaning: a reordered class of other types is rejected, not misread."""
     with pytest.raises(WireError, match="V2Reordered"):
-        WireType.FIELDLESS_BINARY.decode(WireType.FIELDLESS_BINARY.encode(V1(1, "a")), V2Reordered)
+        wt.decode(wt.encode(V1(1, "a")), V2Reordered)
 
 
 @pytest.mark.parametrize("wt", ALL)

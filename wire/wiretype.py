@@ -2,9 +2,14 @@
 
 * ``BINARY`` — Chronicle Wire BINARY (`wire.binary`): self-describing, byte-compatible with Java.
   The only choice for queues Java reads or writes.
-* ``FIELDLESS_BINARY`` — values in declaration order without field names (a msgpack array per
-  object, nested objects too). Python-only. Smallest frames; schema evolution is append-only:
-  new fields go at the end with a default, nothing is removed or reordered.
+* ``FIELDLESS_BINARY`` — Chronicle's fieldless binary (`wire.fieldless`): BINARY with the field
+  names left out, values in declaration order; byte-compatible with Java's
+  ``WireType.FIELDLESS_BINARY``. Schema evolution is append-only: new fields go at the end with a
+  default, nothing is removed or reordered.
+* ``MSGPACK_ARRAY`` — values in declaration order without field names as a msgpack array per
+  object, nested objects too. Python-only, the smallest frames, same append-only evolution. (Before
+  ``FIELDLESS_BINARY`` meant Chronicle's form it meant this one: data written under that name then
+  is read with ``MSGPACK_ARRAY``.)
 * ``MSGSPEC`` — msgspec's MessagePack (objects as maps, or arrays for ``array_like`` Structs).
   Python-only and the fastest; fields are matched by name, so fields may be added (with defaults),
   removed or reordered.
@@ -183,7 +188,7 @@ def _type_name(tp: Any) -> str:
     return "an untyped value" if tp is None else getattr(tp, "__name__", repr(tp))
 
 
-# ---- FIELDLESS_BINARY: a positional mirror of each message class ----------------------------------
+# ---- MSGPACK_ARRAY: a positional mirror of each message class ----------------------------------
 
 
 def _dto_fields(tp: Any) -> list[tuple[str, Any, Any, Any]] | None:
@@ -210,7 +215,7 @@ def _mirror(tp: Any) -> Any:
     """`tp` with every message class inside it replaced by an `array_like` Struct of the same fields."""
     known = _mirrors.get(tp)
     if known is _BUILDING:
-        raise WireError(f"FIELDLESS_BINARY cannot encode the self-referencing class {_type_name(tp)}")
+        raise WireError(f"MSGPACK_ARRAY cannot encode the self-referencing class {_type_name(tp)}")
     if known is not None:
         return known
     fields = _dto_fields(tp)
@@ -248,7 +253,7 @@ def _mirror(tp: Any) -> Any:
     return origin[mapped]
 
 
-class _FieldlessCodec:
+class _MsgpackArrayCodec:
     """Encodes through the positional mirror of the value's class, decodes back into the class."""
 
     def __init__(self) -> None:
@@ -284,7 +289,7 @@ class _FieldlessCodec:
                     value = msgspec.convert(value, mirror, from_attributes=True)
                 return encode(value)
             except (TypeError, ValueError, OverflowError, msgspec.ValidationError) as exc:
-                raise WireError(f"cannot encode {_type_name(tp)} with FIELDLESS_BINARY: {exc}") from exc
+                raise WireError(f"cannot encode {_type_name(tp)} with MSGPACK_ARRAY: {exc}") from exc
 
         return checked
 
@@ -293,12 +298,42 @@ class _FieldlessCodec:
         mirror = _mirror(tp) if tp is not None else None
         decode = _raw_msgpack_decoder(mirror)
         if mirror is tp:
-            return _checked("FIELDLESS_BINARY", tp, decode)
+            return _checked("MSGPACK_ARRAY", tp, decode)
 
         def back(data: Buffer) -> Any:
             return msgspec.convert(decode(data), tp, from_attributes=True)
 
-        return _checked("FIELDLESS_BINARY", tp, back)
+        return _checked("MSGPACK_ARRAY", tp, back)
+
+
+class _ChronicleFieldlessCodec:
+    """Chronicle's fieldless binary through `wire.fieldless` (imported on first use, as `wire.binary`)."""
+
+    def encode(self, value: Any) -> bytes:
+        from wire import fieldless
+
+        try:
+            return fieldless.encode(value)
+        except WireError:
+            raise
+        except (TypeError, ValueError, OverflowError, AttributeError) as exc:
+            raise WireError(f"cannot encode {type(value).__name__} with FIELDLESS_BINARY: {exc}") from exc
+
+    def decode(self, data: Buffer, type: Any = None) -> Any:
+        from wire import fieldless
+
+        return fieldless.decode(data, type)
+
+    def encoder(self) -> Callable[[Any], bytes]:
+        return self.encode
+
+    def decoder(self, type: Any = None) -> Callable[[Buffer], Any]:
+        from wire import fieldless
+
+        def decode(data: Buffer) -> Any:
+            return fieldless.decode(data, type)
+
+        return decode
 
 
 class _BinaryCodec:
@@ -333,7 +368,8 @@ class _BinaryCodec:
 
 _CODECS: dict[str, Codec] = {
     "BINARY": _BinaryCodec(),
-    "FIELDLESS_BINARY": _FieldlessCodec(),
+    "FIELDLESS_BINARY": _ChronicleFieldlessCodec(),
+    "MSGPACK_ARRAY": _MsgpackArrayCodec(),
     "MSGSPEC": _MsgspecCodec(),
 }
 
@@ -343,6 +379,7 @@ class WireType(enum.Enum):
 
     BINARY = "BINARY"
     FIELDLESS_BINARY = "FIELDLESS_BINARY"
+    MSGPACK_ARRAY = "MSGPACK_ARRAY"
     MSGSPEC = "MSGSPEC"
 
     @property

@@ -55,7 +55,7 @@ EXPORTS: dict[str, list[str]] = {
     "chronq": [
         "Appender", "BusyPauser", "ChronqError", "CorruptQueueError", "Direction", "DocumentContext",
         "Excerpt", "IndexNotFoundError", "Pauser", "Queue", "QueueLockedError", "RollCycleMismatchError",
-        "SleepingPauser", "Tailer", "TailerState", "YieldingPauser", "open",
+        "SleepingPauser", "Tailer", "TailerState", "YieldingPauser", "merge", "open",
     ],
     "chronq.appender": ["Appender", "DocumentContext"],
     "chronq.cli": ["main"],
@@ -93,6 +93,25 @@ EXPORTS: dict[str, list[str]] = {
         "tailer_index_key", "tailer_lock_key", "tailer_version_key",
     ],
     "chronq.tailer": ["Direction", "Excerpt", "Tailer", "TailerState"],
+    "chronq.merge": ["merge"],
+    "chronq.replication": [
+        "AuthenticationError", "ConfigError", "CycleClock", "Position", "ProtocolError", "ReplicatedQueue",
+        "ReplicationConfig", "ReplicationError", "SinkWriter", "SourceReader", "load_config",
+        "parse_config",
+    ],
+    "chronq.replication.config": ["HostCfg", "QueueCfg", "ReplicationConfig", "load_config", "parse_config"],
+    "chronq.replication.endpoints": ["ReplicatedQueue"],
+    "chronq.replication.errors": ["AuthenticationError", "ConfigError", "ProtocolError", "ReplicationError"],
+    "chronq.replication.protocol": [
+        "Ack", "Auth", "Challenge", "DEFAULT_MAX_FRAME", "Error", "Excerpts", "Frame", "FrameDecoder",
+        "Heartbeat", "Hello", "NONCE_SIZE", "QueueInfo", "Subscribe", "VERSION", "encode", "proof",
+    ],
+    "chronq.replication.sink": [
+        "CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position",
+    ],
+    "chronq.replication.source": ["SourceReader"],
+    "wire.fieldless": ["decode", "decoder_for", "encode", "encoder_for"],
+    "wire.record": ["KINDS", "Layout", "RecordReader", "RecordWriter"],
     "rpc": [
         "InterfaceSpec", "MethodReader", "MethodSpec", "Output", "Service", "Start", "current_history",
         "describe", "interface", "method_id", "reader", "writer",

@@ -3,7 +3,8 @@
 Baselines: a naive pure-Python mmap log (struct + slice assignment) and sqlite3 in WAL mode; for
 latency, the machine's floor: the same hand-off in C (latency_floor.c, built here with $CC or cc).
 Run: ``python benchmarks/bench_queue.py [--n 1000000] [--latency-samples 200000] [--replay-mb 256]``;
-``--only batch`` runs only the comparison of write_many with a loop of write().
+``--only batch`` runs only the comparison of write_many with a loop of write(); ``--only contended``
+only the writers contending for the write lock, with and without double buffering.
 Numbers depend on the machine and its load; the ratios are what to compare.
 """
 
@@ -21,6 +22,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -423,6 +425,121 @@ def replay_rss(mb: int, tmp: Path) -> list[tuple[str, int, int, int, int]]:
     return out
 
 
+CONTENDED_THREADS = 4
+CONTENDED_ROUNDS = 3  # plain and double-buffered rounds alternate, so both see the same machine
+
+
+def contended(per_thread: int, tmp: Path) -> list[tuple[str, list[int], float]]:
+    """4 threads appending `writing_document`s whose bodies are built in pieces (8 wire fields), with
+    the write lock held while the body is built (plain) or only while it is copied in when another
+    writer holds the lock (double buffering). Per mode: every block's latency in ns, messages/s."""
+    out: dict[bool, tuple[list[int], float]] = {False: ([], 0.0), True: ([], 0.0)}
+    for r in range(CONTENDED_ROUNDS):
+        for double in (False, True):
+            path = tmp / f"contended-{r}-{int(double)}"
+            lat: list[list[int]] = [[] for _ in range(CONTENDED_THREADS)]
+            with chronq.open(path) as q:
+                start = threading.Barrier(CONTENDED_THREADS + 1)
+
+                def writer(k: int, q: chronq.Queue = q, double: bool = double,
+                           lat: list[list[int]] = lat, start: threading.Barrier = start) -> None:
+                    a = q.appender()
+                    a.double_buffer = double
+                    mine = lat[k]
+                    clock = time.perf_counter_ns
+                    start.wait()
+                    for i in range(per_thread):
+                        t0 = clock()
+                        with a.writing_document() as dc:
+                            w = dc.wire
+                            for f in ("symbol", "side", "price", "qty", "venue", "account", "tag", "note"):
+                                w.field(f)
+                                w.text(f"{f}-{k}-{i}")
+                        mine.append(clock() - t0)
+
+                threads = [threading.Thread(target=writer, args=(k,)) for k in range(CONTENDED_THREADS)]
+                for th in threads:
+                    th.start()
+                t0 = time.perf_counter()
+                start.wait()
+                for th in threads:
+                    th.join()
+                elapsed = time.perf_counter() - t0
+                expected = CONTENDED_THREADS * per_thread
+                got = sum(1 for _ in q.tailer())
+                assert got == expected, f"{got} documents, expected {expected}"
+            shutil.rmtree(path, ignore_errors=True)
+            samples, best = out[double]
+            samples.extend(x for row in lat for x in row)
+            out[double] = (samples, max(best, expected / elapsed))
+    return [("plain (lock held while the body is built)", *out[False]),
+            ("double buffer (body built aside when the lock is busy)", *out[True])]
+
+
+CONTENDED_CHILD = """
+import array, sys, time
+import chronq
+path, k, per, double, start_at, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", \\
+    float(sys.argv[5]), sys.argv[6]
+with chronq.open(path) as q:
+    a = q.appender()
+    a.double_buffer = double
+    a.write_meta(b"warm")  # map the cycle file before the clock starts
+    lat = array.array("q")
+    clock = time.perf_counter_ns
+    while time.time() < start_at:
+        pass
+    for i in range(per):
+        t0 = clock()
+        with a.writing_document() as dc:
+            w = dc.wire
+            for f in ("symbol", "side", "price", "qty", "venue", "account", "tag", "note"):
+                w.field(f)
+                w.text(f"{f}-{k}-{i}")
+        lat.append(clock() - t0)
+with open(out, "wb") as f:
+    lat.tofile(f)
+"""
+
+
+def contended_processes(per_process: int, tmp: Path) -> list[tuple[str, list[int], float]]:
+    """As `contended`, with 4 processes (truly parallel: no GIL between them)."""
+    import array
+
+    out: dict[bool, tuple[list[int], float]] = {False: ([], 0.0), True: ([], 0.0)}
+    for r in range(CONTENDED_ROUNDS):
+        for double in (False, True):
+            path = tmp / f"contended-p-{r}-{int(double)}"
+            chronq.open(path).close()
+            start_at = time.time() + 1.0
+            files = [tmp / f"lat-{k}.bin" for k in range(CONTENDED_THREADS)]
+            procs = [subprocess.Popen([sys.executable, "-c", CONTENDED_CHILD, str(path), str(k),
+                                       str(per_process), str(int(double)), str(start_at), str(files[k])])
+                     for k in range(CONTENDED_THREADS)]
+            for pr in procs:
+                if pr.wait() != 0:
+                    raise RuntimeError(f"contended writer exited with {pr.returncode}")
+            elapsed = 0.0
+            samples, best = out[double]
+            for f in files:
+                lat = array.array("q")
+                lat.frombytes(f.read_bytes())
+                samples.extend(lat)
+                elapsed = max(elapsed, sum(lat) / 1e9)
+                f.unlink()
+            with chronq.open(path, readonly=True) as q:
+                got = sum(1 for _ in q.tailer())
+            expected = CONTENDED_THREADS * per_process
+            assert got == expected, f"{got} documents, expected {expected}"
+            shutil.rmtree(path, ignore_errors=True)
+            out[double] = (samples, max(best, expected / elapsed))
+    return [("processes, plain", *out[False]), ("processes, double buffer", *out[True])]
+
+
+def pct(sorted_ns: list[int], p: float) -> int:
+    return sorted_ns[min(len(sorted_ns) - 1, int(len(sorted_ns) * p))]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--n", type=int, default=1_000_000, help="messages per throughput run")
@@ -431,7 +548,7 @@ def main() -> None:
     p.add_argument(
         "--replay-mb", type=int, default=256, help="queue size for the RSS test (use 4096+ for GBs)"
     )
-    sections = ("throughput", "batch", "latency", "rss")
+    sections = ("throughput", "batch", "contended", "latency", "rss")
     p.add_argument("--skip", default="", help=f"comma list of: {','.join(sections)}")
     p.add_argument("--only", default="", help="comma list of the sections to run (the others are skipped)")
     args = p.parse_args()
@@ -462,6 +579,20 @@ def main() -> None:
             print("|---|---:|---:|---:|---|")
             for name, loop, many in batch_vs_loop(args.n, tmp):
                 print(f"| {name} | {loop / 1e6:.2f} M | {many / 1e6:.2f} M | {many / loop:.2f}x | >= 1.5x |")
+        if "contended" not in skip:
+            per = max(200, args.n // 100)
+            print(f"\n## {CONTENDED_THREADS} writers (threads, then processes) contending for the write "
+                  f"lock ({per:,} documents each, 8 fields built piecewise; {CONTENDED_ROUNDS} alternating "
+                  "rounds)\n")
+            print("| writers | p50 | p99 | p99.9 | max | documents/s (best round) |")
+            print("|---|---:|---:|---:|---:|---:|")
+            for name, samples, best in contended(per, tmp) + contended_processes(per, tmp):
+                samples.sort()
+                print(f"| {name} | {us(pct(samples, 0.5))} | {us(pct(samples, 0.99))} | "
+                      f"{us(pct(samples, 0.999))} | {us(samples[-1])} | {best / 1e3:,.0f} k |")
+            print("\n(latency: one `with writing_document()` block, from entering it to its end, in the "
+                  "writer; threads share the GIL, so part of any wait is waiting for it; processes: "
+                  "documents/s is all documents over the slowest writer's summed block time)")
         if "latency" not in skip:
             print(
                 f"\n## One-way latency, 2 processes, 40 B at {args.latency_rate:,} msg/s, "

@@ -1,6 +1,6 @@
 """chronq: Chronicle Queue v5 for Python, a persisted broker-less queue on memory-mapped files."""
 
-from chronq.appender import Appender, DocumentContext
+from chronq.appender import Appender, DocumentContext, SyncMode
 from chronq.errors import (
     ChronqError,
     CorruptQueueError,
@@ -27,6 +27,7 @@ __all__ = [
     "QueueLockedError",
     "RollCycleMismatchError",
     "SleepingPauser",
+    "SyncMode",
     "Tailer",
     "TailerState",
     "YieldingPauser",

@@ -1754,6 +1754,7 @@ typedef struct {
     char *named_lock_p;
     int64_t named_pid;
     int64_t pending_named; /* index to store when the open document finishes, or -1 */
+    int64_t last_read;     /* index of the last data document read, or -1 (Java's lastReadIndex) */
     Py_ssize_t release_every; /* drop pages behind the reader every N bytes (0 = never) */
     Py_ssize_t released_to;
     /* headerless (libchronicle) cycle: no writePosition and no index, documents from offset 0. Seeks walk
@@ -1886,6 +1887,7 @@ static PyObject *Tl_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     if (!self) return NULL;
     self->direction = 1;
     self->pending_named = -1;
+    self->last_read = -1;
     Tl_reset_marks(self);
     return (PyObject *)self;
 }
@@ -2129,7 +2131,9 @@ static PyObject *Tl_read_impl(TailerObject *self, int want_meta, int commit, Py_
     ex->index = ((int64_t)g->cycle << g->shift) | self->seq;
     self->pos = align_up(self->pos + 4 + ex->length, g->align);
     if (!ex->metadata) {
+        int64_t last_read = self->last_read;
         self->seq++;
+        self->last_read = ex->index;
         if (self->named_p) {
             int64_t next = ((int64_t)g->cycle << g->shift) | self->seq;
             if (commit) {
@@ -2137,6 +2141,7 @@ static PyObject *Tl_read_impl(TailerObject *self, int want_meta, int commit, Py_
                     /* not stored (the lock is held): stay before the document, so it is read again */
                     self->pos = ex->position;
                     self->seq = ex->seq;
+                    self->last_read = last_read;
                     Py_DECREF(ex);
                     return NULL;
                 }
@@ -2352,6 +2357,7 @@ static PyObject *Tl_get_cycle(TailerObject *self, void *c) {
 }
 static PyObject *Tl_get_pos(TailerObject *self, void *c) { return PyLong_FromSsize_t(self->pos); }
 static PyObject *Tl_get_seq(TailerObject *self, void *c) { return PyLong_FromLongLong(self->seq); }
+static PyObject *Tl_get_last_read(TailerObject *self, void *c) { return PyLong_FromLongLong(self->last_read); }
 static PyObject *Tl_get_map(TailerObject *self, void *c) {
     if (!self->g.map) Py_RETURN_NONE;
     return Py_NewRef((PyObject *)self->g.map);
@@ -2386,6 +2392,7 @@ static PyGetSetDef Tl_getset[] = {
     {"_cycle", (getter)Tl_get_cycle, NULL, NULL, NULL},
     {"_pos", (getter)Tl_get_pos, NULL, NULL, NULL},
     {"_seq", (getter)Tl_get_seq, NULL, NULL, NULL},
+    {"_last_read", (getter)Tl_get_last_read, NULL, NULL, NULL},
     {"_map", (getter)Tl_get_map, NULL, NULL, NULL},
     {"_direction", (getter)Tl_get_dir, (setter)Tl_set_dir, NULL, NULL},
     {NULL}};

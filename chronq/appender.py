@@ -8,11 +8,12 @@ when the write lock stays taken (`_lock_contended`).
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import time
 import warnings
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
@@ -24,11 +25,25 @@ if TYPE_CHECKING:
     from wire.binary import Writer
     from wire.record import RecordWriter
 
-__all__ = ["Appender", "DocumentContext"]
+__all__ = ["Appender", "AppenderListener", "DocumentContext", "SyncMode"]
 
 ALLOCATE_AHEAD = 1 << 20  # disk space reserved (and prefaulted) ahead of the write position
 RESERVE_AT = ALLOCATE_AHEAD * 3 // 4  # topped up after a write once less than this is left ahead
+PRETOUCH_PREROLL_MS = 2000  # how long before a roll `pretouch` creates the next cycle's file (Java's)
 DEAD_HOLDER_GRACE = 1.0  # s the write lock stays busy before its holder's pid is checked (then every second)
+
+
+#: called as ``listener(index, payload)`` after each data excerpt is published (Chronicle's AppenderListener)
+AppenderListener = Callable[[int, Any], None]
+
+
+class SyncMode(enum.Enum):
+    """When an appender forces its writes to disk (Chronicle's ``syncMode``); the page cache is
+    enough for other processes, this is for surviving a power loss or a kernel crash."""
+
+    NONE = "none"        # leave it to the kernel's writeback (the default)
+    SYNC = "sync"        # fdatasync the cycle file after each write, before `write` returns
+    ON_ROLL = "on_roll"  # fdatasync a cycle file once, when the appender rolls away from it
 
 
 class DocumentContext:
@@ -36,10 +51,21 @@ class DocumentContext:
 
     def __init__(self, appender: Appender, index: int, metadata: bool) -> None:
         self._buf = bytearray()
-        self.index = index
-        """Index the document gets (for metadata: the index of the next data document)."""
+        self._index = index
         self.metadata = metadata
         self._wire: Writer | None = None
+
+    @property
+    def index(self) -> int:
+        """Index the document gets (for metadata: the index of the next data document). A
+        double-buffered document (see `Appender.double_buffer`) has none until the block ends."""
+        if self._index < 0:
+            raise ChronqError("the index of a double-buffered document is known only after the block ends")
+        return self._index
+
+    @index.setter
+    def index(self, value: int) -> None:
+        self._index = value
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self._flush_wire()
@@ -81,7 +107,19 @@ class Appender(_native.AppenderCore):
     # -- public API ------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def writing_document(self, metadata: bool = False) -> Iterator[DocumentContext]:
-        """Open a document (holding the write lock); rolled back if the block raises."""
+        """Open a document (holding the write lock); rolled back if the block raises.
+
+        With `double_buffer` set and the write lock busy, the block runs without the lock, into a
+        buffer of its own, and the document is written when the block ends (`dc.index` only then)."""
+        if self.double_buffer and not self._locked and self._lock_busy():
+            dc = DocumentContext(self, -1, metadata)
+            yield dc  # an exception drops the buffer: nothing was written
+            data = dc.getvalue()
+            if metadata:
+                self.write_meta(data)
+            else:
+                dc.index = self.write(data)
+            return
         index = self._begin(metadata)
         dc = DocumentContext(self, index, metadata)
         try:
@@ -89,9 +127,11 @@ class Appender(_native.AppenderCore):
         except BaseException:
             self._abort()
             raise
-        written = self._commit(dc.getvalue())
+        data = dc.getvalue()
+        written = self._commit(data)
         if not metadata:
             dc.index = written
+            self._written(((written, data),))
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[Appender]:
@@ -104,12 +144,16 @@ class Appender(_native.AppenderCore):
         block stays in the cycle it began in. Indexes returned inside the block are final.
         """
         self._atomic_begin()
+        self._held = []
         try:
             yield self
         except BaseException:
+            self._held = None
             self._atomic_end(False)
             raise
+        held, self._held = self._held, None
         self._atomic_end(True)
+        self._written(held)  # the listener hears of the block's documents once they are visible
 
     def write_document(self, fields: object) -> int:
         """Append a self-describing document: a dict's items (or a registered object's fields) as
@@ -128,6 +172,96 @@ class Appender(_native.AppenderCore):
     @property
     def queue(self) -> Queue:
         return self._queue
+
+    # -- listener, sync mode, double buffering, pretouch ---------------------------------------------------
+    # With neither a listener nor SyncMode.SYNC, `write`/`write_many` are the native methods: the hooks
+    # below are instance attributes installed only while needed, so the plain hot path pays nothing.
+    _listener: AppenderListener | None = None
+    _sync_mode: SyncMode = SyncMode.NONE
+    _held: list[tuple[int, Any]] | None = None  # (index, payload) written in an atomic block
+    double_buffer = False
+    """For a contended lock: a `writing_document` that finds the lock busy builds its body without
+    holding it and copies it in at the end (Chronicle's ``doubleBuffer``)."""
+
+    @property
+    def listener(self) -> AppenderListener | None:
+        """Called as ``listener(index, payload)`` after each data excerpt is published, outside the
+        write lock, in the writing thread (Chronicle's ``AppenderListener``); `payload` is what was
+        written (the bytes-like object given to `write`, the bytes of a `writing_document`). Documents
+        of an `atomic` block are reported when the block publishes them, none if it is rolled back;
+        metadata documents are not reported. An exception from the listener propagates to the writer,
+        after the excerpt is written."""
+        return self._listener
+
+    @listener.setter
+    def listener(self, listener: AppenderListener | None) -> None:
+        self._listener = listener
+        self._install_hooks()
+
+    @property
+    def sync_mode(self) -> SyncMode:
+        return self._sync_mode
+
+    @sync_mode.setter
+    def sync_mode(self, mode: SyncMode) -> None:
+        self._sync_mode = SyncMode(mode)
+        self._install_hooks()
+
+    def _install_hooks(self) -> None:
+        hooked = self._listener is not None or self._sync_mode is SyncMode.SYNC
+        for name in ("write", "write_many"):
+            if hooked:
+                setattr(self, name, getattr(self, f"_hooked_{name}"))
+            else:
+                self.__dict__.pop(name, None)
+
+    def _hooked_write(self, data: Any) -> int:
+        index = int(type(self).write(self, data))
+        self._written(((index, data),))
+        return index
+
+    def _hooked_write_many(self, items: Iterable[Any]) -> int:
+        # one lock for the batch, as the native write_many; the listener runs after it is released
+        done: list[tuple[int, Any]] = []
+        self._lock()
+        try:
+            for item in items:
+                done.append((int(type(self).write(self, item)), item))
+        finally:
+            self._unlock()
+            self._written(done)
+        return len(done)
+
+    def _written(self, done: Iterable[tuple[int, Any]]) -> None:
+        if self._held is not None:  # inside atomic(): unpublished until the block ends
+            self._held.extend(done)
+            return
+        if self._sync_mode is SyncMode.SYNC and self._file is not None:
+            os.fdatasync(self._file.fileno())
+        listener = self._listener
+        if listener is not None:
+            for index, payload in done:
+                listener(index, payload)
+
+    def _lock_busy(self) -> bool:
+        """A racy look at the write lock, for double buffering only: a wrong guess costs a wait."""
+        table = self._queue.table
+        return table is not None and _native.load64(table.buffer, self._lock_off) != UNLOCKED
+
+    def pretouch(self, preroll_ms: int = PRETOUCH_PREROLL_MS) -> None:
+        """Do ahead of time what would otherwise stall a write: reserve and prefault the next stretch of
+        the current cycle file, and, within `preroll_ms` of the next cycle, create that cycle's file
+        under `NAME.cq4.precreated` (Chronicle's Pretoucher does both, 2 s ahead by default). The
+        roll then only renames it into place. Call it every few hundred ms from the writing thread."""
+        q = self._queue
+        if self.closed:
+            raise ChronqError(f"{q.path}: appender is closed")
+        if self._file is not None:
+            self._reserve_ahead()
+        nxt = q.roll_cycle.cycle_at(q.clock.millis() + preroll_ms, q.epoch)
+        current = self.cycle if self.cycle is not None else q.cycle_now()
+        if nxt > current:
+            q.precreate_cycle(nxt)
 
     def close(self) -> None:
         """Drop the lock/table references so the queue can close its table store."""
@@ -174,6 +308,8 @@ class Appender(_native.AppenderCore):
             target = highest
         if current is not None and self._file is not None:
             self._write_eof(self._file)
+            if self._sync_mode is SyncMode.ON_ROLL:
+                os.fdatasync(self._file.fileno())
         previous = q.previous_cycle_before(target)
         if previous is not None and previous != current:
             # another appender (or an earlier run) wrote the newest cycle: close it as Java's roll does

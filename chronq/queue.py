@@ -272,7 +272,8 @@ class Queue:
                     raise ChronqError(f"{self.path}: cannot create cycle {cycle} in a read-only queue")
                 rc = self.roll_cycle
                 try:
-                    created = create_cycle_file(path, rc, cycle, block_size=self.block_size)
+                    created = _adopt_precreated(path) or create_cycle_file(path, rc, cycle,
+                                                                           block_size=self.block_size)
                 except OSError as e:
                     raise ChronqError(f"{path}: cannot create the cycle file: {e}") from e
                 if created:
@@ -316,6 +317,34 @@ class Queue:
             if self.on_acquired:
                 self.on_acquired(cycle, path)
             return cf
+
+    def precreate_cycle(self, cycle: int) -> bool:
+        """Create `cycle`'s file ahead of its roll as ``NAME.cq4.precreated`` (Java's name for it), with
+        its header, index and first disk blocks in place: the appender that rolls to `cycle` links it
+        into place instead of creating the file. Invisible to readers until then (a cycle file after
+        the current one would tell them the current cycle is finished). False if either exists."""
+        self._check_open()
+        if self.readonly:
+            raise ChronqError(f"{self.path}: cannot create cycle {cycle} in a read-only queue")
+        path = self.file_for(cycle)
+        pre = path.with_name(path.name + PRECREATED_SUFFIX)
+        if path.exists() or pre.exists():
+            return False
+        rc = self.roll_cycle
+        try:
+            if not create_cycle_file(pre, rc, cycle, block_size=self.block_size):
+                return False
+            fd = open_regular(pre, os.O_RDWR)
+            try:  # the prefix pages and the first stretch of data, so the first write does not fault them in
+                os.posix_fallocate(fd, 0, min(os.fstat(fd).st_size,
+                                              _prefix_len(rc.index_count, rc.index_spacing) + (1 << 20)))
+            finally:
+                os.close(fd)
+        except OSError as e:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(pre)
+            raise ChronqError(f"{pre}: cannot pre-create the cycle file: {e}") from e
+        return True
 
     def _check_created(self, path: Path) -> None:
         """A file we just created whose prefix did not reach the disk (full disk: short write) is
@@ -476,6 +505,22 @@ class Queue:
     def __iter__(self) -> Iterator[Excerpt]:
         """Read every excerpt from the start (a fresh tailer)."""
         return iter(self.tailer())
+
+
+PRECREATED_SUFFIX = ".precreated"
+
+
+def _adopt_precreated(path: Path) -> bool:
+    """Put a pre-created file (see `Queue.precreate_cycle`) in place as `path`. A hard link, not Java's
+    rename: a link never replaces a cycle file another process created meanwhile."""
+    pre = path.with_name(path.name + PRECREATED_SUFFIX)
+    try:
+        os.link(pre, path)
+    except (FileNotFoundError, FileExistsError):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(pre)
+    return True
 
 
 @functools.lru_cache(maxsize=64)

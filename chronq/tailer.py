@@ -54,6 +54,9 @@ class Tailer(_native.TailerCore):
         self._file: CycleFile | None = None
         self._before_start = False
         self._eof = False
+        self.striding = False
+        """Reading BACKWARD, return only indexed excerpts (every `index_spacing`-th): Java's `striding`."""
+        self._rollback = False
         if name is not None:
             table = queue.table
             if table is None:
@@ -304,8 +307,9 @@ class Tailer(_native.TailerCore):
     def _step_back(self, index: int) -> None:
         rc = self._queue.roll_cycle
         cycle, seq = rc.split(index)
+        stride = rc.index_spacing if self.striding else 1
         if seq > 0:
-            if self._seek(seq - 1) != 1:
+            if self._seek(seq - 1 - (seq - 1) % stride) != 1:
                 cf = self._file
                 raise CorruptQueueError(
                     str(cf.path if cf else self._queue.path),
@@ -316,7 +320,7 @@ class Tailer(_native.TailerCore):
         prev = self._queue.previous_cycle_before(cycle)
         while prev is not None:
             n = self._queue._count_in(prev)
-            if n and self.move_to_index(rc.to_index(prev, n - 1)):
+            if n and self.move_to_index(rc.to_index(prev, n - 1 - (n - 1) % stride)):
                 return
             prev = self._queue.previous_cycle_before(prev)
         self._before_start = True
@@ -338,6 +342,7 @@ class Tailer(_native.TailerCore):
         If the block raises, the tailer is put back so the same document is read again.
         """
         before = (self._file, self._pos, self._seq) if self._map is not None else None
+        self._rollback = False
         ex = self._read_open(metadata)
         try:
             yield ex
@@ -345,7 +350,33 @@ class Tailer(_native.TailerCore):
             if ex is not None and self.direction == Direction.FORWARD:
                 self._restore(before)
             raise
+        if self._rollback:
+            self._rollback = False
+            if ex is not None:
+                self._restore(before)  # back before the document; a named position is not moved
+                self._before_start = False
+            return
         self._finish()
+
+    def rollback_on_close(self) -> None:
+        """Inside ``with tailer.reading_document()``: when the block ends, put the tailer back before the
+        document it read (Java's ``DocumentContext.rollbackOnClose()``), so the next read returns it
+        again and a named tailer's stored position does not move. For peeking at a document and
+        leaving it for later; in any direction."""
+        self._rollback = True
+
+    @property
+    def last_read_index(self) -> int | None:
+        """Index of the last data excerpt this tailer returned (Java's ``lastReadIndex``), None before
+        the first; a document rolled back is still counted as read."""
+        last = self._last_read
+        return None if last < 0 else last
+
+    def excerpts_in_cycle(self, cycle: int) -> int:
+        """Number of data excerpts in `cycle` (Java's ``excerptsInCycle``), -1 if it has no cycle file."""
+        if cycle not in self._queue._fresh_cycles():
+            return -1
+        return self._queue._count_in(cycle)
 
     def wait_read(self, timeout: float | None = None, pauser: Pauser | None = None) -> Excerpt | None:
         """Block until an excerpt is available (or `timeout` seconds pass: None)."""

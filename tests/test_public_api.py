@@ -55,9 +55,9 @@ EXPORTS: dict[str, list[str]] = {
     "chronq": [
         "Appender", "BusyPauser", "ChronqError", "CorruptQueueError", "Direction", "DocumentContext",
         "Excerpt", "IndexNotFoundError", "Pauser", "Queue", "QueueLockedError", "RollCycleMismatchError",
-        "SleepingPauser", "Tailer", "TailerState", "YieldingPauser", "merge", "open",
+        "SleepingPauser", "SyncMode", "Tailer", "TailerState", "YieldingPauser", "merge", "open",
     ],
-    "chronq.appender": ["Appender", "DocumentContext"],
+    "chronq.appender": ["Appender", "AppenderListener", "DocumentContext", "SyncMode"],
     "chronq.cli": ["main"],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [

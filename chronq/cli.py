@@ -138,6 +138,9 @@ def _replicate(config: Path, host_id: int) -> None:
     from chronq.replication import ReplicatedQueue
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s chronq replicate: %(message)s")
+    # a peer gone mid-send must end that connection only: over TLS, OpenSSL writes to the socket itself
+    # (no MSG_NOSIGNAL), so SIGPIPE's default action (set by `main` for pipes) would kill the host
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

@@ -16,6 +16,7 @@ import os
 import secrets
 import select
 import socket
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -24,7 +25,13 @@ from types import TracebackType
 import chronq
 from chronq.replication import protocol as p
 from chronq.replication.config import QueueCfg, ReplicationConfig, load_config
-from chronq.replication.errors import AuthenticationError, ProtocolError, ReplicationError
+from chronq.replication.errors import (
+    AcknowledgementTimeout,
+    AuthenticationError,
+    ConfigError,
+    ProtocolError,
+    ReplicationError,
+)
 from chronq.replication.sink import Position, SinkWriter
 from chronq.replication.source import SourceReader
 from chronq.rollcycles import RollCycle, by_format
@@ -55,15 +62,22 @@ class _Conn:
 
     def send(self, frame: p.Frame) -> None:
         # MSG_NOSIGNAL: a peer gone mid-send is an OSError for this connection, never a SIGPIPE that
-        # kills the process (the `chronq` command restores SIGPIPE's default action)
-        self.sock.sendall(p.encode(frame, self.max_frame), _NOSIGNAL)
+        # kills the process (`chronq replicate` also ignores SIGPIPE, for TLS: an SSL socket takes no
+        # flags, OpenSSL writes to the descriptor itself)
+        data = p.encode(frame, self.max_frame)
+        if isinstance(self.sock, ssl.SSLSocket):
+            self.sock.sendall(data)
+        else:
+            self.sock.sendall(data, _NOSIGNAL)
         self.last_send = time.monotonic()
 
     def poll(self, wait: float) -> list[p.Frame]:
         """Frames received within `wait` seconds (none on a timeout); ReplicationError if the peer closed
         or sent an Error frame."""
         if not self._pending:
-            ready, _, _ = select.select([self.sock], [], [], wait)
+            # TLS may hold decrypted bytes that select() on the descriptor cannot see
+            buffered = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+            ready = buffered or select.select([self.sock], [], [], wait)[0]
             if ready:
                 data = self.sock.recv(1 << 16)
                 if not data:
@@ -145,6 +159,16 @@ class _Source:
 
     def _serve(self, sock: socket.socket, peer: str) -> None:
         cfg = self._rq.config
+        tls = self._rq._tls
+        if tls is not None:
+            sock.settimeout(cfg.heartbeat_timeout_ms / 1000)
+            try:
+                sock = tls[0].wrap_socket(sock, server_side=True)
+            except OSError as e:  # ssl.SSLError included: an untrusted certificate, or no TLS at all
+                log.warning("replication: refused %s: TLS handshake failed: %s", peer, e)
+                with contextlib.suppress(OSError):
+                    sock.close()
+                return
         conn = _Conn(sock, peer, cfg.max_frame, cfg.heartbeat_timeout_ms / 1000)
         try:
             self._conversation(conn)
@@ -158,22 +182,30 @@ class _Source:
             conn.close()
 
     def _conversation(self, conn: _Conn) -> None:
-        cfg, stop = self._rq.config, self._rq._stop
+        cfg = self._rq.config
         try:  # until the peer proved the key, any failure is a refused peer
             hello = conn.expect(p.Hello)
             assert isinstance(hello, p.Hello)
             if hello.version != p.VERSION:
                 raise ProtocolError(f"protocol version {hello.version} is not {p.VERSION}")
-            nonce = secrets.token_bytes(p.NONCE_SIZE)
-            conn.send(p.Challenge(nonce, p.proof(cfg.key, b"source", hello.nonce, nonce, hello.queue)))
-            auth = conn.expect(p.Auth)
-            assert isinstance(auth, p.Auth)
+            if cfg.key is not None:  # without a key (TLS only) the certificates authenticated both sides
+                nonce = secrets.token_bytes(p.NONCE_SIZE)
+                conn.send(p.Challenge(nonce, p.proof(cfg.key, b"source", hello.nonce, nonce, hello.queue)))
+                auth = conn.expect(p.Auth)
+                assert isinstance(auth, p.Auth)
+                expected = p.proof(cfg.key, b"sink", nonce, hello.nonce, hello.queue)
+                if not hmac.compare_digest(auth.proof, expected):
+                    raise AuthenticationError(f"host {hello.host_id} sent a wrong proof of the pre-shared "
+                                              "key")
         except AuthenticationError:
             raise
         except ReplicationError as e:
             raise AuthenticationError(f"did not authenticate: {e}") from None
-        if not hmac.compare_digest(auth.proof, p.proof(cfg.key, b"sink", nonce, hello.nonce, hello.queue)):
-            raise AuthenticationError(f"host {hello.host_id} sent a wrong proof of the pre-shared key")
+        self._follow(conn, hello)
+
+    def _follow(self, conn: _Conn, hello: p.Hello) -> None:
+        """After authentication: send the queue's roll cycle, then excerpts from where the sink ends."""
+        cfg, stop = self._rq.config, self._rq._stop
         qc = self._queues.get(hello.queue)
         if qc is None:
             raise ReplicationError(f"no queue {hello.queue!r} is mastered by host {self._rq.host_id}")
@@ -237,13 +269,23 @@ class _Sink:
         stop, delay = self._rq._stop, RETRY_MIN
         master = self._rq.config.host(self._qc.master_id)
         while not stop.is_set():
+            peer = f"{master.host}:{master.port}"
             try:
                 sock = socket.create_connection((master.host, master.port), timeout=2)
             except OSError as e:
-                log.debug("replication: %s: cannot reach %s:%d: %s", self._qc.name, master.host,
-                          master.port, e)
-            else:
-                peer = f"{master.host}:{master.port}"
+                log.debug("replication: %s: cannot reach %s: %s", self._qc.name, peer, e)
+                sock = None
+            if sock is not None and self._rq._tls is not None:
+                try:
+                    sock.settimeout(self._rq.config.heartbeat_timeout_ms / 1000)
+                    sock = self._rq._tls[1].wrap_socket(sock, server_hostname=master.host)
+                except OSError as e:  # the source's certificate is not trusted, or it refused ours
+                    log.warning("replication: %s: refused %s: TLS handshake failed: %s", self._qc.name,
+                                peer, e)
+                    with contextlib.suppress(OSError):
+                        sock.close()
+                    sock = None
+            if sock is not None:
                 cfg = self._rq.config
                 conn = _Conn(sock, peer, cfg.max_frame, cfg.heartbeat_timeout_ms / 1000)
                 try:
@@ -261,12 +303,13 @@ class _Sink:
         cfg, stop, qc = self._rq.config, self._rq._stop, self._qc
         nonce = secrets.token_bytes(p.NONCE_SIZE)
         conn.send(p.Hello(p.VERSION, qc.name, self._rq.host_id, nonce))
-        ch = conn.expect(p.Challenge)
-        assert isinstance(ch, p.Challenge)
-        if not hmac.compare_digest(ch.proof, p.proof(cfg.key, b"source", nonce, ch.nonce, qc.name)):
-            conn.refuse("authentication failed")
-            raise AuthenticationError(f"refused {conn.peer}: it sent a wrong proof of the pre-shared key")
-        conn.send(p.Auth(p.proof(cfg.key, b"sink", ch.nonce, nonce, qc.name)))
+        if cfg.key is not None:
+            ch = conn.expect(p.Challenge)
+            assert isinstance(ch, p.Challenge)
+            if not hmac.compare_digest(ch.proof, p.proof(cfg.key, b"source", nonce, ch.nonce, qc.name)):
+                conn.refuse("authentication failed")
+                raise AuthenticationError(f"refused {conn.peer}: it sent a wrong proof of the pre-shared key")
+            conn.send(p.Auth(p.proof(cfg.key, b"sink", ch.nonce, nonce, qc.name)))
         info = conn.expect(p.QueueInfo)
         assert isinstance(info, p.QueueInfo)
         rc: RollCycle = _roll_cycle(info)
@@ -287,6 +330,36 @@ class _Sink:
                     raise ReplicationError(f"no heartbeat for {conn.timeout} s")
 
 
+def tls_contexts(cfg: ReplicationConfig, host_id: int) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+    """(server, client) contexts for a host of a cluster configured with TLS, None without TLS.
+
+    Both sides present their certificate and require the peer's, signed by the cluster's CA
+    (`CERT_REQUIRED`). The sink also checks that the source's certificate names the address it connects
+    to (`check_hostname`: an IP address matches an IP subjectAltName). The source cannot check a name
+    for a sink, which connects from any address, so it checks the chain only.
+    """
+    if cfg.tls_ca is None:
+        return None
+    me = cfg.host(host_id)
+    assert me.tls_cert is not None and me.tls_key is not None  # the configuration checks this
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    for ctx in (server, client):
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        try:
+            ctx.load_cert_chain(me.tls_cert, me.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"host {host_id}: tlsCertFile {me.tls_cert} / tlsKeyFile {me.tls_key}: "
+                              f"{e}") from None
+        try:
+            ctx.load_verify_locations(cafile=cfg.tls_ca)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"tlsCaFile {cfg.tls_ca}: {e}") from None
+    client.check_hostname = True
+    return server, client
+
+
 def _roll_cycle(info: p.QueueInfo) -> RollCycle:
     try:
         return by_format(info.roll_format, info.length_ms, info.index_count, info.index_spacing)
@@ -303,10 +376,12 @@ class ReplicatedQueue:
         self.config = config if isinstance(config, ReplicationConfig) else load_config(config)
         self.host_id = host_id
         self.config.host(host_id)  # ConfigError for an unknown host now
+        self._tls = tls_contexts(self.config, host_id)
         self._stop = threading.Event()
         self._source: _Source | None = None
         self._sinks: list[_Sink] = []
         self._lock = threading.Lock()
+        self._ack_changed = threading.Condition(self._lock)
         self._acknowledged: dict[str, int] = {}
         self._started = False
 
@@ -349,9 +424,28 @@ class ReplicatedQueue:
         with self._lock:
             return self._acknowledged.get(queue, -1)
 
+    def wait_acknowledged(self, queue: str, index: int, timeout: float) -> int:
+        """Block until a sink acknowledged `index` (or later) of a queue this host masters; return the
+        acknowledged index. `AcknowledgementTimeout` after `timeout` seconds. Unlike
+        `chronq.replication.wait_acknowledged` (which reads the table store) this works for queues with
+        `acknowledge: false` too, since sinks acknowledge every batch either way."""
+        if queue not in self.config.queues or self.config.queues[queue].master_id != self.host_id:
+            raise ReplicationError(f"queue {queue!r} is not mastered by host {self.host_id}")
+        deadline = time.monotonic() + timeout
+        with self._ack_changed:
+            while (acked := self._acknowledged.get(queue, -1)) < index:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AcknowledgementTimeout(
+                        f"{self.source_path(queue)}: index {index:#x} not acknowledged by any replica "
+                        f"within {timeout} s (last acknowledged {acked:#x})")
+                self._ack_changed.wait(left)
+            return acked
+
     def _acked(self, qc: QueueCfg, index: int, table: object) -> None:
         with self._lock:
             self._acknowledged[qc.name] = max(index, self._acknowledged.get(qc.name, -1))
+            self._ack_changed.notify_all()
         if qc.acknowledge and index >= 0:  # as Java: recorded in the table store only with acknowledge
             from chronq.table import TableStore
 

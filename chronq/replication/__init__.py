@@ -21,6 +21,7 @@ from chronq.replication.errors import (
 )
 from chronq.replication.sink import CycleClock, Position, SinkWriter
 from chronq.replication.source import SourceReader
+from chronq.replication.status import HostStatus, LinkStatus
 
 __all__ = [
     "AcknowledgedTailer",
@@ -28,6 +29,8 @@ __all__ = [
     "AuthenticationError",
     "ConfigError",
     "CycleClock",
+    "HostStatus",
+    "LinkStatus",
     "Position",
     "ProtocolError",
     "ReplicatedQueue",

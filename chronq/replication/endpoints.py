@@ -19,6 +19,7 @@ import socket
 import ssl
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from types import TracebackType
 
@@ -34,6 +35,15 @@ from chronq.replication.errors import (
 )
 from chronq.replication.sink import Position, SinkWriter
 from chronq.replication.source import SourceReader
+from chronq.replication.status import (
+    AUTHENTICATING,
+    CONNECTING,
+    DISCONNECTED,
+    REPLICATING,
+    HostStatus,
+    LinkStatus,
+    write_status_file,
+)
 from chronq.rollcycles import RollCycle, by_format
 from chronq.table import LAST_ACKNOWLEDGED_INDEX_REPLICATED, LAST_INDEX_REPLICATED
 
@@ -110,6 +120,57 @@ class _Conn:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+class _Link:
+    """The live state of one link, written by its connection thread and read by `status()`."""
+
+    def __init__(self, queue: str, role: str, peer: str, peer_host_id: int | None) -> None:
+        self.lock = threading.Lock()
+        self.queue, self.role, self.peer, self.peer_host_id = queue, role, peer, peer_host_id
+        self.state = CONNECTING
+        self.replicated = -1
+        self.acknowledged = -1
+        # (last data index of a sent batch, time.time() it was read): the unacknowledged ones, for the lag
+        self._pending: deque[tuple[int, float]] = deque()
+
+    def set_state(self, state: str, peer: str | None = None) -> None:
+        with self.lock:
+            self.state = state
+            if peer is not None:
+                self.peer = peer
+
+    def sent(self, index: int, read_at: float) -> None:
+        with self.lock:
+            self.replicated = max(self.replicated, index)
+            self._pending.append((index, read_at))
+
+    def acked(self, index: int) -> None:
+        with self.lock:
+            self.acknowledged = max(self.acknowledged, index)
+            while self._pending and self._pending[0][0] <= index:
+                self._pending.popleft()
+
+    def snapshot(self, lag_messages: int | None) -> LinkStatus:
+        with self.lock:
+            lag = time.time() - self._pending[0][1] if self._pending else 0.0
+            return LinkStatus(self.queue, self.role, self.peer, self.peer_host_id, self.state,
+                              self.replicated, self.acknowledged, lag_messages, max(0.0, lag))
+
+
+def _messages_after(q: chronq.Queue, index: int) -> int:
+    """How many data excerpts of `q` follow `index` (all of them for -1)."""
+    last = q.last_index
+    if last is None or last <= index:
+        return 0
+    rc = q.roll_cycle
+    cycle, seq = rc.split(index) if index >= 0 else (-1, -1)
+    total = 0
+    for c in q._fresh_cycles():
+        if c >= cycle:
+            n = q._count_in(c)
+            total += max(0, n - seq - 1) if c == cycle else n
+    return total
 
 
 def _roll_info(q: chronq.Queue, host_id: int) -> p.QueueInfo:
@@ -218,6 +279,10 @@ class _Source:
             start = Position(None if sub.next_index < 0 else sub.next_index, sub.metadata)
             reader = SourceReader(q, start)
             log.info("replication: %s (host %d) follows %s from %s", conn.peer, hello.host_id, qc.name, start)
+            link = self._rq._link("source", qc.name, conn.peer, hello.host_id)
+            link.set_state(REPLICATING, conn.peer)
+            if start.next_index is not None:  # what the sink already holds counts as acknowledged
+                link.acked(start.next_index - 1)
             interval = cfg.heartbeat_interval_ms / 1000
             batch_bytes = cfg.max_frame // 2
             try:
@@ -228,20 +293,24 @@ class _Source:
                             if len(body) > batch_bytes - 64:
                                 raise ReplicationError(f"{q.path}: an excerpt of {len(body)} bytes exceeds "
                                                        f"half the maximum frame size {cfg.max_frame}")
+                        read_at = time.time()
                         conn.send(p.Excerpts(items))
                         data = [i for i, meta, _ in items if not meta]
                         if data:
                             table.set_max(LAST_INDEX_REPLICATED, data[-1])
+                            link.sent(data[-1], read_at)
                     elif time.monotonic() - conn.last_send >= interval:
                         conn.send(p.Heartbeat())
                     for f in conn.poll(0 if items else IDLE_POLL):
                         if isinstance(f, p.Ack):
+                            link.acked(f.index)
                             self._rq._acked(qc, f.index, table)
                         elif not isinstance(f, p.Heartbeat):
                             raise ProtocolError(f"unexpected {type(f).__name__} from a sink")
                     if time.monotonic() - conn.last_recv > conn.timeout:
                         raise ReplicationError(f"no heartbeat for {conn.timeout} s")
             finally:
+                link.set_state(DISCONNECTED)
                 reader.close()
 
     def stop(self) -> None:
@@ -257,6 +326,8 @@ class _Sink:
         self._rq = rq
         self._qc = qc
         self.path = rq.config.sink_path(qc, rq.host_id)
+        master = rq.config.host(qc.master_id)
+        self._link = rq._link("sink", qc.name, f"{master.host}:{master.port}", master.host_id)
         self._thread = threading.Thread(target=self._run, name=f"chronq-repl-sink {qc.name}", daemon=True)
 
     def start(self) -> None:
@@ -268,8 +339,10 @@ class _Sink:
     def _run(self) -> None:
         stop, delay = self._rq._stop, RETRY_MIN
         master = self._rq.config.host(self._qc.master_id)
+        link = self._link
         while not stop.is_set():
             peer = f"{master.host}:{master.port}"
+            link.set_state(CONNECTING)
             try:
                 sock = socket.create_connection((master.host, master.port), timeout=2)
             except OSError as e:
@@ -286,6 +359,7 @@ class _Sink:
                         sock.close()
                     sock = None
             if sock is not None:
+                link.set_state(AUTHENTICATING)
                 cfg = self._rq.config
                 conn = _Conn(sock, peer, cfg.max_frame, cfg.heartbeat_timeout_ms / 1000)
                 try:
@@ -296,6 +370,7 @@ class _Sink:
                     delay = RETRY_MIN
                 finally:
                     conn.close()
+            link.set_state(DISCONNECTED)
             stop.wait(delay)
             delay = min(delay * 2, RETRY_MAX)
 
@@ -316,12 +391,18 @@ class _Sink:
         with SinkWriter(self.path, rc, info.epoch, source_host=info.host_id) as writer:
             pos = writer.position
             conn.send(p.Subscribe(-1 if pos.next_index is None else pos.next_index, pos.metadata))
+            link = self._link
+            link.set_state(REPLICATING)
+            link.sent(writer.last_data_index, time.time())
+            link.acked(writer.last_data_index)
             interval = cfg.heartbeat_interval_ms / 1000
             while not stop.is_set():
                 for f in conn.poll(min(interval, 0.1)):
                     if isinstance(f, p.Excerpts):
                         writer.write_all(f.items)
                         conn.send(p.Ack(writer.last_data_index))
+                        link.sent(writer.last_data_index, time.time())
+                        link.acked(writer.last_data_index)
                     elif not isinstance(f, p.Heartbeat):
                         raise ProtocolError(f"unexpected {type(f).__name__} from a source")
                 if time.monotonic() - conn.last_send >= interval:
@@ -372,7 +453,10 @@ class ReplicatedQueue:
     its `connectUri`) and a sink client for every other queue. Use as a context manager, or call
     `start()` and `stop()`."""
 
-    def __init__(self, config: ReplicationConfig | str | os.PathLike[str], host_id: int) -> None:
+    def __init__(self, config: ReplicationConfig | str | os.PathLike[str], host_id: int,
+                 status_file: str | os.PathLike[str] | None = None) -> None:
+        """`status_file`: keep `status()` there as JSON (replaced every heartbeat interval, removed by
+        `stop()`), for `chronq replicate --status` and monitoring scripts."""
         self.config = config if isinstance(config, ReplicationConfig) else load_config(config)
         self.host_id = host_id
         self.config.host(host_id)  # ConfigError for an unknown host now
@@ -383,6 +467,9 @@ class ReplicatedQueue:
         self._lock = threading.Lock()
         self._ack_changed = threading.Condition(self._lock)
         self._acknowledged: dict[str, int] = {}
+        self._links: dict[tuple[str, str, int | None], _Link] = {}
+        self._status_file = None if status_file is None else Path(status_file)
+        self._status_thread: threading.Thread | None = None
         self._started = False
 
     def start(self) -> ReplicatedQueue:
@@ -398,6 +485,11 @@ class ReplicatedQueue:
                 sink = _Sink(self, qc)
                 self._sinks.append(sink)
                 sink.start()
+        if self._status_file is not None:
+            self._write_status()  # at once: a reader need not wait for the first interval
+            self._status_thread = threading.Thread(target=self._status_loop, name="chronq-repl-status",
+                                                   daemon=True)
+            self._status_thread.start()
         return self
 
     def stop(self) -> None:
@@ -407,6 +499,11 @@ class ReplicatedQueue:
             self._source.stop()
         for s in self._sinks:
             s.stop()
+        if self._status_thread is not None:
+            self._status_thread.join(5)
+        if self._status_file is not None:
+            with contextlib.suppress(OSError):
+                self._status_file.unlink()
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -423,6 +520,46 @@ class ReplicatedQueue:
         """Highest data index any sink acknowledged for a queue this host masters (-1: none yet)."""
         with self._lock:
             return self._acknowledged.get(queue, -1)
+
+    def _link(self, role: str, queue: str, peer: str, peer_host_id: int | None) -> _Link:
+        """The link of (role, queue, peer host), kept across reconnections so a gone peer still shows."""
+        with self._lock:
+            link = self._links.get((role, queue, peer_host_id))
+            if link is None:
+                link = self._links[(role, queue, peer_host_id)] = _Link(queue, role, peer, peer_host_id)
+            return link
+
+    def status(self) -> list[LinkStatus]:
+        """Every link of this host: each sink of the queues it masters, each queue it follows."""
+        with self._lock:
+            links = sorted(self._links.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0))
+        out = []
+        for (role, queue, _), link in links:
+            lag: int | None = None
+            if role == "source":
+                with link.lock:
+                    acked = link.acknowledged
+                try:
+                    with chronq.open(self.source_path(queue), readonly=True) as q:
+                        lag = _messages_after(q, acked)
+                except chronq.ChronqError as e:  # reported, not raised: status must not fail a host
+                    log.debug("replication: status of %s: %s", queue, e)
+            out.append(link.snapshot(lag))
+        return out
+
+    def host_status(self) -> HostStatus:
+        return HostStatus(self.host_id, os.getpid(), time.time(), self.status())
+
+    def _write_status(self) -> None:
+        assert self._status_file is not None
+        try:
+            write_status_file(self._status_file, self.host_status())
+        except OSError as e:
+            log.warning("replication: cannot write the status file %s: %s", self._status_file, e)
+
+    def _status_loop(self) -> None:
+        while not self._stop.wait(self.config.heartbeat_interval_ms / 1000):
+            self._write_status()
 
     def wait_acknowledged(self, queue: str, index: int, timeout: float) -> int:
         """Block until a sink acknowledged `index` (or later) of a queue this host masters; return the

@@ -45,7 +45,16 @@ from chronq.replication.status import (
     write_status_file,
 )
 from chronq.rollcycles import RollCycle, by_format
-from chronq.table import LAST_ACKNOWLEDGED_INDEX_REPLICATED, LAST_INDEX_REPLICATED
+from chronq.table import (
+    LAST_ACKNOWLEDGED_INDEX_REPLICATED,
+    LAST_INDEX_REPLICATED,
+    UNLOCKED,
+    TableStore,
+    check_tailer_name,
+    tailer_index_key,
+    tailer_lock_key,
+    tailer_version_key,
+)
 
 __all__ = ["ReplicatedQueue"]
 
@@ -53,6 +62,7 @@ log = logging.getLogger("chronq.replication")
 
 BATCH_COUNT = 4096
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+POSITIONS_EVERY = 0.05  # s between looks at the source's replicated named tailers
 IDLE_POLL = 0.002  # s a source waits for new excerpts (or an ack) when its tailer is at the end
 RETRY_MIN, RETRY_MAX = 0.05, 2.0  # s between a sink's reconnection attempts (doubling)
 
@@ -173,6 +183,40 @@ def _messages_after(q: chronq.Queue, index: int) -> int:
     return total
 
 
+def tailer_positions(table: TableStore) -> dict[str, tuple[int, int]]:
+    """{name: (index, version)} of the replicated named tailers (`replicated:NAME`) in a table store.
+    A replicated tailer always has its `index.NAME.version` key, which tells it from a plain named
+    tailer whose name merely ends in ".version" or ".lock"."""
+    out = {}
+    for key, value in table.items():
+        name = key[len("index."):]
+        if not key.lower().startswith("index.replicated:") or len(name.encode()) > p.MAX_TEXT:
+            continue
+        version_key = tailer_version_key(name)
+        version = None if version_key is None else table.get(version_key)
+        if version is not None:
+            out[name] = (value, version)
+    return out
+
+
+def apply_tailer_positions(table: TableStore, items: list[tuple[str, int, int]]) -> None:
+    """Store a source's replicated named tailer positions in a sink's table store, with the keys Java
+    keeps for them (index, version, lock: in that order when new)."""
+    for name, index, version in items:
+        try:
+            check_tailer_name(name)
+        except ValueError as e:
+            raise ProtocolError(f"bad tailer name from the source: {e}") from None
+        version_key, lock_key = tailer_version_key(name), tailer_lock_key(name)
+        if version_key is None or lock_key is None:
+            raise ProtocolError(f"tailer {name!r} from the source is not a replicated one")
+        table.acquire(tailer_index_key(name), index)
+        table.acquire(version_key, version)
+        table.acquire(lock_key, UNLOCKED)
+        table.set(tailer_index_key(name), index)
+        table.set(version_key, version)
+
+
 def _roll_info(q: chronq.Queue, host_id: int) -> p.QueueInfo:
     rc = q.roll_cycle
     return p.QueueInfo(rc.format, rc.length_ms, rc.index_count, rc.index_spacing, q.epoch, host_id)
@@ -285,8 +329,17 @@ class _Source:
                 link.acked(start.next_index - 1)
             interval = cfg.heartbeat_interval_ms / 1000
             batch_bytes = cfg.max_frame // 2
+            sent_upto = -1 if start.next_index is None else start.next_index - 1  # the sink has up to here
+            positions_sent: dict[str, tuple[int, int]] = {}
+            positions_at = 0.0
             try:
                 while not stop.is_set():
+                    # positions are read before the batch: when the batch comes back empty, every
+                    # position read is at or before what the sink has been sent
+                    snap = None
+                    if time.monotonic() >= positions_at:
+                        snap = tailer_positions(table)
+                        positions_at = time.monotonic() + POSITIONS_EVERY
                     items = reader.read_batch(BATCH_COUNT, batch_bytes)
                     if items:
                         for _, _, body in items:
@@ -299,8 +352,16 @@ class _Source:
                         if data:
                             table.set_max(LAST_INDEX_REPLICATED, data[-1])
                             link.sent(data[-1], read_at)
+                            sent_upto = data[-1]
                     elif time.monotonic() - conn.last_send >= interval:
                         conn.send(p.Heartbeat())
+                    if snap:
+                        # a tailer's index is the next one it reads: the sink must hold all before it
+                        moved = [(n, i, v) for n, (i, v) in sorted(snap.items())
+                                 if positions_sent.get(n) != (i, v) and (not items or i <= sent_upto + 1)]
+                        if moved:
+                            conn.send(p.TailerPositions(moved))
+                            positions_sent.update((n, (i, v)) for n, i, v in moved)
                     for f in conn.poll(0 if items else IDLE_POLL):
                         if isinstance(f, p.Ack):
                             link.acked(f.index)
@@ -403,6 +464,10 @@ class _Sink:
                         conn.send(p.Ack(writer.last_data_index))
                         link.sent(writer.last_data_index, time.time())
                         link.acked(writer.last_data_index)
+                    elif isinstance(f, p.TailerPositions):
+                        table = writer.queue.table
+                        assert table is not None
+                        apply_tailer_positions(table, f.items)
                     elif not isinstance(f, p.Heartbeat):
                         raise ProtocolError(f"unexpected {type(f).__name__} from a source")
                 if time.monotonic() - conn.last_send >= interval:

@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replicate", help="run this host's part of a replication cluster until SIGTERM/SIGINT")
     r.add_argument("config", type=Path, help="QueueReplicationCfg YAML file (see docs/replication.md)")
     r.add_argument("--host-id", type=int, required=True, metavar="N", help="this host's hostId")
+    r.add_argument("--status", action="store_true",
+                   help="print the links of the running host N (replicated and acknowledged indexes, lag) "
+                        "and exit")
     return p
 
 
@@ -70,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "dump":
             _dump(args.path, args.json)
         elif args.command == "replicate":
-            _replicate(args.config, args.host_id)
+            _replicate(args.config, args.host_id, args.status)
         elif args.command == "append":
             _append(args.path, args.roll_cycle, args.hex)
         else:
@@ -130,18 +133,27 @@ def _append(path: Path, roll_cycle: str | None, as_hex: bool) -> None:
     sys.stdout.writelines(f"0x{i:x}\n" for i in indexes)
 
 
-def _replicate(config: Path, host_id: int) -> None:
-    """Runs until SIGTERM or SIGINT, then stops every connection before returning (exit status 0)."""
+def _replicate(config: Path, host_id: int, status: bool = False) -> None:
+    """Runs until SIGTERM or SIGINT, then stops every connection before returning (exit status 0).
+    With `status`, prints what the running host last wrote to its status file instead."""
     import logging
     import threading
 
     from chronq.replication import ReplicatedQueue
+    from chronq.replication.status import format_status, read_status_file, status_file_path
+
+    if status:
+        print(format_status(read_status_file(status_file_path(config, host_id))))
+        return
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s chronq replicate: %(message)s")
+    # a peer gone mid-send must end that connection only: over TLS, OpenSSL writes to the socket itself
+    # (no MSG_NOSIGNAL), so SIGPIPE's default action (set by `main` for pipes) would kill the host
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    with ReplicatedQueue(config, host_id) as rq:
+    with ReplicatedQueue(config, host_id, status_file=status_file_path(config, host_id)) as rq:
         print(f"chronq replicate: host {host_id} running" +
               (f", source listening on {rq.address[0]}:{rq.address[1]}" if rq.address else ""), flush=True)
         while not done.wait(0.5):

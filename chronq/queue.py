@@ -409,6 +409,8 @@ class Queue:
         self._check_open()
         if name is not None:
             check_tailer_name(name)
+            if name.startswith("replicated:") and not self.readonly:
+                _refuse_sink(self, f"a replicated named tailer ({name!r}) is moved only by its source")
         if self.table is not None and not self.readonly:
             self.table.refresh_listing(self._fresh_cycles)  # as Java's createTailer
         t = Tailer(self, name)
@@ -529,12 +531,12 @@ def _prefix_len(index_count: int, index_spacing: int) -> int:
     return len(cycle_file_prefix(index_count, index_spacing))
 
 
-def _refuse_sink(queue: Queue) -> None:
+def _refuse_sink(queue: Queue, what: str = "append to the source queue instead") -> None:
     """A replication sink mirrors its source index for index: a local write would make it diverge."""
     source = queue.table.get(REPLICATION_SINK, None) if queue.table is not None else None
     if source is not None:
         raise ChronqError(f"{queue.path}: queue is a replication sink (of host {source}); it is written "
-                          "only by replication, append to the source queue instead")
+                          f"only by replication, {what}")
 
 
 def _make_dirs(path: Path) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -66,3 +69,28 @@ def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
+
+
+class Host:
+    """One `chronq replicate CONFIG --host-id N [ARGS]` process, its log in a file."""
+
+    def __init__(self, config: Path, host_id: int, *args: str) -> None:
+        self.log = config.parent / f"host{host_id}-{time.monotonic_ns()}.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", str(host_id), *args],
+                stdout=out, stderr=subprocess.STDOUT)
+        wait_until(lambda: "running" in self.text() or self.proc.poll() is not None, 20, f"host {host_id}")
+        assert self.proc.poll() is None, self.text()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> int:
+        """SIGTERM, and the exit status of a clean stop."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(20)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(20)

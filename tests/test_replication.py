@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -15,34 +14,9 @@ import pytest
 import chronq
 from chronq.replication import ConfigError, ReplicatedQueue, load_config, parse_config
 from chronq.replication import protocol as p
-from tests.replication_support import all_documents, cycle_files, last_index, wait_until, write_config
+from tests.replication_support import Host, all_documents, cycle_files, last_index, wait_until, write_config
 
 PROCS = Path(__file__).resolve().parent / "procs"
-
-
-class Host:
-    """One `chronq replicate CONFIG --host-id N` process, its log in a file."""
-
-    def __init__(self, config: Path, host_id: int) -> None:
-        self.log = config.parent / f"host{host_id}-{time.monotonic_ns()}.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", str(host_id)],
-                stdout=out, stderr=subprocess.STDOUT)
-        wait_until(lambda: "running" in self.text() or self.proc.poll() is not None, 20, f"host {host_id}")
-        assert self.proc.poll() is None, self.text()
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> int:
-        """SIGTERM, and the exit status of a clean stop."""
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(20)
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(20)
 
 
 def write(source: Path, first: int, count: int, per_cycle: int) -> int:

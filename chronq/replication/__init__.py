@@ -4,16 +4,33 @@ at the same indexes (Chronicle Queue Enterprise's replication). Bytes only: no m
 See docs/replication.md for what works and what is not built yet.
 """
 
+from chronq.replication.acknowledged import (
+    AcknowledgedTailer,
+    last_acknowledged_index,
+    last_replicated_index,
+    wait_acknowledged,
+)
 from chronq.replication.config import ReplicationConfig, load_config, parse_config
 from chronq.replication.endpoints import ReplicatedQueue
-from chronq.replication.errors import AuthenticationError, ConfigError, ProtocolError, ReplicationError
+from chronq.replication.errors import (
+    AcknowledgementTimeout,
+    AuthenticationError,
+    ConfigError,
+    ProtocolError,
+    ReplicationError,
+)
 from chronq.replication.sink import CycleClock, Position, SinkWriter
 from chronq.replication.source import SourceReader
+from chronq.replication.status import HostStatus, LinkStatus
 
 __all__ = [
+    "AcknowledgedTailer",
+    "AcknowledgementTimeout",
     "AuthenticationError",
     "ConfigError",
     "CycleClock",
+    "HostStatus",
+    "LinkStatus",
     "Position",
     "ProtocolError",
     "ReplicatedQueue",
@@ -21,6 +38,9 @@ __all__ = [
     "ReplicationError",
     "SinkWriter",
     "SourceReader",
+    "last_acknowledged_index",
+    "last_replicated_index",
     "load_config",
     "parse_config",
+    "wait_acknowledged",
 ]

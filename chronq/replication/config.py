@@ -7,7 +7,10 @@
           heartbeatTimeoutMs: 5000,
           baseSourcePath: replica/source,
           baseSinkPath: replica/sink,
-          keyFile: replication.key,          # chronq: the pre-shared key (required)
+          keyFile: replication.key,          # chronq: the pre-shared key
+          tlsCaFile: ca.pem,                 # chronq: TLS (optional): the CA that signs every host,
+          tlsCertFile: host.pem,             #   this host's certificate (a host may override both)
+          tlsKeyFile: host.key,
         },
         host1: { hostId: 1, connectUri: "127.0.0.1:9001" },
         host2: { hostId: 2, connectUri: "127.0.0.1:9002", baseSinkPath: replica/sink2 },
@@ -20,6 +23,10 @@
 Relative paths are taken from the configuration file's folder. A host may override `baseSourcePath`
 and `baseSinkPath` (several hosts on one machine). A queue's name (its key under `queues`) is what
 travels on the network; its `path` must be relative and stay inside the base folders.
+
+At least one of `keyFile` (a pre-shared key: both sides prove it with an HMAC) and TLS (`tlsCaFile`,
+`tlsCertFile`, `tlsKeyFile`: both sides present a certificate the CA signed) is required; both can be
+used together.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ class HostCfg:
     port: int
     base_source_path: Path
     base_sink_path: Path
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -65,8 +74,9 @@ class ReplicationConfig:
     queues: dict[str, QueueCfg]
     heartbeat_interval_ms: int
     heartbeat_timeout_ms: int
-    key: bytes
+    key: bytes | None
     max_frame: int
+    tls_ca: Path | None = None
 
     def host(self, host_id: int) -> HostCfg:
         try:
@@ -114,6 +124,11 @@ def _str(m: dict[str, Any], key: str, where: str, default: str | None = None) ->
     return str(v)
 
 
+def _path(m: dict[str, Any], key: str, where: str, base: Path) -> Path | None:
+    """An optional file path (relative ones are taken from `base`)."""
+    return None if m.get(key) is None else base / _str(m, key, where)
+
+
 def _relative(text: str, where: str) -> str:
     p = PurePosixPath(text)
     if not text or p.is_absolute() or ".." in p.parts:
@@ -142,14 +157,18 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
     max_frame = _int(ctx, "maxFrameSize", where, DEFAULT_MAX_FRAME, MIN_MAX_FRAME)
     src_base = _str(ctx, "baseSourcePath", where, "replica/source")
     sink_base = _str(ctx, "baseSinkPath", where, "replica/sink")
-    key_file = base / _str(ctx, "keyFile", where)
-    try:
-        key = key_file.read_bytes().strip()
-    except OSError as e:
-        raise ConfigError(f"{where}: keyFile {key_file}: {e}") from None
-    if len(key) < MIN_KEY_BYTES:
-        raise ConfigError(f"{where}: keyFile {key_file} holds {len(key)} bytes; a key has at least "
-                          f"{MIN_KEY_BYTES}")
+    tls_ca = _path(ctx, "tlsCaFile", where, base)
+    ctx_cert, ctx_key = _path(ctx, "tlsCertFile", where, base), _path(ctx, "tlsKeyFile", where, base)
+    key: bytes | None = None
+    if "keyFile" in ctx or tls_ca is None:
+        key_file = base / _str(ctx, "keyFile", where)
+        try:
+            key = key_file.read_bytes().strip()
+        except OSError as e:
+            raise ConfigError(f"{where}: keyFile {key_file}: {e}") from None
+        if len(key) < MIN_KEY_BYTES:
+            raise ConfigError(f"{where}: keyFile {key_file} holds {len(key)} bytes; a key has at least "
+                              f"{MIN_KEY_BYTES}")
     hosts: dict[int, HostCfg] = {}
     for name, value in cluster.items():
         if name == "context":
@@ -163,9 +182,15 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
             raise ConfigError(f"{where}: connectUri {uri!r} is not host:port")
         if host_id in hosts:
             raise ConfigError(f"{where}: hostId {host_id} is used twice")
+        cert = _path(h, "tlsCertFile", where, base) or ctx_cert
+        cert_key = _path(h, "tlsKeyFile", where, base) or ctx_key
+        if tls_ca is not None and (cert is None or cert_key is None):
+            raise ConfigError(f"{where}: with tlsCaFile every host needs tlsCertFile and tlsKeyFile")
+        if tls_ca is None and (cert is not None or cert_key is not None):
+            raise ConfigError(f"{where}: tlsCertFile and tlsKeyFile need tlsCaFile in cluster.context")
         hosts[host_id] = HostCfg(name, host_id, addr.strip("[]"), int(port_text),
                                  base / _str(h, "baseSourcePath", where, src_base),
-                                 base / _str(h, "baseSinkPath", where, sink_base))
+                                 base / _str(h, "baseSinkPath", where, sink_base), cert, cert_key)
     if not hosts:
         raise ConfigError("cluster: no hosts (entries with hostId and connectUri)")
     queues: dict[str, QueueCfg] = {}
@@ -190,7 +215,7 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
         queues[name] = QueueCfg(name, _relative(_str(q, "path", where, name), where), master, ack, roll)
     if not queues:
         raise ConfigError("queues: no queue to replicate")
-    return ReplicationConfig(hosts, queues, interval, timeout, key, max_frame)
+    return ReplicationConfig(hosts, queues, interval, timeout, key, max_frame, tls_ca)
 
 
 def load_config(path: str | os.PathLike[str]) -> ReplicationConfig:

@@ -16,19 +16,45 @@ import os
 import secrets
 import select
 import socket
+import ssl
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from types import TracebackType
 
 import chronq
 from chronq.replication import protocol as p
 from chronq.replication.config import QueueCfg, ReplicationConfig, load_config
-from chronq.replication.errors import AuthenticationError, ProtocolError, ReplicationError
+from chronq.replication.errors import (
+    AcknowledgementTimeout,
+    AuthenticationError,
+    ConfigError,
+    ProtocolError,
+    ReplicationError,
+)
 from chronq.replication.sink import Position, SinkWriter
 from chronq.replication.source import SourceReader
+from chronq.replication.status import (
+    AUTHENTICATING,
+    CONNECTING,
+    DISCONNECTED,
+    REPLICATING,
+    HostStatus,
+    LinkStatus,
+    write_status_file,
+)
 from chronq.rollcycles import RollCycle, by_format
-from chronq.table import LAST_ACKNOWLEDGED_INDEX_REPLICATED, LAST_INDEX_REPLICATED
+from chronq.table import (
+    LAST_ACKNOWLEDGED_INDEX_REPLICATED,
+    LAST_INDEX_REPLICATED,
+    UNLOCKED,
+    TableStore,
+    check_tailer_name,
+    tailer_index_key,
+    tailer_lock_key,
+    tailer_version_key,
+)
 
 __all__ = ["ReplicatedQueue"]
 
@@ -36,6 +62,7 @@ log = logging.getLogger("chronq.replication")
 
 BATCH_COUNT = 4096
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+POSITIONS_EVERY = 0.05  # s between looks at the source's replicated named tailers
 IDLE_POLL = 0.002  # s a source waits for new excerpts (or an ack) when its tailer is at the end
 RETRY_MIN, RETRY_MAX = 0.05, 2.0  # s between a sink's reconnection attempts (doubling)
 
@@ -55,15 +82,22 @@ class _Conn:
 
     def send(self, frame: p.Frame) -> None:
         # MSG_NOSIGNAL: a peer gone mid-send is an OSError for this connection, never a SIGPIPE that
-        # kills the process (the `chronq` command restores SIGPIPE's default action)
-        self.sock.sendall(p.encode(frame, self.max_frame), _NOSIGNAL)
+        # kills the process (`chronq replicate` also ignores SIGPIPE, for TLS: an SSL socket takes no
+        # flags, OpenSSL writes to the descriptor itself)
+        data = p.encode(frame, self.max_frame)
+        if isinstance(self.sock, ssl.SSLSocket):
+            self.sock.sendall(data)
+        else:
+            self.sock.sendall(data, _NOSIGNAL)
         self.last_send = time.monotonic()
 
     def poll(self, wait: float) -> list[p.Frame]:
         """Frames received within `wait` seconds (none on a timeout); ReplicationError if the peer closed
         or sent an Error frame."""
         if not self._pending:
-            ready, _, _ = select.select([self.sock], [], [], wait)
+            # TLS may hold decrypted bytes that select() on the descriptor cannot see
+            buffered = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+            ready = buffered or select.select([self.sock], [], [], wait)[0]
             if ready:
                 data = self.sock.recv(1 << 16)
                 if not data:
@@ -96,6 +130,91 @@ class _Conn:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+class _Link:
+    """The live state of one link, written by its connection thread and read by `status()`."""
+
+    def __init__(self, queue: str, role: str, peer: str, peer_host_id: int | None) -> None:
+        self.lock = threading.Lock()
+        self.queue, self.role, self.peer, self.peer_host_id = queue, role, peer, peer_host_id
+        self.state = CONNECTING
+        self.replicated = -1
+        self.acknowledged = -1
+        # (last data index of a sent batch, time.time() it was read): the unacknowledged ones, for the lag
+        self._pending: deque[tuple[int, float]] = deque()
+
+    def set_state(self, state: str, peer: str | None = None) -> None:
+        with self.lock:
+            self.state = state
+            if peer is not None:
+                self.peer = peer
+
+    def sent(self, index: int, read_at: float) -> None:
+        with self.lock:
+            self.replicated = max(self.replicated, index)
+            self._pending.append((index, read_at))
+
+    def acked(self, index: int) -> None:
+        with self.lock:
+            self.acknowledged = max(self.acknowledged, index)
+            while self._pending and self._pending[0][0] <= index:
+                self._pending.popleft()
+
+    def snapshot(self, lag_messages: int | None) -> LinkStatus:
+        with self.lock:
+            lag = time.time() - self._pending[0][1] if self._pending else 0.0
+            return LinkStatus(self.queue, self.role, self.peer, self.peer_host_id, self.state,
+                              self.replicated, self.acknowledged, lag_messages, max(0.0, lag))
+
+
+def _messages_after(q: chronq.Queue, index: int) -> int:
+    """How many data excerpts of `q` follow `index` (all of them for -1)."""
+    last = q.last_index
+    if last is None or last <= index:
+        return 0
+    rc = q.roll_cycle
+    cycle, seq = rc.split(index) if index >= 0 else (-1, -1)
+    total = 0
+    for c in q._fresh_cycles():
+        if c >= cycle:
+            n = q._count_in(c)
+            total += max(0, n - seq - 1) if c == cycle else n
+    return total
+
+
+def tailer_positions(table: TableStore) -> dict[str, tuple[int, int]]:
+    """{name: (index, version)} of the replicated named tailers (`replicated:NAME`) in a table store.
+    A replicated tailer always has its `index.NAME.version` key, which tells it from a plain named
+    tailer whose name merely ends in ".version" or ".lock"."""
+    out = {}
+    for key, value in table.items():
+        name = key[len("index."):]
+        if not key.lower().startswith("index.replicated:") or len(name.encode()) > p.MAX_TEXT:
+            continue
+        version_key = tailer_version_key(name)
+        version = None if version_key is None else table.get(version_key)
+        if version is not None:
+            out[name] = (value, version)
+    return out
+
+
+def apply_tailer_positions(table: TableStore, items: list[tuple[str, int, int]]) -> None:
+    """Store a source's replicated named tailer positions in a sink's table store, with the keys Java
+    keeps for them (index, version, lock: in that order when new)."""
+    for name, index, version in items:
+        try:
+            check_tailer_name(name)
+        except ValueError as e:
+            raise ProtocolError(f"bad tailer name from the source: {e}") from None
+        version_key, lock_key = tailer_version_key(name), tailer_lock_key(name)
+        if version_key is None or lock_key is None:
+            raise ProtocolError(f"tailer {name!r} from the source is not a replicated one")
+        table.acquire(tailer_index_key(name), index)
+        table.acquire(version_key, version)
+        table.acquire(lock_key, UNLOCKED)
+        table.set(tailer_index_key(name), index)
+        table.set(version_key, version)
 
 
 def _roll_info(q: chronq.Queue, host_id: int) -> p.QueueInfo:
@@ -145,6 +264,16 @@ class _Source:
 
     def _serve(self, sock: socket.socket, peer: str) -> None:
         cfg = self._rq.config
+        tls = self._rq._tls
+        if tls is not None:
+            sock.settimeout(cfg.heartbeat_timeout_ms / 1000)
+            try:
+                sock = tls[0].wrap_socket(sock, server_side=True)
+            except OSError as e:  # ssl.SSLError included: an untrusted certificate, or no TLS at all
+                log.warning("replication: refused %s: TLS handshake failed: %s", peer, e)
+                with contextlib.suppress(OSError):
+                    sock.close()
+                return
         conn = _Conn(sock, peer, cfg.max_frame, cfg.heartbeat_timeout_ms / 1000)
         try:
             self._conversation(conn)
@@ -158,22 +287,30 @@ class _Source:
             conn.close()
 
     def _conversation(self, conn: _Conn) -> None:
-        cfg, stop = self._rq.config, self._rq._stop
+        cfg = self._rq.config
         try:  # until the peer proved the key, any failure is a refused peer
             hello = conn.expect(p.Hello)
             assert isinstance(hello, p.Hello)
             if hello.version != p.VERSION:
                 raise ProtocolError(f"protocol version {hello.version} is not {p.VERSION}")
-            nonce = secrets.token_bytes(p.NONCE_SIZE)
-            conn.send(p.Challenge(nonce, p.proof(cfg.key, b"source", hello.nonce, nonce, hello.queue)))
-            auth = conn.expect(p.Auth)
-            assert isinstance(auth, p.Auth)
+            if cfg.key is not None:  # without a key (TLS only) the certificates authenticated both sides
+                nonce = secrets.token_bytes(p.NONCE_SIZE)
+                conn.send(p.Challenge(nonce, p.proof(cfg.key, b"source", hello.nonce, nonce, hello.queue)))
+                auth = conn.expect(p.Auth)
+                assert isinstance(auth, p.Auth)
+                expected = p.proof(cfg.key, b"sink", nonce, hello.nonce, hello.queue)
+                if not hmac.compare_digest(auth.proof, expected):
+                    raise AuthenticationError(f"host {hello.host_id} sent a wrong proof of the pre-shared "
+                                              "key")
         except AuthenticationError:
             raise
         except ReplicationError as e:
             raise AuthenticationError(f"did not authenticate: {e}") from None
-        if not hmac.compare_digest(auth.proof, p.proof(cfg.key, b"sink", nonce, hello.nonce, hello.queue)):
-            raise AuthenticationError(f"host {hello.host_id} sent a wrong proof of the pre-shared key")
+        self._follow(conn, hello)
+
+    def _follow(self, conn: _Conn, hello: p.Hello) -> None:
+        """After authentication: send the queue's roll cycle, then excerpts from where the sink ends."""
+        cfg, stop = self._rq.config, self._rq._stop
         qc = self._queues.get(hello.queue)
         if qc is None:
             raise ReplicationError(f"no queue {hello.queue!r} is mastered by host {self._rq.host_id}")
@@ -186,30 +323,55 @@ class _Source:
             start = Position(None if sub.next_index < 0 else sub.next_index, sub.metadata)
             reader = SourceReader(q, start)
             log.info("replication: %s (host %d) follows %s from %s", conn.peer, hello.host_id, qc.name, start)
+            link = self._rq._link("source", qc.name, conn.peer, hello.host_id)
+            link.set_state(REPLICATING, conn.peer)
+            if start.next_index is not None:  # what the sink already holds counts as acknowledged
+                link.acked(start.next_index - 1)
             interval = cfg.heartbeat_interval_ms / 1000
             batch_bytes = cfg.max_frame // 2
+            sent_upto = -1 if start.next_index is None else start.next_index - 1  # the sink has up to here
+            positions_sent: dict[str, tuple[int, int]] = {}
+            positions_at = 0.0
             try:
                 while not stop.is_set():
+                    # positions are read before the batch: when the batch comes back empty, every
+                    # position read is at or before what the sink has been sent
+                    snap = None
+                    if time.monotonic() >= positions_at:
+                        snap = tailer_positions(table)
+                        positions_at = time.monotonic() + POSITIONS_EVERY
                     items = reader.read_batch(BATCH_COUNT, batch_bytes)
                     if items:
                         for _, _, body in items:
                             if len(body) > batch_bytes - 64:
                                 raise ReplicationError(f"{q.path}: an excerpt of {len(body)} bytes exceeds "
                                                        f"half the maximum frame size {cfg.max_frame}")
+                        read_at = time.time()
                         conn.send(p.Excerpts(items))
                         data = [i for i, meta, _ in items if not meta]
                         if data:
                             table.set_max(LAST_INDEX_REPLICATED, data[-1])
+                            link.sent(data[-1], read_at)
+                            sent_upto = data[-1]
                     elif time.monotonic() - conn.last_send >= interval:
                         conn.send(p.Heartbeat())
+                    if snap:
+                        # a tailer's index is the next one it reads: the sink must hold all before it
+                        moved = [(n, i, v) for n, (i, v) in sorted(snap.items())
+                                 if positions_sent.get(n) != (i, v) and (not items or i <= sent_upto + 1)]
+                        if moved:
+                            conn.send(p.TailerPositions(moved))
+                            positions_sent.update((n, (i, v)) for n, i, v in moved)
                     for f in conn.poll(0 if items else IDLE_POLL):
                         if isinstance(f, p.Ack):
+                            link.acked(f.index)
                             self._rq._acked(qc, f.index, table)
                         elif not isinstance(f, p.Heartbeat):
                             raise ProtocolError(f"unexpected {type(f).__name__} from a sink")
                     if time.monotonic() - conn.last_recv > conn.timeout:
                         raise ReplicationError(f"no heartbeat for {conn.timeout} s")
             finally:
+                link.set_state(DISCONNECTED)
                 reader.close()
 
     def stop(self) -> None:
@@ -225,6 +387,8 @@ class _Sink:
         self._rq = rq
         self._qc = qc
         self.path = rq.config.sink_path(qc, rq.host_id)
+        master = rq.config.host(qc.master_id)
+        self._link = rq._link("sink", qc.name, f"{master.host}:{master.port}", master.host_id)
         self._thread = threading.Thread(target=self._run, name=f"chronq-repl-sink {qc.name}", daemon=True)
 
     def start(self) -> None:
@@ -236,14 +400,27 @@ class _Sink:
     def _run(self) -> None:
         stop, delay = self._rq._stop, RETRY_MIN
         master = self._rq.config.host(self._qc.master_id)
+        link = self._link
         while not stop.is_set():
+            peer = f"{master.host}:{master.port}"
+            link.set_state(CONNECTING)
             try:
                 sock = socket.create_connection((master.host, master.port), timeout=2)
             except OSError as e:
-                log.debug("replication: %s: cannot reach %s:%d: %s", self._qc.name, master.host,
-                          master.port, e)
-            else:
-                peer = f"{master.host}:{master.port}"
+                log.debug("replication: %s: cannot reach %s: %s", self._qc.name, peer, e)
+                sock = None
+            if sock is not None and self._rq._tls is not None:
+                try:
+                    sock.settimeout(self._rq.config.heartbeat_timeout_ms / 1000)
+                    sock = self._rq._tls[1].wrap_socket(sock, server_hostname=master.host)
+                except OSError as e:  # the source's certificate is not trusted, or it refused ours
+                    log.warning("replication: %s: refused %s: TLS handshake failed: %s", self._qc.name,
+                                peer, e)
+                    with contextlib.suppress(OSError):
+                        sock.close()
+                    sock = None
+            if sock is not None:
+                link.set_state(AUTHENTICATING)
                 cfg = self._rq.config
                 conn = _Conn(sock, peer, cfg.max_frame, cfg.heartbeat_timeout_ms / 1000)
                 try:
@@ -254,6 +431,7 @@ class _Sink:
                     delay = RETRY_MIN
                 finally:
                     conn.close()
+            link.set_state(DISCONNECTED)
             stop.wait(delay)
             delay = min(delay * 2, RETRY_MAX)
 
@@ -261,30 +439,71 @@ class _Sink:
         cfg, stop, qc = self._rq.config, self._rq._stop, self._qc
         nonce = secrets.token_bytes(p.NONCE_SIZE)
         conn.send(p.Hello(p.VERSION, qc.name, self._rq.host_id, nonce))
-        ch = conn.expect(p.Challenge)
-        assert isinstance(ch, p.Challenge)
-        if not hmac.compare_digest(ch.proof, p.proof(cfg.key, b"source", nonce, ch.nonce, qc.name)):
-            conn.refuse("authentication failed")
-            raise AuthenticationError(f"refused {conn.peer}: it sent a wrong proof of the pre-shared key")
-        conn.send(p.Auth(p.proof(cfg.key, b"sink", ch.nonce, nonce, qc.name)))
+        if cfg.key is not None:
+            ch = conn.expect(p.Challenge)
+            assert isinstance(ch, p.Challenge)
+            if not hmac.compare_digest(ch.proof, p.proof(cfg.key, b"source", nonce, ch.nonce, qc.name)):
+                conn.refuse("authentication failed")
+                raise AuthenticationError(f"refused {conn.peer}: it sent a wrong proof of the pre-shared key")
+            conn.send(p.Auth(p.proof(cfg.key, b"sink", ch.nonce, nonce, qc.name)))
         info = conn.expect(p.QueueInfo)
         assert isinstance(info, p.QueueInfo)
         rc: RollCycle = _roll_cycle(info)
         with SinkWriter(self.path, rc, info.epoch, source_host=info.host_id) as writer:
             pos = writer.position
             conn.send(p.Subscribe(-1 if pos.next_index is None else pos.next_index, pos.metadata))
+            link = self._link
+            link.set_state(REPLICATING)
+            link.sent(writer.last_data_index, time.time())
+            link.acked(writer.last_data_index)
             interval = cfg.heartbeat_interval_ms / 1000
             while not stop.is_set():
                 for f in conn.poll(min(interval, 0.1)):
                     if isinstance(f, p.Excerpts):
                         writer.write_all(f.items)
                         conn.send(p.Ack(writer.last_data_index))
+                        link.sent(writer.last_data_index, time.time())
+                        link.acked(writer.last_data_index)
+                    elif isinstance(f, p.TailerPositions):
+                        table = writer.queue.table
+                        assert table is not None
+                        apply_tailer_positions(table, f.items)
                     elif not isinstance(f, p.Heartbeat):
                         raise ProtocolError(f"unexpected {type(f).__name__} from a source")
                 if time.monotonic() - conn.last_send >= interval:
                     conn.send(p.Heartbeat())
                 if time.monotonic() - conn.last_recv > conn.timeout:
                     raise ReplicationError(f"no heartbeat for {conn.timeout} s")
+
+
+def tls_contexts(cfg: ReplicationConfig, host_id: int) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+    """(server, client) contexts for a host of a cluster configured with TLS, None without TLS.
+
+    Both sides present their certificate and require the peer's, signed by the cluster's CA
+    (`CERT_REQUIRED`). The sink also checks that the source's certificate names the address it connects
+    to (`check_hostname`: an IP address matches an IP subjectAltName). The source cannot check a name
+    for a sink, which connects from any address, so it checks the chain only.
+    """
+    if cfg.tls_ca is None:
+        return None
+    me = cfg.host(host_id)
+    assert me.tls_cert is not None and me.tls_key is not None  # the configuration checks this
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    for ctx in (server, client):
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        try:
+            ctx.load_cert_chain(me.tls_cert, me.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"host {host_id}: tlsCertFile {me.tls_cert} / tlsKeyFile {me.tls_key}: "
+                              f"{e}") from None
+        try:
+            ctx.load_verify_locations(cafile=cfg.tls_ca)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"tlsCaFile {cfg.tls_ca}: {e}") from None
+    client.check_hostname = True
+    return server, client
 
 
 def _roll_cycle(info: p.QueueInfo) -> RollCycle:
@@ -299,15 +518,23 @@ class ReplicatedQueue:
     its `connectUri`) and a sink client for every other queue. Use as a context manager, or call
     `start()` and `stop()`."""
 
-    def __init__(self, config: ReplicationConfig | str | os.PathLike[str], host_id: int) -> None:
+    def __init__(self, config: ReplicationConfig | str | os.PathLike[str], host_id: int,
+                 status_file: str | os.PathLike[str] | None = None) -> None:
+        """`status_file`: keep `status()` there as JSON (replaced every heartbeat interval, removed by
+        `stop()`), for `chronq replicate --status` and monitoring scripts."""
         self.config = config if isinstance(config, ReplicationConfig) else load_config(config)
         self.host_id = host_id
         self.config.host(host_id)  # ConfigError for an unknown host now
+        self._tls = tls_contexts(self.config, host_id)
         self._stop = threading.Event()
         self._source: _Source | None = None
         self._sinks: list[_Sink] = []
         self._lock = threading.Lock()
+        self._ack_changed = threading.Condition(self._lock)
         self._acknowledged: dict[str, int] = {}
+        self._links: dict[tuple[str, str, int | None], _Link] = {}
+        self._status_file = None if status_file is None else Path(status_file)
+        self._status_thread: threading.Thread | None = None
         self._started = False
 
     def start(self) -> ReplicatedQueue:
@@ -323,6 +550,11 @@ class ReplicatedQueue:
                 sink = _Sink(self, qc)
                 self._sinks.append(sink)
                 sink.start()
+        if self._status_file is not None:
+            self._write_status()  # at once: a reader need not wait for the first interval
+            self._status_thread = threading.Thread(target=self._status_loop, name="chronq-repl-status",
+                                                   daemon=True)
+            self._status_thread.start()
         return self
 
     def stop(self) -> None:
@@ -332,6 +564,11 @@ class ReplicatedQueue:
             self._source.stop()
         for s in self._sinks:
             s.stop()
+        if self._status_thread is not None:
+            self._status_thread.join(5)
+        if self._status_file is not None:
+            with contextlib.suppress(OSError):
+                self._status_file.unlink()
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -349,9 +586,68 @@ class ReplicatedQueue:
         with self._lock:
             return self._acknowledged.get(queue, -1)
 
+    def _link(self, role: str, queue: str, peer: str, peer_host_id: int | None) -> _Link:
+        """The link of (role, queue, peer host), kept across reconnections so a gone peer still shows."""
+        with self._lock:
+            link = self._links.get((role, queue, peer_host_id))
+            if link is None:
+                link = self._links[(role, queue, peer_host_id)] = _Link(queue, role, peer, peer_host_id)
+            return link
+
+    def status(self) -> list[LinkStatus]:
+        """Every link of this host: each sink of the queues it masters, each queue it follows."""
+        with self._lock:
+            links = sorted(self._links.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0))
+        out = []
+        for (role, queue, _), link in links:
+            lag: int | None = None
+            if role == "source":
+                with link.lock:
+                    acked = link.acknowledged
+                try:
+                    with chronq.open(self.source_path(queue), readonly=True) as q:
+                        lag = _messages_after(q, acked)
+                except chronq.ChronqError as e:  # reported, not raised: status must not fail a host
+                    log.debug("replication: status of %s: %s", queue, e)
+            out.append(link.snapshot(lag))
+        return out
+
+    def host_status(self) -> HostStatus:
+        return HostStatus(self.host_id, os.getpid(), time.time(), self.status())
+
+    def _write_status(self) -> None:
+        assert self._status_file is not None
+        try:
+            write_status_file(self._status_file, self.host_status())
+        except OSError as e:
+            log.warning("replication: cannot write the status file %s: %s", self._status_file, e)
+
+    def _status_loop(self) -> None:
+        while not self._stop.wait(self.config.heartbeat_interval_ms / 1000):
+            self._write_status()
+
+    def wait_acknowledged(self, queue: str, index: int, timeout: float) -> int:
+        """Block until a sink acknowledged `index` (or later) of a queue this host masters; return the
+        acknowledged index. `AcknowledgementTimeout` after `timeout` seconds. Unlike
+        `chronq.replication.wait_acknowledged` (which reads the table store) this works for queues with
+        `acknowledge: false` too, since sinks acknowledge every batch either way."""
+        if queue not in self.config.queues or self.config.queues[queue].master_id != self.host_id:
+            raise ReplicationError(f"queue {queue!r} is not mastered by host {self.host_id}")
+        deadline = time.monotonic() + timeout
+        with self._ack_changed:
+            while (acked := self._acknowledged.get(queue, -1)) < index:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AcknowledgementTimeout(
+                        f"{self.source_path(queue)}: index {index:#x} not acknowledged by any replica "
+                        f"within {timeout} s (last acknowledged {acked:#x})")
+                self._ack_changed.wait(left)
+            return acked
+
     def _acked(self, qc: QueueCfg, index: int, table: object) -> None:
         with self._lock:
             self._acknowledged[qc.name] = max(index, self._acknowledged.get(qc.name, -1))
+            self._ack_changed.notify_all()
         if qc.acknowledge and index >= 0:  # as Java: recorded in the table store only with acknowledge
             from chronq.table import TableStore
 

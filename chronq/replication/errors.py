@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from chronq.errors import ChronqError
 
-__all__ = ["AuthenticationError", "ConfigError", "ProtocolError", "ReplicationError"]
+__all__ = [
+    "AcknowledgementTimeout", "AuthenticationError", "ConfigError", "ProtocolError", "ReplicationError",
+]
 
 
 class ReplicationError(ChronqError):
@@ -24,3 +26,8 @@ class AuthenticationError(ProtocolError):
 
 class ConfigError(ReplicationError):
     """The replication configuration file is missing something or holds a value of the wrong kind."""
+
+
+class AcknowledgementTimeout(ReplicationError, TimeoutError):
+    """No replica acknowledged an index within the time asked for. The excerpt is in the source queue:
+    only its replication is unconfirmed (a sink down or slow, or a queue without `acknowledge: true`)."""

@@ -12,6 +12,7 @@ Conversation (the sink connects to the source host):
     source -> QueueInfo(roll cycle, epoch, source host id)
     sink   -> Subscribe(next index, metadata documents already there)     (the sink's `Position`)
     source -> Excerpts([(index, metadata, bytes), ...]) ... | Heartbeat
+            | TailerPositions([(name, index, version), ...])   (replicated named tailers that moved)
     sink   -> Ack(last data index written) | Heartbeat
     either -> Error(text) before closing on a refusal
 
@@ -44,6 +45,7 @@ __all__ = [
     "Hello",
     "QueueInfo",
     "Subscribe",
+    "TailerPositions",
     "encode",
     "proof",
 ]
@@ -98,6 +100,13 @@ class Excerpts:
 
 
 @dataclass(frozen=True)
+class TailerPositions:
+    """Positions of the source's replicated named tailers (`replicated:NAME`): (name, index, version)."""
+
+    items: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     pass
 
@@ -112,10 +121,11 @@ class Error:
     text: str
 
 
-Frame = Hello | Challenge | Auth | QueueInfo | Subscribe | Excerpts | Heartbeat | Ack | Error
+Frame = (Hello | Challenge | Auth | QueueInfo | Subscribe | Excerpts | Heartbeat | Ack | Error
+         | TailerPositions)
 
 _TYPES: dict[type, int] = {Hello: 1, Challenge: 2, Auth: 3, QueueInfo: 4, Subscribe: 5, Excerpts: 6,
-                           Heartbeat: 7, Ack: 8, Error: 9}
+                           Heartbeat: 7, Ack: 8, Error: 9, TailerPositions: 10}
 
 
 def proof(key: bytes, role: bytes, first: bytes, second: bytes, queue: str) -> bytes:
@@ -162,6 +172,9 @@ def encode(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
         body = b""
     elif isinstance(frame, Ack):
         body = struct.pack(">q", frame.index)
+    elif isinstance(frame, TailerPositions):
+        body = struct.pack(">I", len(frame.items)) + b"".join(
+            _text(name) + struct.pack(">qq", index, version) for name, index, version in frame.items)
     else:
         body = _text(frame.text[:MAX_TEXT // 4])
     n = 1 + len(body)
@@ -240,6 +253,16 @@ def _decode(kind: int, b: _Body) -> Frame:
         frame = Ack(index)
     elif kind == 9:
         frame = Error(b.text())
+    elif kind == 10:
+        (count,) = b.unpack(">I")
+        if count * 18 > b.left:  # each at least a 2-byte text length and two int64s
+            raise ProtocolError(f"frame announces {count} tailer positions but holds only {b.left} bytes")
+        positions = []
+        for _ in range(count):
+            name = b.text()
+            index, version = b.unpack(">qq")
+            positions.append((name, index, version))
+        frame = TailerPositions(positions)
     else:
         raise ProtocolError(f"unknown frame type {kind}")
     b.end()

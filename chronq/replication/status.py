@@ -1,0 +1,136 @@
+"""What a replicating host reports about its links: typed objects in process, a JSON file for others.
+
+`ReplicatedQueue.status()` returns one `LinkStatus` per link: on a source host, one per sink connected
+(or last connected) to a queue it masters; on a sink host, one per queue it follows. A host run by
+`chronq replicate` also writes them to a small status file next to its configuration (replaced
+atomically, every heartbeat interval, removed on a clean stop), which `chronq replicate CONFIG
+--host-id N --status` prints: no port to open, nothing to authenticate, readable only as the file
+permissions allow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from chronq.replication.errors import ReplicationError
+
+__all__ = ["HostStatus", "LinkStatus", "format_status", "read_status_file", "status_file_path",
+           "write_status_file"]
+
+#: connection states of a link
+CONNECTING, AUTHENTICATING, REPLICATING, DISCONNECTED = "connecting", "authenticating", "replicating", \
+    "disconnected"
+
+
+@dataclass(frozen=True)
+class LinkStatus:
+    """One replication link of a queue as this host sees it.
+
+    `role` is this host's side: "source" (the link is a sink connected to us) or "sink" (we follow the
+    queue's master). `replicated_index` is the last data index sent (source) or written (sink);
+    `acknowledged_index` the last one the sink acknowledged (-1: none). `lag_messages` counts the source's
+    data excerpts after the acknowledged one (None where unknown: on a sink host). `lag_seconds` is how
+    long ago the oldest unacknowledged excerpt was read from the source queue (chronq excerpts carry no
+    append time), 0 when all is acknowledged.
+    """
+
+    queue: str
+    role: str
+    peer: str
+    peer_host_id: int | None
+    state: str
+    replicated_index: int
+    acknowledged_index: int
+    lag_messages: int | None
+    lag_seconds: float
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    host_id: int
+    pid: int
+    updated: float  # time.time() of the snapshot
+    links: list[LinkStatus]
+
+    def to_json(self) -> str:
+        return json.dumps({"host_id": self.host_id, "pid": self.pid, "updated": self.updated,
+                           "links": [asdict(link) for link in self.links]}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> HostStatus:
+        d: Any = json.loads(text)
+        names = {f.name for f in fields(LinkStatus)}
+        links = [LinkStatus(**{k: v for k, v in link.items() if k in names}) for link in d["links"]]
+        return cls(int(d["host_id"]), int(d["pid"]), float(d["updated"]), links)
+
+
+def status_file_path(config: str | os.PathLike[str], host_id: int) -> Path:
+    """Where `chronq replicate CONFIG --host-id N` keeps its status: next to the configuration."""
+    c = Path(config)
+    return c.parent / f".{c.name}.host{host_id}.status.json"
+
+
+def write_status_file(path: Path, status: HostStatus) -> None:
+    """Replace the file atomically: a reader sees the old snapshot or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(status.to_json())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_status_file(path: Path) -> HostStatus:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReplicationError(f"{path}: no status file: is `chronq replicate` running for this host?") \
+            from None
+    except OSError as e:
+        raise ReplicationError(f"{path}: {e}") from None
+    try:
+        return HostStatus.from_json(text)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ReplicationError(f"{path}: not a status file: {e}") from None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _index(i: int) -> str:
+    return "-" if i < 0 else f"{i:#x}"
+
+
+def format_status(status: HostStatus) -> str:
+    """A table of the links, and a note when the host that wrote the status is gone."""
+    age = time.time() - status.updated
+    head = f"host {status.host_id} (pid {status.pid}), status of {age:.1f} s ago"
+    if not _alive(status.pid):
+        head += f": process {status.pid} is not running, this status is stale"
+    rows = [("queue", "role", "peer", "host", "state", "replicated", "acknowledged", "lag msgs", "lag s")]
+    for s in status.links:
+        rows.append((s.queue, s.role, s.peer, "-" if s.peer_host_id is None else str(s.peer_host_id), s.state,
+                     _index(s.replicated_index), _index(s.acknowledged_index),
+                     "-" if s.lag_messages is None else str(s.lag_messages), f"{s.lag_seconds:.3f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    if not status.links:
+        lines.append("(no links yet)")
+    return "\n".join(lines)

@@ -1,0 +1,135 @@
+"""Acknowledgement modes (a source tailer that reads only acknowledged excerpts, an appender-side wait
+with a timeout, none) and link status, with real sink processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import chronq
+from chronq.replication import (
+    AcknowledgedTailer,
+    AcknowledgementTimeout,
+    HostStatus,
+    LinkStatus,
+    ReplicatedQueue,
+    last_acknowledged_index,
+    last_replicated_index,
+    wait_acknowledged,
+)
+from chronq.replication.status import format_status, read_status_file, status_file_path, write_status_file
+from tests.replication_support import Host, wait_until, write_config
+
+
+def test_acknowledged_tailer_and_wait(tmp_path: Path) -> None:
+    config = write_config(tmp_path, hosts=2)
+    with ReplicatedQueue(config, 1) as src, chronq.open(src.source_path("queue1")) as q:
+        first = q.appender().write(b"one")
+        second = q.appender().write(b"two")
+        tailer = AcknowledgedTailer(q.tailer())
+        plain = q.tailer()
+        # no sink yet: a plain tailer reads, the acknowledged one sees nothing, the waits time out
+        assert plain.read() is not None
+        assert tailer.read() is None and tailer.wait_read(0.05) is None
+        with pytest.raises(AcknowledgementTimeout, match=re.escape(f"index {second:#x} not acknowledged")):
+            wait_acknowledged(q, second, 0.2)
+        with pytest.raises(AcknowledgementTimeout, match=r"within 0\.2 s"):
+            src.wait_acknowledged("queue1", second, 0.2)
+        assert last_acknowledged_index(q) == -1
+        sink = Host(config, 2)
+        try:
+            assert wait_acknowledged(q, second, 20) >= second
+            assert src.wait_acknowledged("queue1", second, 5) >= second
+            got = [tailer.wait_read(5) for _ in range(2)]
+            assert [(ex.index, ex.bytes()) for ex in got if ex is not None] == \
+                [(first, b"one"), (second, b"two")]
+            assert tailer.read() is None
+            # a new excerpt is invisible to the acknowledged tailer until the sink has it
+            third = q.appender().write(b"three")
+            ex = tailer.wait_read(20)
+            assert ex is not None and ex.index == third
+            assert last_acknowledged_index(q) >= third and last_replicated_index(q) >= third
+        finally:
+            assert sink.stop() == 0
+        tailer.close()
+        plain.close()
+
+
+def test_acknowledge_false_keeps_the_key_at_minus_one(tmp_path: Path) -> None:
+    """As Java: without `acknowledge: true` the table store key stays -1 (so table-store waits time
+    out), while the in-process wait still sees the sinks' acknowledgements."""
+    config = write_config(tmp_path, hosts=2, acknowledge=False)
+    with ReplicatedQueue(config, 1) as src, ReplicatedQueue(config, 2), \
+            chronq.open(src.source_path("queue1")) as q:
+        index = q.appender().write(b"x")
+        assert src.wait_acknowledged("queue1", index, 20) == index
+        assert last_replicated_index(q) == index
+        with pytest.raises(AcknowledgementTimeout, match="acknowledge: true"):
+            wait_acknowledged(q, index, 0.1)
+        with AcknowledgedTailer(q.tailer()) as t:
+            assert t.read() is None
+
+
+def test_wait_on_a_queue_this_host_does_not_master(tmp_path: Path) -> None:
+    config = write_config(tmp_path, hosts=2)
+    rq = ReplicatedQueue(config, 2)
+    with pytest.raises(chronq.ChronqError, match="not mastered by host 2"):
+        rq.wait_acknowledged("queue1", 0, 0.1)
+
+
+def test_status_in_process_and_from_the_cli(tmp_path: Path) -> None:
+    """Per link: indexes, lag in messages and time, state; `chronq replicate --status` prints a running
+    host's, and a sink that goes away shows as disconnected with its lag growing."""
+    config = write_config(tmp_path, hosts=2)
+    source = Host(config, 1)
+    try:
+        with ReplicatedQueue(config, 2) as sink, chronq.open(tmp_path / "source/queue1") as q:
+            appender = q.appender()
+            last = [appender.write(b"m%d" % i) for i in range(10)][-1]
+            wait_until(lambda: [s.replicated_index for s in sink.status()] == [last], 20, "the sink")
+            (mine,) = sink.status()
+            assert (mine.role, mine.queue, mine.peer_host_id) == ("sink", "queue1", 1)
+            assert mine.state == "replicating"
+            assert isinstance(mine, LinkStatus) and mine.acknowledged_index == last
+            wait_until(lambda: f"{last:#x}" in _status(config, 1), 20, "the source's status file")
+            out = _status(config, 1)
+            assert "queue1" in out and "replicating" in out and "source" in out
+        # the sink is gone: 5 more messages are not acknowledged
+        with chronq.open(tmp_path / "source/queue1") as q:
+            appender = q.appender()
+            for i in range(5):
+                appender.write(b"late%d" % i)
+        wait_until(lambda: "disconnected" in _status(config, 1), 20, "the source to see the sink gone")
+        text = _status(config, 1)
+        row = next(line for line in text.splitlines() if line.startswith("queue1"))
+        assert row.split()[5:8] == [f"{last:#x}", f"{last:#x}", "5"], text
+    finally:
+        assert source.stop() == 0
+    assert not status_file_path(config, 1).exists()  # removed by a clean stop
+    p = subprocess.run([sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", "1",
+                        "--status"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "no status file" in p.stderr
+
+
+def _status(config: Path, host_id: int) -> str:
+    p = subprocess.run([sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", str(host_id),
+                        "--status"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_status_file_round_trip(tmp_path: Path) -> None:
+    link = LinkStatus("q", "source", "127.0.0.1:1", 2, "replicating", 9, 7, 2, 0.25)
+    status = HostStatus(3, 12345678, 1.5, [link])
+    path = tmp_path / "s.json"
+    write_status_file(path, status)
+    assert read_status_file(path) == status
+    assert "stale" in format_status(status) or os.getpid() == 12345678
+    path.write_text("{not json")
+    with pytest.raises(chronq.ChronqError, match="not a status file"):
+        read_status_file(path)

@@ -20,38 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("wire", "chronq", "rpc")
 
 EXPORTS: dict[str, list[str]] = {
-    "wire": [
-        "ClassFields", "EventName", "Field", "FieldNumber", "Float32", "HistoryBytes", "Int64Array",
-        "Int64Hex", "MessageHistory", "TypeLiteral", "Typed", "WireError", "WireType", "binary", "fields_of",
-        "read_history", "register", "text", "unknown_types",
-    ],
-    "wire.binary": [
-        "Decoder", "Encoder", "Reader", "TypedCodec", "Writer", "decode", "decode_document", "decoder_for",
-        "encode", "encode_document", "encoder_for", "install_typed", "put_bytes", "put_field", "put_float",
-        "put_float32", "put_int", "put_text", "typed", "utf8", "write_stop_bit",
-    ],
-    "wire.errors": ["WireError"],
-    "wire.history": ["MessageHistory", "read_history"],
-    "wire.methods": [
-        "EventCall", "EventValue", "HistoryHop", "ReadOne", "ReadOneType", "Table", "accelerated",
-        "encode_call", "event_at", "event_bytes", "event_call", "event_value", "events", "history_hop",
-    ],
-    "wire.marshal": [
-        "K_BOOL", "K_ENUM", "K_FLOAT", "K_FLOAT32", "K_INT", "K_OTHER", "K_STR", "arguments_plan",
-        "decode_bytes", "decoder_for", "document_encoder", "encoder_for", "field_encoder_for",
-        "fields_decoder_for", "learn_whole_encoder", "native_plan", "positional", "speedups",
-        "whole_decoders", "whole_encoders", "write_fields", "write_object",
-    ],
-    "wire.registry": ["alias_of", "lookup", "note_unknown", "register", "unknown_types"],
-    "wire.text": [
-        "from_yaml", "from_yaml_all", "java_double", "java_double_to_string", "json_value", "looks_binary",
-        "quote", "render", "to_json", "to_yaml", "to_yaml_all",
-    ],
-    "wire.types": [
-        "EventName", "FieldNumber", "Float32", "HistoryBytes", "Int64Array", "Int64Hex", "TypeLiteral",
-        "Typed",
-    ],
-    "wire.wiretype": ["Codec", "WireType"],
     "chronq": [
         "Appender", "BusyPauser", "ChronqError", "CorruptQueueError", "Direction", "DocumentContext",
         "Excerpt", "IndexNotFoundError", "Pauser", "Queue", "QueueLockedError", "RollCycleMismatchError",
@@ -64,8 +32,36 @@ EXPORTS: dict[str, list[str]] = {
         "ChronqError", "CorruptQueueError", "IndexNotFoundError", "QueueLockedError",
         "RollCycleMismatchError", "WireError",
     ],
+    "chronq.merge": ["merge"],
     "chronq.pausers": ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
     "chronq.queue": ["CycleFile", "Queue", "open"],
+    "chronq.replication": [
+        "AcknowledgedTailer", "AcknowledgementTimeout", "AuthenticationError", "ConfigError", "CycleClock",
+        "HostStatus", "LinkStatus", "Position", "ProtocolError", "ReplicatedQueue", "ReplicationConfig",
+        "ReplicationError", "SinkWriter", "SourceReader", "last_acknowledged_index", "last_replicated_index",
+        "load_config", "parse_config", "wait_acknowledged",
+    ],
+    "chronq.replication.acknowledged": [
+        "AcknowledgedTailer", "last_acknowledged_index", "last_replicated_index", "wait_acknowledged",
+    ],
+    "chronq.replication.config": ["HostCfg", "QueueCfg", "ReplicationConfig", "load_config", "parse_config"],
+    "chronq.replication.endpoints": ["ReplicatedQueue"],
+    "chronq.replication.errors": [
+        "AcknowledgementTimeout", "AuthenticationError", "ConfigError", "ProtocolError", "ReplicationError",
+    ],
+    "chronq.replication.protocol": [
+        "Ack", "Auth", "Challenge", "DEFAULT_MAX_FRAME", "Error", "Excerpts", "Frame", "FrameDecoder",
+        "Heartbeat", "Hello", "NONCE_SIZE", "QueueInfo", "Subscribe", "TailerPositions", "VERSION", "encode",
+        "proof",
+    ],
+    "chronq.replication.sink": [
+        "CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position",
+    ],
+    "chronq.replication.source": ["SourceReader"],
+    "chronq.replication.status": [
+        "HostStatus", "LinkStatus", "format_status", "read_status_file", "status_file_path",
+        "write_status_file",
+    ],
     "chronq.rollcycles": [
         "Clock", "DEFAULT", "FAST_DAILY", "FixedClock", "ROLL_CYCLES", "RollCycle", "SystemClock", "WEEKLY",
         "by_format", "by_name", "file_splits",
@@ -93,25 +89,6 @@ EXPORTS: dict[str, list[str]] = {
         "tailer_index_key", "tailer_lock_key", "tailer_version_key",
     ],
     "chronq.tailer": ["Direction", "Excerpt", "Tailer", "TailerState"],
-    "chronq.merge": ["merge"],
-    "chronq.replication": [
-        "AuthenticationError", "ConfigError", "CycleClock", "Position", "ProtocolError", "ReplicatedQueue",
-        "ReplicationConfig", "ReplicationError", "SinkWriter", "SourceReader", "load_config",
-        "parse_config",
-    ],
-    "chronq.replication.config": ["HostCfg", "QueueCfg", "ReplicationConfig", "load_config", "parse_config"],
-    "chronq.replication.endpoints": ["ReplicatedQueue"],
-    "chronq.replication.errors": ["AuthenticationError", "ConfigError", "ProtocolError", "ReplicationError"],
-    "chronq.replication.protocol": [
-        "Ack", "Auth", "Challenge", "DEFAULT_MAX_FRAME", "Error", "Excerpts", "Frame", "FrameDecoder",
-        "Heartbeat", "Hello", "NONCE_SIZE", "QueueInfo", "Subscribe", "VERSION", "encode", "proof",
-    ],
-    "chronq.replication.sink": [
-        "CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position",
-    ],
-    "chronq.replication.source": ["SourceReader"],
-    "wire.fieldless": ["decode", "decoder_for", "encode", "encoder_for"],
-    "wire.record": ["KINDS", "Layout", "RecordReader", "RecordWriter"],
     "rpc": [
         "InterfaceSpec", "MethodReader", "MethodSpec", "Output", "Service", "Start", "current_history",
         "describe", "interface", "method_id", "reader", "writer",
@@ -129,6 +106,40 @@ EXPORTS: dict[str, list[str]] = {
     "rpc.testing.yaml_tester": [
         "Recorder", "ReplayResult", "YamlTester", "decode_call", "encode_call", "read_calls", "render_calls",
     ],
+    "wire": [
+        "ClassFields", "EventName", "Field", "FieldNumber", "Float32", "HistoryBytes", "Int64Array",
+        "Int64Hex", "MessageHistory", "TypeLiteral", "Typed", "WireError", "WireType", "binary", "fields_of",
+        "read_history", "register", "text", "unknown_types",
+    ],
+    "wire.binary": [
+        "Decoder", "Encoder", "Reader", "TypedCodec", "Writer", "decode", "decode_document", "decoder_for",
+        "encode", "encode_document", "encoder_for", "install_typed", "put_bytes", "put_field", "put_float",
+        "put_float32", "put_int", "put_text", "typed", "utf8", "write_stop_bit",
+    ],
+    "wire.errors": ["WireError"],
+    "wire.fieldless": ["decode", "decoder_for", "encode", "encoder_for"],
+    "wire.history": ["MessageHistory", "read_history"],
+    "wire.marshal": [
+        "K_BOOL", "K_ENUM", "K_FLOAT", "K_FLOAT32", "K_INT", "K_OTHER", "K_STR", "arguments_plan",
+        "decode_bytes", "decoder_for", "document_encoder", "encoder_for", "field_encoder_for",
+        "fields_decoder_for", "learn_whole_encoder", "native_plan", "positional", "speedups",
+        "whole_decoders", "whole_encoders", "write_fields", "write_object",
+    ],
+    "wire.methods": [
+        "EventCall", "EventValue", "HistoryHop", "ReadOne", "ReadOneType", "Table", "accelerated",
+        "encode_call", "event_at", "event_bytes", "event_call", "event_value", "events", "history_hop",
+    ],
+    "wire.record": ["KINDS", "Layout", "RecordReader", "RecordWriter"],
+    "wire.registry": ["alias_of", "lookup", "note_unknown", "register", "unknown_types"],
+    "wire.text": [
+        "from_yaml", "from_yaml_all", "java_double", "java_double_to_string", "json_value", "looks_binary",
+        "quote", "render", "to_json", "to_yaml", "to_yaml_all",
+    ],
+    "wire.types": [
+        "EventName", "FieldNumber", "Float32", "HistoryBytes", "Int64Array", "Int64Hex", "TypeLiteral",
+        "Typed",
+    ],
+    "wire.wiretype": ["Codec", "WireType"],
 }
 
 # needed only by chronq.spark; a run without the spark extra skips those modules (CI has it)

@@ -183,7 +183,7 @@ def _messages_after(q: chronq.Queue, index: int) -> int:
     return total
 
 
-def tailer_positions(table: TableStore) -> dict[str, tuple[int, int]]:
+def _tailer_positions(table: TableStore) -> dict[str, tuple[int, int]]:
     """{name: (index, version)} of the replicated named tailers (`replicated:NAME`) in a table store.
     A replicated tailer always has its `index.NAME.version` key, which tells it from a plain named
     tailer whose name merely ends in ".version" or ".lock"."""
@@ -199,7 +199,7 @@ def tailer_positions(table: TableStore) -> dict[str, tuple[int, int]]:
     return out
 
 
-def apply_tailer_positions(table: TableStore, items: list[tuple[str, int, int]]) -> None:
+def _apply_tailer_positions(table: TableStore, items: list[tuple[str, int, int]]) -> None:
     """Store a source's replicated named tailer positions in a sink's table store, with the keys Java
     keeps for them (index, version, lock: in that order when new)."""
     for name, index, version in items:
@@ -338,7 +338,7 @@ class _Source:
                     # position read is at or before what the sink has been sent
                     snap = None
                     if time.monotonic() >= positions_at:
-                        snap = tailer_positions(table)
+                        snap = _tailer_positions(table)
                         positions_at = time.monotonic() + POSITIONS_EVERY
                     items = reader.read_batch(BATCH_COUNT, batch_bytes)
                     if items:
@@ -467,7 +467,7 @@ class _Sink:
                     elif isinstance(f, p.TailerPositions):
                         table = writer.queue.table
                         assert table is not None
-                        apply_tailer_positions(table, f.items)
+                        _apply_tailer_positions(table, f.items)
                     elif not isinstance(f, p.Heartbeat):
                         raise ProtocolError(f"unexpected {type(f).__name__} from a source")
                 if time.monotonic() - conn.last_send >= interval:
@@ -476,7 +476,7 @@ class _Sink:
                     raise ReplicationError(f"no heartbeat for {conn.timeout} s")
 
 
-def tls_contexts(cfg: ReplicationConfig, host_id: int) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+def _tls_contexts(cfg: ReplicationConfig, host_id: int) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
     """(server, client) contexts for a host of a cluster configured with TLS, None without TLS.
 
     Both sides present their certificate and require the peer's, signed by the cluster's CA
@@ -525,7 +525,7 @@ class ReplicatedQueue:
         self.config = config if isinstance(config, ReplicationConfig) else load_config(config)
         self.host_id = host_id
         self.config.host(host_id)  # ConfigError for an unknown host now
-        self._tls = tls_contexts(self.config, host_id)
+        self._tls = _tls_contexts(self.config, host_id)
         self._stop = threading.Event()
         self._source: _Source | None = None
         self._sinks: list[_Sink] = []

@@ -71,7 +71,10 @@ class CycleFile:
 
     def remap(self) -> bool:
         """Map the file again if it grew; True if the mapping is now bigger."""
-        size = os.fstat(self.fileno()).st_size
+        try:
+            size = os.fstat(self.fileno()).st_size
+        except FileNotFoundError:  # deleted by retention after an eviction closed it: it grows no more
+            return False
         if size <= self.map.size:
             return False
         self.map = _native.Map(self.fd, size, self.map.writable, str(self.path))
@@ -259,6 +262,8 @@ class Queue:
         self._check_open()
         with self._lock:
             cf = self._files.pop((cycle, writable), None)
+            if cf is not None and not cf.path.exists():
+                cf = None  # deleted (retention): users keep its mapping, nobody new attaches to it
             if cf is not None:
                 self._files[(cycle, writable)] = cf  # most recently used last
                 cf.remap()

@@ -66,6 +66,9 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.pausers": ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
     "chronq.queue": ["CycleFile", "Queue", "open"],
+    "chronq.retention": [
+        "Policy", "RetentionResult", "delete_cycle_file", "parse_duration", "protected_from", "retain",
+    ],
     "chronq.rollcycles": [
         "Clock", "DEFAULT", "FAST_DAILY", "FixedClock", "ROLL_CYCLES", "RollCycle", "SystemClock", "WEEKLY",
         "by_format", "by_name", "file_splits",

@@ -296,3 +296,16 @@ RetentionMachine.TestCase.settings = settings(
     max_examples=25, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_retention_against_a_model = RetentionMachine.TestCase
+
+
+def test_java_reads_a_retained_queue_from_the_oldest_cycle_left(tmp_path: Path) -> None:
+    from tests.test_java_interop import java, list_summary
+
+    clock = _fill(tmp_path / "q", 5)
+    with _queue(tmp_path / "q", clock) as q:
+        assert len(retain(q, Policy(keep_cycles=2)).deleted) == 3
+        first, last = q.first_index, q.last_index
+    summary = list_summary(java("list", tmp_path / "q", tmp_path / "java.jsonl").stdout)
+    assert (summary["files"], summary["entryCount"]) == ("2", "2")
+    assert (int(summary["firstIndex"], 16), int(summary["tailerFirst"], 16)) == (first, first)
+    assert int(summary["lastIndex"], 16) == last

@@ -152,6 +152,17 @@ def test_a_tailer_whose_deleted_cycle_was_evicted_from_the_file_cache_continues(
         assert [bytes(ex.payload) for ex in t] == [b"%d" % (n - 2), b"%d" % (n - 1)]
 
 
+def test_an_evicted_cycle_file_deleted_meanwhile_does_not_grow(tmp_path: Path) -> None:
+    clock = _fill(tmp_path, 3)
+    with _queue(tmp_path, clock) as q:
+        cf = q.open_cycle(FIRST)
+        assert cf is not None
+        cf.close()  # as the open-file cache does to its least recently used files
+        assert delete_cycle_file(cf.path)
+        assert cf.remap() is False  # the mapping stays usable; reopening the path is not attempted
+        assert q.open_cycle(FIRST) is None
+
+
 def test_may_delete_vetoes_and_dry_run_deletes_nothing(tmp_path: Path) -> None:
     clock = _fill(tmp_path, 4)
     with _queue(tmp_path, clock) as q:
@@ -230,6 +241,8 @@ class RetentionMachine(RuleBasedStateMachine):
         self.named: dict[str, int] = {}  # name -> messages read (in the model's order, over all cycles)
         self.deleted: set[int] = set()
         self.n = 0
+        self.follower = self.queue.tailer()  # anonymous, kept across retention runs
+        self.followed: list[tuple[int, bytes]] = []
 
     def _all(self) -> list[tuple[int, bytes]]:
         return [(c, m) for c in sorted(self.model) if c not in self.deleted for m in self.model[c]]
@@ -258,6 +271,21 @@ class RetentionMachine(RuleBasedStateMachine):
                 self.named[name] = self._all().index(got) + 1
         finally:
             t.close()
+
+    @rule(k=st.integers(1, 5))
+    def follow(self, k: int) -> None:
+        """A long-lived tailer never repeats or reorders; what it skips was in deleted cycles."""
+        every = [(c, m) for c in sorted(self.model) for m in self.model[c]]
+        for _ in range(k):
+            ex = self.follower.read()
+            if ex is None:
+                break
+            got = (ex.cycle, bytes(ex.payload))
+            at = every.index(got)
+            done = every.index(self.followed[-1]) + 1 if self.followed else 0
+            assert at >= done, (got, self.followed[-1:])
+            assert all(c in self.deleted for c, _ in every[done:at]), (every[done:at], self.deleted)
+            self.followed.append(got)
 
     @rule(keep=st.integers(1, 3), by_age=st.booleans())
     def run_retention(self, keep: int, by_age: bool) -> None:
@@ -288,6 +316,7 @@ class RetentionMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         if hasattr(self, "queue"):
+            self.follower.close()
             self.queue.close()
             shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -96,13 +96,23 @@ class Appender(_native.AppenderCore):
 
     def __init__(self, queue: Queue) -> None:
         self._queue = queue
-        self._file: CycleFile | None = None
+        self._attached: CycleFile | None = None
         self.closed = False
         table = queue.table
         assert table is not None
         self._lock_off = table.acquire(WRITE_LOCK, UNLOCKED)
         self._set_lock(table.buffer, self._lock_off, os.getpid())
         self._normalise_eofs()
+
+    @property
+    def _file(self) -> CycleFile | None:
+        """The cycle file this appender is attached to; setting it tells the queue (store-file events)."""
+        return self._attached
+
+    @_file.setter
+    def _file(self, cf: CycleFile | None) -> None:
+        old, self._attached = self._attached, cf
+        self._queue._use(cf, old)
 
     # -- public API ------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -271,6 +281,7 @@ class Appender(_native.AppenderCore):
             self._abort()
             self._set_lock(None, 0, 0)
             self._detach()
+            self._file = None
 
     def sync(self) -> None:
         """msync the current cycle file (Chronicle's `appender.sync()`)."""

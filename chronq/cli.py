@@ -1,4 +1,4 @@
-"""The `chronq` command: dump, append and tail a queue from the shell.
+"""The `chronq` command: dump, append, tail and trim (retain) a queue from the shell.
 
 Exit status: 0 success, 2 bad usage, 1 a queue error (one line on stderr naming the file and offset).
 """
@@ -63,7 +63,47 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--status", action="store_true",
                    help="print the links of the running host N (replicated and acknowledged indexes, lag) "
                         "and exit")
+    k = sub.add_parser("retain", help="delete the oldest cycle files beyond a retention policy "
+                       "(never the current cycle, one a named tailer or a replication sink still needs)")
+    k.add_argument("path", type=Path)
+    k.add_argument("--keep-cycles", type=_count, metavar="N", help="keep the newest N cycles")
+    k.add_argument("--max-age", type=_duration, metavar="DURATION",
+                   help="keep cycles that ended less than this long ago (90s, 12h, 7d, 2w)")
+    k.add_argument("--max-bytes", type=_size, metavar="N",
+                   help="keep the newest cycles within N bytes on disk")
+    k.add_argument("--replication-source", action="store_true",
+                   help="protect cycles sinks have not acknowledged even before anything was replicated")
+    k.add_argument("--dry-run", action="store_true", help="print what would be deleted, delete nothing")
     return p
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    return value
+
+
+def _size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+    return value
+
+
+def _duration(text: str) -> int:
+    from chronq.retention import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _dump(args.path, args.json)
         elif args.command == "replicate":
             _replicate(args.config, args.host_id, args.status)
+        elif args.command == "retain":
+            _retain(args)
         elif args.command == "append":
             _append(args.path, args.roll_cycle, args.hex)
         else:
@@ -131,6 +173,28 @@ def _append(path: Path, roll_cycle: str | None, as_hex: bool) -> None:
         with appender.atomic():
             indexes = [appender.write(p) for p in payloads]
     sys.stdout.writelines(f"0x{i:x}\n" for i in indexes)
+
+
+def _retain(args: argparse.Namespace) -> None:
+    """Prints one line per deleted cycle (`deleted CYCLE PATH`), then what stopped the run."""
+    import logging
+
+    import chronq
+    from chronq.retention import Policy, retain
+
+    if args.keep_cycles is None and args.max_age is None and args.max_bytes is None:
+        raise _UsageError("give at least one of --keep-cycles, --max-age, --max-bytes")
+    if not args.path.is_dir():
+        raise ChronqError(f"{args.path}: no queue directory")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s chronq retain: %(message)s")
+    policy = Policy(keep_cycles=args.keep_cycles, max_age_ms=args.max_age, max_bytes=args.max_bytes)
+    with chronq.open(args.path) as q:
+        result = retain(q, policy, replication_source=args.replication_source or None, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    sys.stdout.writelines(f"{verb} {c} {p}\n" for c, p in result.deleted)
+    if result.reasons:
+        why = "; ".join(result.reasons)
+        sys.stdout.write(f"protected from cycle {result.protected_from}: {why}\n")
 
 
 def _replicate(config: Path, host_id: int, status: bool = False) -> None:

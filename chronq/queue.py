@@ -71,7 +71,10 @@ class CycleFile:
 
     def remap(self) -> bool:
         """Map the file again if it grew; True if the mapping is now bigger."""
-        size = os.fstat(self.fileno()).st_size
+        try:
+            size = os.fstat(self.fileno()).st_size
+        except FileNotFoundError:  # deleted by retention after an eviction closed it: it grows no more
+            return False
         if size <= self.map.size:
             return False
         self.map = _native.Map(self.fd, size, self.map.writable, str(self.path))
@@ -118,6 +121,7 @@ class Queue:
         self._cycles_mod = -1
         self._closed = False
         self._named: weakref.WeakSet[Tailer] = weakref.WeakSet()  # tailers mapping a table-store value
+        self._users: dict[int, int] = {}  # cycle -> appenders/tailers attached to it (store-file events)
         requested = by_name(roll_cycle or DEFAULT_ROLL_CYCLE)
         v4_roll = None if (self.path / TABLE_STORE_FILE).exists() else _directory.header_roll(self.path)
         if readonly:
@@ -183,11 +187,13 @@ class Queue:
                 a.close()
             for t in list(self._named):
                 t.close()
-            for key, cf in list(self._files.items()):
+            for cf in list(self._files.values()):
                 cf.close()
-                if self.on_released:
-                    self.on_released(key[0], cf.path)
             self._files.clear()
+            # anonymous tailers still attached: the queue is done with their cycles now
+            for cycle in sorted(self._users):
+                self._released(cycle)
+            self._users.clear()
             if self.table is not None:
                 # a tailer may still map a named position (BufferError); the OS frees it at exit
                 with contextlib.suppress(BufferError):
@@ -256,6 +262,8 @@ class Queue:
         self._check_open()
         with self._lock:
             cf = self._files.pop((cycle, writable), None)
+            if cf is not None and not cf.path.exists():
+                cf = None  # deleted (retention): users keep its mapping, nobody new attaches to it
             if cf is not None:
                 self._files[(cycle, writable)] = cf  # most recently used last
                 cf.remap()
@@ -314,8 +322,6 @@ class Queue:
             cf = CycleFile(cycle, path, m, layout, fd)
             self._files[(cycle, writable)] = cf
             self._evict()
-            if self.on_acquired:
-                self.on_acquired(cycle, path)
             return cf
 
     def precreate_cycle(self, cycle: int) -> bool:
@@ -345,6 +351,41 @@ class Queue:
                 os.unlink(pre)
             raise ChronqError(f"{pre}: cannot pre-create the cycle file: {e}") from e
         return True
+
+    # -- store-file events -----------------------------------------------------------------------------
+    def _use(self, new: CycleFile | None, old: CycleFile | None) -> None:
+        """An appender or tailer moved from `old` to `new` (either may be None).
+
+        Cycles are reference-counted across every appender and tailer of this queue: `on_acquired` fires
+        when the first one attaches to a cycle, `on_released` when the last one leaves it (an appender
+        rolling on, a tailer reading into the next cycle or closing) or the queue closes. So each
+        `on_acquired` is matched by exactly one `on_released`, and closing the open-file cache's
+        descriptors (an eviction) is not a release: the mapping lives on while a user holds it.
+        """
+        if new is old or (new is not None and old is not None and new.cycle == old.cycle):
+            return
+        with self._lock:
+            if new is not None and not self._closed:
+                n = self._users.get(new.cycle, 0)
+                self._users[new.cycle] = n + 1
+                if n == 0 and self.on_acquired:
+                    self.on_acquired(new.cycle, new.path)
+            if old is not None:
+                n = self._users.get(old.cycle, 0)
+                if n > 1:
+                    self._users[old.cycle] = n - 1
+                elif n == 1:
+                    del self._users[old.cycle]
+                    self._released(old.cycle)
+
+    def _released(self, cycle: int) -> None:
+        if self.on_released:
+            self.on_released(cycle, self.file_for(cycle))
+
+    def in_use(self) -> dict[int, int]:
+        """Cycles an appender or tailer of this queue is attached to, with how many are attached."""
+        with self._lock:
+            return dict(self._users)
 
     def _check_created(self, path: Path) -> None:
         """A file we just created whose prefix did not reach the disk (full disk: short write) is
@@ -376,10 +417,7 @@ class Queue:
         cycles must not run out of descriptors); mappings live on while excerpts or tailers use them."""
         while len(self._files) > MAX_OPEN_FILES:
             key = next(iter(self._files))
-            cf = self._files.pop(key)
-            cf.close()
-            if self.on_released:
-                self.on_released(key[0], cf.path)
+            self._files.pop(key).close()  # not a release: appenders/tailers keep the mapping
 
     def chunk_and_overlap(self, index_count: int) -> tuple[int, int]:
         return cycle_file_size(self.block_size, index_count)
@@ -422,10 +460,13 @@ class Queue:
     def _count_in(self, cycle: int) -> int:
         """Number of data documents in a cycle file (0 if it has none)."""
         t = Tailer(self, None)
-        if not t._attach_cycle(cycle):
-            return 0
-        r = t._seek_end()
-        return 0 if r is None else r[0]
+        try:
+            if not t._attach_cycle(cycle):
+                return 0
+            r = t._seek_end()
+            return 0 if r is None else r[0]
+        finally:
+            t.close()
 
     @property
     def first_index(self) -> int | None:
@@ -633,7 +674,8 @@ def open(
     MessageHistory; `clock` (default the system clock) decides the cycle an append goes to;
     `block_size` is the mapping chunk (default 64 MiB); `epoch` (ms) shifts cycle boundaries for a new
     queue; `lock_timeout` (s) bounds the wait for the write lock; `on_acquired`/`on_released` are called
-    with (cycle, path) as cycle files are mapped and released.
+    with (cycle, path) when the first appender or tailer attaches to a cycle file and when the last one
+    leaves it (a roll, a tailer moving on or closing, the queue closing): once each per use.
     """
     return Queue(
         path,

@@ -51,7 +51,7 @@ class Tailer(_native.TailerCore):
     def __init__(self, queue: Queue, name: str | None = None) -> None:
         self._queue = queue
         self.name = name
-        self._file: CycleFile | None = None
+        self._held: CycleFile | None = None
         self._before_start = False
         self._eof = False
         self.striding = False
@@ -109,6 +109,16 @@ class Tailer(_native.TailerCore):
                 raise QueueLockedError(f"{self._queue.path}: {lock_key} in metadata.cq4t is held by pid "
                                        f"{holder_pid} for more than {REPLICATED_LOCK_TIMEOUT} s")
             time.sleep(0.0005)
+
+    @property
+    def _file(self) -> CycleFile | None:
+        """The cycle file this tailer is attached to; setting it tells the queue (store-file events)."""
+        return self._held
+
+    @_file.setter
+    def _file(self, cf: CycleFile | None) -> None:
+        old, self._held = self._held, cf
+        self._queue._use(cf, old)
 
     # -- positioning -----------------------------------------------------------------------------------
     @property
@@ -412,6 +422,12 @@ class Tailer(_native.TailerCore):
         self._set_named(None, 0)
         self._file = None
         self._detach()
+
+    def __del__(self) -> None:
+        # a tailer dropped without close() leaves its cycle (store-file events stay paired)
+        with contextlib.suppress(Exception):
+            if getattr(self, "_held", None) is not None:
+                self._file = None
 
     def __repr__(self) -> str:
         name = f" {self.name!r}" if self.name else ""

@@ -62,6 +62,9 @@ EXPORTS: dict[str, list[str]] = {
         "HostStatus", "LinkStatus", "format_status", "read_status_file", "status_file_path",
         "write_status_file",
     ],
+    "chronq.retention": [
+        "Policy", "RetentionResult", "delete_cycle_file", "parse_duration", "protected_from", "retain",
+    ],
     "chronq.rollcycles": [
         "Clock", "DEFAULT", "FAST_DAILY", "FixedClock", "ROLL_CYCLES", "RollCycle", "SystemClock", "WEEKLY",
         "by_format", "by_name", "file_splits",

@@ -162,6 +162,34 @@ def test_unknown_columns_and_options_fail_clearly(spark: Any) -> None:
         spark.read.format("chronq").option("startIndex", "soon").load(queue).collect()
 
 
+@pytest.mark.parametrize("name,value,says", [
+    ("partitionRows", "-5", "at least 1"), ("partitionRows", "0", "at least 1"),
+    ("batchRows", "0", "at least 1"), ("maxRowsPerTrigger", "-1", "at least 1"),
+    ("startIndex", "-1", "at least 0"), ("endIndex", "-2", "at least 0"),
+    ("startCycle", "-3", "at least 0"), ("endCycle", "x", "expected an integer"),
+    ("includeMetadata", "yes", "true or false"), ("pushFilters", "1", "true or false"),
+    ("startingOffsets", "now", "'earliest' or 'latest'"), ("decode", "everything", "unknown column group"),
+    ("interface", "trading.Desk", "module:QualName"), ("type", "trading:", "module:QualName"),
+    ("partitionrow", "5", "not an option"),
+])
+def test_every_bad_option_is_refused_naming_it(name: str, value: str, says: str) -> None:
+    from chronq.errors import ChronqError
+    from chronq.spark.source import Options
+
+    with pytest.raises(ChronqError, match=re.escape(says)) as e:
+        Options.parse({"path": "/q", name: value})
+    assert name in str(e.value)
+
+
+def test_good_options_parse_case_insensitively() -> None:
+    from chronq.spark.source import Options
+
+    o = Options.parse({"path": "/q", "PARTITIONROWS": "64", "startIndex": "0x10", "sinkId": "s",
+                       "checkpointLocation": "/c"})
+    assert (o.partition_rows, o.start_index) == (64, 0x10)
+    assert Options.parse({"path": "/q", "partitionRows": " 64 "}).partition_rows == 64
+
+
 def test_filter_pushdown_is_opt_in_and_prunes_ranges(spark: Any) -> None:
     from pyspark.sql import functions as F
 

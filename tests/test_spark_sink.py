@@ -127,6 +127,15 @@ def test_commit_appends_partitions_in_order_and_empty_commits_append_nothing(tmp
     QueueWriter(str(queue), SCHEMA).commit(stage(queue, [[], []]))
     QueueStreamWriter(str(queue), SCHEMA, {"sinkId": "s"}).commit(stage(queue, [[]]), 0)
     assert len(payloads(queue)) == 5 and markers(queue) == []
+    assert not (queue / ".chronq-spark-staging").exists()  # nor their folders, staged by other writers
+
+
+def test_an_empty_first_commit_leaves_an_empty_queue_not_a_bare_directory(tmp_path: Path) -> None:
+    queue = tmp_path / "out"
+    writer = QueueStreamWriter(str(queue), SCHEMA, {"sinkId": "s"})
+    writer.commit([writer.write(iter([]))], 0)
+    assert sorted(p.name for p in queue.iterdir()) == ["metadata.cq4t"]
+    assert payloads(queue) == []
 
 
 def test_a_failing_commit_leaves_nothing_in_the_queue(tmp_path: Path) -> None:
@@ -306,6 +315,29 @@ def test_each_batch_is_appended_once_whatever_spark_re_runs(tmp_path_factory: An
             if interrupt is None:
                 spark_next[arg] = batch + 1
         assert payloads(queue) == expected, f"after step {n}: {op, arg, interrupt}"
+
+
+@pytest.mark.spark
+def test_a_stream_leaves_no_staging_folders_and_an_empty_stream_a_readable_queue(tmp_path: Path) -> None:
+    spark = spark_session()
+    source, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    with chronq.open(source, roll_cycle="FAST_HOURLY", clock=FixedClock(T0)) as q:
+        q.appender().write_many([b"m%d" % i for i in range(50)])
+
+    def run(target: Path, where: str) -> None:
+        q = (spark.readStream.format("chronq").option("maxRowsPerTrigger", "20").load(str(source))
+             .where(where).select("payload").writeStream.format("chronq")
+             .option("checkpointLocation", str(ckpt / target.name)).trigger(availableNow=True)
+             .start(str(target)))
+        q.awaitTermination(120)
+        assert q.exception() is None
+
+    run(tmp_path / "out", "true")  # three micro-batches
+    assert payloads(tmp_path / "out") == [b"m%d" % i for i in range(50)]
+    assert not (tmp_path / "out" / sink.STAGING_DIR).exists()
+    run(tmp_path / "none", "false")  # every micro-batch is empty
+    assert not (tmp_path / "none" / sink.STAGING_DIR).exists()
+    assert spark.read.format("chronq").load(str(tmp_path / "none")).count() == 0
 
 
 @pytest.mark.spark

@@ -274,9 +274,51 @@ def test_store_file_listeners_see_each_cycle(tmp_path: Path) -> None:
     clock.advance(DAY_MS)
     a.write(b"y")
     q.close()
-    assert ("acquired", 19737, "20240115F.cq4") in events
-    assert ("acquired", 19738, "20240116F.cq4") in events
-    assert ("released", 19738, "20240116F.cq4") in events
+    assert events == [
+        ("acquired", 19737, "20240115F.cq4"),
+        ("acquired", 19738, "20240116F.cq4"),
+        ("released", 19737, "20240115F.cq4"),  # the roll: the appender is done with the old cycle
+        ("released", 19738, "20240116F.cq4"),  # the close
+    ]
+
+
+def test_store_file_events_are_once_per_use_of_a_cycle(tmp_path: Path) -> None:
+    """An appender and a tailer on the same cycle make one acquired/released pair, fired when the
+    first attaches and the last leaves; closing cached descriptors (more cycles than MAX_OPEN_FILES)
+    is not a release."""
+    from chronq import queue as queue_mod
+
+    events: list[tuple[str, int]] = []
+    clock = FixedClock(BASE_MS)
+    q = chronq.open(
+        tmp_path, clock=clock, block_size=4096,
+        on_acquired=lambda c, p: events.append(("acquired", c)),
+        on_released=lambda c, p: events.append(("released", c)),
+    )
+    a = q.appender()
+    n = queue_mod.MAX_OPEN_FILES + 3
+    for i in range(n):
+        a.write(b"%d" % i)
+        clock.advance(DAY_MS)
+    first = 19737
+    # every roll released the previous cycle once, right after acquiring the next
+    want = [("acquired", first)]
+    for c in range(first, first + n - 1):
+        want += [("acquired", c + 1), ("released", c)]
+    assert events == want
+    events.clear()
+    t = q.tailer()
+    assert t.read() is not None and t.cycle == first        # a cycle nobody holds: acquired
+    assert [bytes(ex.payload) for ex in t][-1] == b"%d" % (n - 1)
+    assert t.cycle == first + n - 1                          # shares the appender's cycle: no event
+    assert events == [("acquired", first)] + [
+        e for c in range(first, first + n - 2) for e in (("acquired", c + 1), ("released", c))
+    ] + [("released", first + n - 2)]
+    events.clear()
+    t.close()
+    assert events == []                                      # the appender still holds the cycle
+    q.close()
+    assert events == [("released", first + n - 1)]           # once, though two users had it
 
 
 def test_native_scan_agrees_with_the_tailer(tmp_path: Path) -> None:

@@ -111,7 +111,11 @@ class _Staging:
         staged = sorted((m for m in messages if isinstance(m, Staged)), key=lambda m: m.partition)
         try:
             if not any(part.rows for part in staged):
-                return  # nothing to append; an empty micro-batch re-run is harmless without a marker
+                # nothing to append (an empty micro-batch re-run is harmless without a marker), but the
+                # output is a queue from the first commit on: an empty one reads as no rows, where a bare
+                # directory would be "not a queue directory"
+                chronq.open(self.path).close()
+                return
             with chronq.open(self.path) as queue:
                 appender = queue.appender()
                 marks = _Marks(queue, self.sink_id, batch) if batch is not None and self.sink_id else None
@@ -133,12 +137,20 @@ class _Staging:
             self._clean(messages)
 
     def _clean(self, messages: Sequence[WriterCommitMessage | None]) -> None:
+        """Remove the commit's staged files, then their folders and the staging root once empty.
+
+        The folders are taken from the files themselves as well as from this writer: Spark may have
+        staged them through another instance of the writer (each has its own folder), and a folder
+        left behind would pile up, one per micro-batch."""
+        folders = {self.staging}
         for m in messages:
             if isinstance(m, Staged):
+                folders.add(os.path.dirname(m.file))
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(m.file)
-        for d in (self.staging, os.path.dirname(self.staging)):
-            with contextlib.suppress(OSError):  # not empty: a failed task's file, or another job
+        root = os.path.join(self.path, STAGING_DIR)
+        for d in [*sorted(f for f in folders if os.path.dirname(f) == root), root]:
+            with contextlib.suppress(OSError):  # not empty: a failed task's file, or another job's
                 os.rmdir(d)
 
 

@@ -35,6 +35,12 @@ SCHEMA_DDL = ("index long not null, cycle int not null, seq long not null, posit
               "metadata boolean not null, payload binary not null")
 DEFAULT_PARTITION_ROWS = 4_000_000
 DEFAULT_BATCH_ROWS = 65_536
+# every option the source and the sink take (Spark hands a stream's checkpointLocation to its sink)
+KNOWN_OPTIONS = (
+    "path", "startIndex", "endIndex", "startCycle", "endCycle", "includeMetadata", "partitionRows",
+    "batchRows", "decode", "pushFilters", "maxRowsPerTrigger", "startingOffsets", "interface", "type",
+    "sinkId", "checkpointLocation",
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,15 @@ class Options:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
+        """Every option is checked here, on the driver, before any work: a bad value (or a name chronq
+        does not know, such as a misspelling) fails with a message naming the option, rather than being
+        ignored or failing later inside a task."""
+        names = {k.lower(): k for k in KNOWN_OPTIONS}
+        strange = sorted(k for k in options if k.lower() not in names)
+        if strange:
+            raise ChronqError(f"option {strange[0]}: not an option of the chronq data source; "
+                              f"known options: {', '.join(KNOWN_OPTIONS)}")
+        options = {names[k.lower()]: v for k, v in options.items()}  # Spark's names are case-insensitive
         path = options.get("path")
         if not path:
             raise ChronqError("the chronq data source needs a queue directory: .load(path) or option('path')")
@@ -71,30 +86,43 @@ class Options:
             raise ChronqError(f"option startingOffsets must be 'earliest' or 'latest', not {starting!r}")
         return cls(
             path=path,
-            start_index=_int_opt(options, "startIndex"),
-            end_index=_int_opt(options, "endIndex"),
-            start_cycle=_int_opt(options, "startCycle"),
-            end_cycle=_int_opt(options, "endCycle"),
+            start_index=_int_opt(options, "startIndex", 0),
+            end_index=_int_opt(options, "endIndex", 0),
+            start_cycle=_int_opt(options, "startCycle", 0),
+            end_cycle=_int_opt(options, "endCycle", 0),
             include_metadata=_bool_opt(options, "includeMetadata"),
-            partition_rows=_int_opt(options, "partitionRows") or DEFAULT_PARTITION_ROWS,
-            batch_rows=_int_opt(options, "batchRows") or DEFAULT_BATCH_ROWS,
+            partition_rows=_int_opt(options, "partitionRows", 1) or DEFAULT_PARTITION_ROWS,
+            batch_rows=_int_opt(options, "batchRows", 1) or DEFAULT_BATCH_ROWS,
             decode=decode,
             push_filters=_bool_opt(options, "pushFilters"),
-            max_rows_per_trigger=_int_opt(options, "maxRowsPerTrigger"),
+            max_rows_per_trigger=_int_opt(options, "maxRowsPerTrigger", 1),
             starting=starting,
-            interface=options.get("interface") or None,
-            dto_type=options.get("type") or None,
+            interface=_class_opt(options, "interface"),
+            dto_type=_class_opt(options, "type"),
         )
 
 
-def _int_opt(options: Mapping[str, str], name: str) -> int | None:
+def _int_opt(options: Mapping[str, str], name: str, minimum: int) -> int | None:
     raw = options.get(name)
     if raw is None or raw == "":
         return None
     try:
-        return int(raw, 0)
+        value = int(raw.strip(), 0)
     except ValueError:
         raise ChronqError(f"option {name}: expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ChronqError(f"option {name}: must be at least {minimum}, got {raw!r}")
+    return value
+
+
+def _class_opt(options: Mapping[str, str], name: str) -> str | None:
+    raw = options.get(name)
+    if raw is None or raw == "":
+        return None
+    module, sep, qualname = raw.partition(":")
+    if not (module.strip() and sep and qualname.strip()):
+        raise ChronqError(f"option {name}: expected 'module:QualName', got {raw!r}")
+    return raw
 
 
 def _bool_opt(options: Mapping[str, str], name: str) -> bool:

@@ -58,6 +58,10 @@ EXPORTS: dict[str, list[str]] = {
         "SleepingPauser", "Tailer", "TailerState", "YieldingPauser", "open",
     ],
     "chronq.appender": ["Appender", "DocumentContext"],
+    "chronq.archive": [
+        "FRAME", "MANIFEST", "Archive", "ArchiveTailer", "ArchivedExcerpt", "archive", "open", "restore",
+        "verify",
+    ],
     "chronq.cli": ["main"],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chronq import _directory
+from chronq import _directory, _native
 from chronq.errors import ChronqError, CorruptQueueError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_format
 from chronq.store import (
@@ -47,9 +47,8 @@ from chronq.store import (
     NOT_COMPLETE,
     StoreLayout,
     align4,
-    documents,
+    open_regular,
     read_layout,
-    stop_header,
 )
 from chronq.table import TABLE_STORE_FILE, RollMetadata, TableStore
 
@@ -154,21 +153,34 @@ class _Scan:
     positions: list[int]
 
 
-def _scan(buf: Any, layout: StoreLayout, file: str) -> _Scan:
+def _scan(path: Path, cycle: int, layout: StoreLayout) -> _Scan:
     """Count a cycle's data documents, note every `step`-th one's position, and tell whether it ends
-    in an EOF marker. Sequences count data documents only, as Chronicle's index does."""
-    positions: list[int] = []
-    count = 0
-    for doc in documents(buf, layout.header_end, aligned=layout.aligned, file=file):
-        if not doc.metadata:
-            positions.append(doc.position)
-            count += 1
-    step = 1
-    while count > step * _SEEK_ENTRIES:
-        step *= 2
-    _, header = stop_header(buf, positions[-1] if positions else layout.header_end,
-                            aligned=layout.aligned, file=file)
-    return _Scan(count, header == END_OF_DATA, step, positions[::step])
+    in an EOF marker. Sequences count data documents only, as Chronicle's index does. The native
+    tailer core does the walking (through the file's own index where it has one): a Python walk over
+    every document would cost more than compressing them."""
+    fd = open_regular(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        m = _native.Map(fd, max(size, 16), False, os.fspath(path))
+    finally:
+        os.close(fd)
+    core = _native.TailerCore()
+    core._attach(_directory.geometry(m, cycle, layout))
+    try:
+        end = core._seek_end()
+        count, eof = end if end is not None else (0, False)
+        step = 1
+        while count > step * _SEEK_ENTRIES:
+            step *= 2
+        positions = []
+        for seq in range(0, count, step):
+            if core._seek(seq) != 1:
+                raise CorruptQueueError(os.fspath(path), core._pos,
+                                        f"excerpt {seq} of {count} cannot be found")
+            positions.append(core._pos)
+    finally:
+        core._detach()
+    return _Scan(count, bool(eof), step, positions)
 
 
 # -- archiving -----------------------------------------------------------------------------------------
@@ -216,10 +228,10 @@ def archive(
     for i, (cycle, path) in enumerate(files):
         if cycle >= now:
             break
-        with _directory.mapped(path) as buf:
-            layout = read_layout(buf, path, roll_cycle=rc, aligned_headerless=d.headerless_aligned)
-            _directory.check_split(layout, rc)
-            scan = _scan(buf, layout, os.fspath(path))
+        layout = read_layout(_directory.head(path), path, roll_cycle=rc,
+                             aligned_headerless=d.headerless_aligned)
+        _directory.check_split(layout, rc)
+        scan = _scan(path, cycle, layout)
         if not (scan.eof or i + 1 < len(files)):
             break
         finished.append((cycle, path, layout, scan))

@@ -252,7 +252,10 @@ def test_sigkill_at_random_points_never_loses_a_cycle(tmp_path: Path) -> None:
                               "zstd"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         runs = 1
         while True:
-            time.sleep(rng.uniform(0.05, 0.6))
+            # past the interpreter's start-up (which varies with the machine's load), then at random
+            while not dest.exists() and p.poll() is None:
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0, 0.3))
             killed = p.poll() is None
             if killed:
                 p.send_signal(signal.SIGKILL)
@@ -382,7 +385,7 @@ def test_java_lists_a_restored_archive(tmp_path: Path) -> None:
     archives.restore(tmp_path / "arch", tmp_path / "restored")
     out = tmp_path / "java.jsonl"
     p = java("list", tmp_path / "restored", out)
-    summary = list_summary(p.stdout + p.stderr)
+    summary = list_summary(p.stdout)
     assert summary["data"] == "300", summary
     assert int(summary["firstIndex"], 16) == written[0][0]
     assert int(summary["lastIndex"], 16) == written[299][0]

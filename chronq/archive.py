@@ -26,6 +26,8 @@ are never written to the manifest or to an error message.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -54,6 +56,7 @@ from chronq.table import TABLE_STORE_FILE, RollMetadata, TableStore
 
 __all__ = [
     "FRAME",
+    "LOCK_FILE",
     "MANIFEST",
     "Archive",
     "ArchiveTailer",
@@ -68,10 +71,14 @@ __all__ = [
 #: frames a document spans)
 FRAME = 1 << 20
 MANIFEST = "manifest.json"
+LOCK_FILE = ".chronq-archive.lock"
 FORMAT = "chronq-archive"
 VERSION = 1
 #: the sparse sequence index keeps at most about this many positions per cycle
 _SEEK_ENTRIES = 2048
+#: the largest frame a reader accepts (or `archive` writes): a damaged manifest must not make a reader
+#: allocate more than this for one frame
+_MAX_FRAME = 64 << 20
 #: decompressed frames a reader keeps (bounded memory whatever the archive's size)
 _CACHED_FRAMES = 4
 
@@ -141,7 +148,62 @@ def _load_manifest(fs: Any, root: str) -> dict[str, Any] | None:
     if m.get("version") != VERSION:
         raise CorruptQueueError(path, 0, f"manifest version {m.get('version')!r}, this chronq reads "
                                          f"{VERSION}")
+    roll = m.get("roll_cycle")
+    try:
+        if not isinstance(roll, dict) or not isinstance(roll.get("epoch"), int):
+            raise ValueError("missing")
+        by_format(roll["format"], roll["length_ms"], roll["index_count"], roll["index_spacing"])
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise CorruptQueueError(path, 0, f"manifest's roll cycle {roll!r} is unusable: {exc}") from None
+    for entry in m["cycles"]:
+        problem = _entry_problem(entry)
+        if problem:
+            cycle = entry.get("cycle") if isinstance(entry, dict) else None
+            raise CorruptQueueError(path, 0, f"manifest entry of cycle {cycle}: {problem}")
     return m
+
+
+_ENTRY_KEYS = {"cycle": int, "file": str, "archive": str, "count": int, "size": int, "archive_size": int,
+               "sha256": str, "frames": list, "seek": dict}
+
+
+def _entry_problem(e: Any) -> str | None:
+    """What makes a manifest entry unreadable (None if nothing): a reader must not index past a frame
+    list or a seek index that a damaged manifest made inconsistent."""
+    if not isinstance(e, dict):
+        return "not an object"
+    for key, kind in _ENTRY_KEYS.items():
+        if not isinstance(e.get(key), kind):
+            return f"{key!r} missing or not {kind.__name__}"
+    if "/" in e["archive"] or e["archive"].startswith("."):
+        return f"archive name {e['archive']!r} is not a plain file name"
+    if e.get("compression") not in (None, "zstd"):
+        return f"unknown compression {e.get('compression')!r}"
+    frames = e["frames"]
+    if e["size"] and not frames:
+        return "no frames"
+    c_end = 0
+    for f in frames:
+        if not (isinstance(f, list) and len(f) == 4 and all(isinstance(x, int) and x >= 0 for x in f)):
+            return f"frame {f!r} is not four non-negative integers"
+        if f[1] != c_end:
+            return f"frame {f!r} does not start where the one before ends in the archive ({c_end})"
+        c_end = f[1] + f[2]
+    starts = [f[0] for f in frames]
+    if starts and (starts[0] != 0 or starts != sorted(set(starts)) or starts[-1] >= e["size"]):
+        return "frame offsets in the original do not run from 0 upwards within its size"
+    ends = [*starts[1:], e["size"]]
+    if any(b - a > _MAX_FRAME for a, b in zip(starts, ends, strict=True)):
+        return f"a frame holds more than {_MAX_FRAME} bytes of the original"
+    if c_end != e["archive_size"]:
+        return f"frames end at {c_end}, the archive file has {e['archive_size']} bytes"
+    seek = e["seek"]
+    step, positions = seek.get("step"), seek.get("positions")
+    if not (isinstance(step, int) and step > 0 and isinstance(positions, list)
+            and all(isinstance(p, int) and 0 <= p < e["size"] for p in positions)
+            and len(positions) == -(-e["count"] // step)):
+        return "seek index does not match the count"
+    return None
 
 
 # -- scanning a cycle file -----------------------------------------------------------------------------
@@ -207,13 +269,37 @@ def archive(
         raise ValueError(f"compress is None or 'zstd', not {compress!r}")
     if keep < 0:
         raise ValueError(f"keep is not negative: {keep}")
-    if frame < 4096:
-        raise ValueError(f"frames of at least 4096 bytes, not {frame}")
+    if not 4096 <= frame <= _MAX_FRAME:
+        raise ValueError(f"frames of 4096 to {_MAX_FRAME} bytes, not {frame}")
     d = _directory.read(queue)
     rc = d.roll
     if rc is None:
         raise ChronqError(f"{d.path}: no roll cycle (no metadata.cq4t and no cycle file): nothing to archive")
     now = rc.cycle_at((clock or SystemClock()).millis(), d.epoch)
+    with _archive_lock(d.path):
+        return _archive_locked(d, rc, now, dest, compress, keep, storage_options, level, frame)
+
+
+@contextlib.contextmanager
+def _archive_lock(queue: Path) -> Iterator[None]:
+    """One archiving run per queue at a time: two would both write the manifest from what each read
+    of it, and the later PUT or rename would drop the other's entries. The lock is an flock on a hidden
+    file in the queue directory (no cycle-file name: readers and Java pass it over), released by the
+    kernel if the process dies."""
+    fd = os.open(queue / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ChronqError(f"{queue}: another archiving run holds {LOCK_FILE}") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _archive_locked(d: _directory.Directory, rc: RollCycle, now: int, dest: str | os.PathLike[str],
+                    compress: str | None, keep: int, storage_options: Mapping[str, Any] | None, level: int,
+                    frame: int) -> list[dict[str, Any]]:
     fs, root = _filesystem(dest, storage_options)
     manifest = _load_manifest(fs, root)
     roll = _roll_json(rc, d.epoch)

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,7 +197,9 @@ def test_truncated_archive_is_reported(archived: Path) -> None:
 
 def test_manifest_disagreeing_with_the_file_is_reported(archived: Path) -> None:
     m = json.loads((archived / archives.MANIFEST).read_text())
-    m["cycles"][0]["count"] += 5  # more excerpts than the file holds
+    e = m["cycles"][0]
+    e["count"] += 5  # more excerpts than the file holds (with a seek index that agrees)
+    e["seek"]["positions"] += e["seek"]["positions"][-1:] * 5
     (archived / archives.MANIFEST).write_text(json.dumps(m))
     with archives.open(archived) as a:
         t = a.tailer()
@@ -205,6 +208,42 @@ def test_manifest_disagreeing_with_the_file_is_reported(archived: Path) -> None:
             while t.read() is not None:
                 n += 1
         assert n == 2000 and "cycle 0" in info.value.file and info.value.position > 0
+
+
+@pytest.mark.parametrize("damage", [
+    lambda e: e["frames"].pop(),                                  # a frame left out
+    lambda e: e["frames"][1].__setitem__(1, 7),                   # a frame at the wrong archive offset
+    lambda e: e["frames"][1].__setitem__(0, 100 << 20),           # a frame that would be huge
+    lambda e: e["seek"]["positions"].pop(),                       # seek index shorter than the count
+    lambda e: e["seek"].__setitem__("positions", [10 ** 12]),     # a position outside the file
+    lambda e: e.__setitem__("archive", "../elsewhere.cq4"),      # a name outside the archive
+    lambda e: e.pop("sha256"),
+], ids=["frame-missing", "frame-offset", "frame-huge", "seek-short", "seek-outside", "name", "no-sha"])
+def test_inconsistent_manifest_entry_is_reported_before_reading(archived: Path, damage: Any) -> None:
+    m = json.loads((archived / archives.MANIFEST).read_text())
+    damage(m["cycles"][1])
+    (archived / archives.MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(CorruptQueueError, match="manifest entry of cycle 1"):
+        archives.open(archived)
+
+
+def test_manifest_with_an_unusable_roll_cycle_is_reported(archived: Path) -> None:
+    m = json.loads((archived / archives.MANIFEST).read_text())
+    del m["roll_cycle"]["format"]
+    (archived / archives.MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(CorruptQueueError, match="roll cycle"):
+        archives.open(archived)
+
+
+def test_one_archiving_run_per_queue(tmp_path: Path) -> None:
+    import fcntl
+
+    clock, _ = make_queue(tmp_path / "q", 3, 5)
+    with open(tmp_path / "q" / archives.LOCK_FILE, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(ChronqError, match="another archiving run"):
+            archives.archive(tmp_path / "q", tmp_path / "arch", clock=clock)
+    assert len(archives.archive(tmp_path / "q", tmp_path / "arch", clock=clock)) == 2
 
 
 def test_plain_archive_checksum_mismatch(tmp_path: Path) -> None:

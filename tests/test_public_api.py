@@ -59,8 +59,8 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.appender": ["Appender", "DocumentContext"],
     "chronq.archive": [
-        "FRAME", "MANIFEST", "Archive", "ArchiveTailer", "ArchivedExcerpt", "archive", "open", "restore",
-        "verify",
+        "FRAME", "LOCK_FILE", "MANIFEST", "Archive", "ArchiveTailer", "ArchivedExcerpt", "archive", "open",
+        "restore", "verify",
     ],
     "chronq.cli": ["main"],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],

@@ -563,6 +563,33 @@ class Archive:
     def tailer(self) -> ArchiveTailer:
         return ArchiveTailer(self)
 
+    def extract(self, cycle: int, target: str | os.PathLike[str]) -> Path:
+        """Write archived `cycle` to the file `target`, byte for byte with the original (its holes kept
+        as holes), checked against the manifest's sha256 before it appears under that name."""
+        entry = self._entries[cycle]
+        out = Path(target)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        reader = _CycleReader(self._fs, self._root, entry)
+        h = hashlib.sha256()
+        try:
+            with builtins.open(tmp, "wb") as f:
+                for i in range(len(entry["frames"])):
+                    data = reader.frame(i, cache=False)
+                    h.update(data)
+                    if data == bytes(len(data)):
+                        f.seek(len(data), 1)  # keep the original's holes
+                    else:
+                        f.write(data)
+                f.truncate(entry["size"])
+            if h.hexdigest() != entry["sha256"]:
+                raise CorruptQueueError(reader._where(), 0, f"sha256 {h.hexdigest()}, the manifest says "
+                                                            f"{entry['sha256']}")
+            os.replace(tmp, out)
+        finally:
+            reader.close()
+            tmp.unlink(missing_ok=True)
+        return out
+
     def __iter__(self) -> Iterator[ArchivedExcerpt]:
         return iter(self.tailer())
 
@@ -718,28 +745,8 @@ def restore(url: str | os.PathLike[str], directory: str | os.PathLike[str], *,
             with TableStore.open(table, roll=RollMetadata(r["format"], r["length_ms"], r["epoch"])):
                 pass
         for cycle in a.cycles():
-            entry = a.entry(cycle)
-            reader = _CycleReader(a._fs, a._root, entry)
-            target = out / entry["file"]
-            tmp = out / f".{entry['file']}.{os.getpid()}.tmp"
-            h = hashlib.sha256()
-            try:
-                with builtins.open(tmp, "wb") as f:
-                    for i in range(len(entry["frames"])):
-                        data = reader.frame(i, cache=False)
-                        h.update(data)
-                        if data == bytes(len(data)):
-                            f.seek(len(data), 1)  # keep the original's holes
-                        else:
-                            f.write(data)
-                    f.truncate(entry["size"])
-            finally:
-                reader.close()
-            if h.hexdigest() != entry["sha256"]:
-                tmp.unlink()
-                raise CorruptQueueError(reader._where(), 0, f"sha256 {h.hexdigest()}, the manifest says "
-                                                            f"{entry['sha256']}")
-            os.replace(tmp, target)
+            target = out / a.entry(cycle)["file"]
+            a.extract(cycle, target)
             written.append(target)
         with TableStore.open(table) as t:
             t.init_queue_keys()

@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 
 from chronq import _directory
 from chronq.errors import ChronqError
-from chronq.spark import _arrow, _decode, _files, _plan, _typed
+from chronq.spark import _archived, _arrow, _decode, _files, _plan, _typed
 from chronq.spark._plan import CycleState, Range
 
 SCHEMA_DDL = ("index long not null, cycle int not null, seq long not null, position long not null, "
@@ -55,6 +55,7 @@ class Options:
     starting: str
     interface: str | None = None
     dto_type: str | None = None
+    storage: tuple[tuple[str, str], ...] = ()  # `storage.*` options: fsspec's, for an archive URL
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -84,6 +85,7 @@ class Options:
             starting=starting,
             interface=options.get("interface") or None,
             dto_type=options.get("type") or None,
+            storage=tuple(sorted(_archived.storage_options(options).items())),
         )
 
 
@@ -190,7 +192,10 @@ def read_range(
     *, interface: str | None = None, dto_type: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one planned range; maps the file for the duration of the read only."""
-    buf = _directory.open_map(rng.path)
+    if isinstance(rng, _archived.ArchivedRange):  # extracted from its archive by this executor
+        buf = _archived.open_map(rng)
+    else:
+        buf = _directory.open_map(rng.path)
     if buf is None:
         return
     types = {f.name: f.type for f in schema}
@@ -227,6 +232,10 @@ class BatchReader(_Reading, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         out: list[InputPartition] = []
+        storage = dict(self.opts.storage)
+        if _archived.is_archive(self.opts.path, storage):
+            return [InputPartition(r) for r in _archived.ranges(
+                self.opts.path, storage, self.first_cycle, self.last_cycle, self.lo_index, self.hi_index)]
         for st in _plan.snapshot(self.opts.path, self.first_cycle, self.last_cycle):
             lo, hi = 0, st.count
             if self.lo_index is not None:

@@ -57,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--from", dest="start", type=_index, metavar="INDEX", help="start at this index")
     t.add_argument("--named", metavar="NAME", help="named tailer: resume where it stopped, and persist")
     t.add_argument("--json", action="store_true", help="one JSON object per message")
+    ar = sub.add_parser("archive", help="move finished cycles to an archive (a path or fsspec URL)")
+    ar.add_argument("path", type=Path, help="queue directory")
+    ar.add_argument("dest", help="archive location: a directory, file://..., s3://bucket/prefix, ...")
+    ar.add_argument("--compress", choices=["zstd"], default=None, help="zstd frames (seekable)")
+    ar.add_argument("--keep", type=int, default=0, metavar="N",
+                    help="leave the newest N finished cycles in the queue")
     r = sub.add_parser("replicate", help="run this host's part of a replication cluster until SIGTERM/SIGINT")
     r.add_argument("config", type=Path, help="QueueReplicationCfg YAML file (see docs/replication.md)")
     r.add_argument("--host-id", type=int, required=True, metavar="N", help="this host's hostId")
@@ -112,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "dump":
             _dump(args.path, args.json)
+        elif args.command == "archive":
+            _archive(args.path, args.dest, args.compress, args.keep)
         elif args.command == "replicate":
             _replicate(args.config, args.host_id, args.status)
         elif args.command == "retain":
@@ -195,6 +203,20 @@ def _retain(args: argparse.Namespace) -> None:
     if result.reasons:
         why = "; ".join(result.reasons)
         sys.stdout.write(f"protected from cycle {result.protected_from}: {why}\n")
+
+
+def _archive(path: Path, dest: str, compress: str | None, keep: int) -> None:
+    """One line per cycle moved; the destination is printed as given (credentials never come from
+    the command line but from the filesystem library's configuration)."""
+    from chronq import archive
+
+    if keep < 0:
+        raise _UsageError(f"--keep is not negative: {keep}")
+    if not path.is_dir():
+        raise ChronqError(f"{path}: no queue directory")
+    for entry in archive.archive(path, dest, compress=compress, keep=keep):
+        print(f"archived cycle {entry['cycle']} {entry['file']}: {entry['count']} excerpts, "
+              f"{entry['size']} -> {entry['archive_size']} bytes", flush=True)
 
 
 def _replicate(config: Path, host_id: int, status: bool = False) -> None:

@@ -68,6 +68,13 @@ def test_bench_merge() -> None:
     assert all(row in out for row in rows), out
 
 
+def test_bench_archive() -> None:
+    pytest.importorskip("zstandard")
+    out = run("bench_archive.py", "--mb", "2", "--rounds", "1")
+    baseline = "zstd -3 -T1" in out or "zstandard level 3" in out
+    assert "chronq archive --compress zstd" in out and baseline, out
+
+
 @pytest.mark.slow
 def test_bench_spark() -> None:
     out = run("bench_spark.py", "--rows", "20000", "--runs", "1")

@@ -26,6 +26,10 @@ EXPORTS: dict[str, list[str]] = {
         "SleepingPauser", "SyncMode", "Tailer", "TailerState", "YieldingPauser", "merge", "open",
     ],
     "chronq.appender": ["Appender", "AppenderListener", "DocumentContext", "SyncMode"],
+    "chronq.archive": [
+        "Archive", "ArchiveTailer", "ArchivedExcerpt", "FRAME", "LOCK_FILE", "MANIFEST", "archive", "open",
+        "restore", "verify",
+    ],
     "chronq.cli": ["main"],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [

@@ -28,7 +28,7 @@ from pyspark.sql.types import StructType
 
 from chronq import _directory
 from chronq.errors import ChronqError
-from chronq.spark import _arrow, _decode, _files, _plan, _typed
+from chronq.spark import _archived, _arrow, _decode, _files, _plan, _typed
 from chronq.spark._plan import CycleState, Range
 
 SCHEMA_DDL = ("index long not null, cycle int not null, seq long not null, position long not null, "
@@ -61,6 +61,7 @@ class Options:
     starting: str
     interface: str | None = None
     dto_type: str | None = None
+    storage: tuple[tuple[str, str], ...] = ()  # `storage.*` options: fsspec's, for an archive URL
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -68,11 +69,14 @@ class Options:
         does not know, such as a misspelling) fails with a message naming the option, rather than being
         ignored or failing later inside a task."""
         names = {k.lower(): k for k in KNOWN_OPTIONS}
-        strange = sorted(k for k in options if k.lower() not in names)
+        strange = sorted(k for k in options
+                         if k.lower() not in names and not k.lower().startswith("storage."))
         if strange:
             raise ChronqError(f"option {strange[0]}: not an option of the chronq data source; "
-                              f"known options: {', '.join(KNOWN_OPTIONS)}")
-        options = {names[k.lower()]: v for k, v in options.items()}  # Spark's names are case-insensitive
+                              f"known options: {', '.join(KNOWN_OPTIONS)}, "
+                              "and storage.* (fsspec's, for an archive)")
+        # Spark's names are case-insensitive; `storage.*` ones go to fsspec as they are
+        options = {names.get(k.lower(), k): v for k, v in options.items()}
         path = options.get("path")
         if not path:
             raise ChronqError("the chronq data source needs a queue directory: .load(path) or option('path')")
@@ -99,6 +103,7 @@ class Options:
             starting=starting,
             interface=_class_opt(options, "interface"),
             dto_type=_class_opt(options, "type"),
+            storage=tuple(sorted(_archived.storage_options(options).items())),
         )
 
 
@@ -218,7 +223,10 @@ def read_range(
     *, interface: str | None = None, dto_type: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one planned range; maps the file for the duration of the read only."""
-    buf = _directory.open_map(rng.path)
+    if isinstance(rng, _archived.ArchivedRange):  # extracted from its archive by this executor
+        buf = _archived.open_map(rng)
+    else:
+        buf = _directory.open_map(rng.path)
     if buf is None:
         return
     types = {f.name: f.type for f in schema}
@@ -255,6 +263,10 @@ class BatchReader(_Reading, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         out: list[InputPartition] = []
+        storage = dict(self.opts.storage)
+        if _archived.is_archive(self.opts.path, storage):
+            return [InputPartition(r) for r in _archived.ranges(
+                self.opts.path, storage, self.first_cycle, self.last_cycle, self.lo_index, self.hi_index)]
         for st in _plan.snapshot(self.opts.path, self.first_cycle, self.last_cycle):
             lo, hi = 0, st.count
             if self.lo_index is not None:

@@ -99,3 +99,26 @@ def test_fault_rounds(tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_fault_rounds_long(tmp_path: Path, seed: int) -> None:
     _run_rounds(tmp_path, 20, seed=seed)  # 5 x 20 = 100 rounds
+
+
+def test_sink_reconnects_at_once_after_many_cut_sessions(tmp_path: Path) -> None:
+    """Regression: the reconnection back-off grew with every cut and was never reset by a session that
+    streamed, so after a handful of cuts a healthy sink waited the full 2 s before each reconnection."""
+    from chronq.replication import ReplicatedQueue
+
+    with FaultProxy(("127.0.0.1", 0), 0) as proxy:
+        proxy.enabled = False
+        config, sinks_cfg, port = _configs(tmp_path, proxy.port)
+        proxy.target = ("127.0.0.1", port)
+        with ReplicatedQueue(config, 1) as src, ReplicatedQueue(sinks_cfg, 2) as sink, \
+                chronq.open(src.source_path("queue1")) as q:
+            a = q.appender()
+            waits = []
+            for i in range(8):
+                index = a.write(b"message %d" % i)
+                t0 = time.monotonic()
+                wait_until(lambda i=index: last_index(sink.sink_path("queue1")) == i, 10,  # type: ignore[misc]
+                           f"message {i}")
+                waits.append(time.monotonic() - t0)
+                proxy.cut_all()
+            assert max(waits[1:]) < 1.0, waits

@@ -226,6 +226,7 @@ class _Sink:
         self._qc = qc
         self.path = rq.config.sink_path(qc, rq.host_id)
         self._thread = threading.Thread(target=self._run, name=f"chronq-repl-sink {qc.name}", daemon=True)
+        self.subscribed = False  # the current connection got past the handshake
 
     def start(self) -> None:
         self._thread.start()
@@ -246,14 +247,17 @@ class _Sink:
                 peer = f"{master.host}:{master.port}"
                 cfg = self._rq.config
                 conn = _Conn(sock, peer, cfg.max_frame, cfg.heartbeat_timeout_ms / 1000)
+                self.subscribed = False
                 try:
                     self._conversation(conn)
                 except (ReplicationError, OSError) as e:
                     log.warning("replication: %s from %s: %s", self._qc.name, peer, e)
-                else:
-                    delay = RETRY_MIN
                 finally:
                     conn.close()
+                if self.subscribed:
+                    # the back-off is for a source that cannot be reached or refuses us: a session that
+                    # got as far as streaming and was then cut retries at once, however many came before
+                    delay = RETRY_MIN
             stop.wait(delay)
             delay = min(delay * 2, RETRY_MAX)
 
@@ -273,6 +277,7 @@ class _Sink:
         with SinkWriter(self.path, rc, info.epoch, source_host=info.host_id) as writer:
             pos = writer.position
             conn.send(p.Subscribe(-1 if pos.next_index is None else pos.next_index, pos.metadata))
+            self.subscribed = True
             interval = cfg.heartbeat_interval_ms / 1000
             while not stop.is_set():
                 for f in conn.poll(min(interval, 0.1)):

@@ -55,10 +55,10 @@ def _run_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
                     if rng.random() < 0.3:  # a new cycle now and then (with a metadata document)
                         clock.advance(q.roll_cycle.length_ms * rng.choice((1, 3)))
                         a.write_meta(b"round %d" % r)
-                    victim = rng.choice((1, 2, 3, None))
-                    kill_at = rng.randrange(10)
-                    for chunk in range(10):
-                        for _ in range(rng.randrange(50, 400)):
+                    victim = rng.choice((1, 2, 3, None, None))
+                    kill_at = rng.randrange(5)
+                    for chunk in range(5):
+                        for _ in range(rng.randrange(50, 300)):
                             a.write(b"m%d " % n + rng.randbytes(rng.randrange(0, 200)))
                             n += 1
                         if chunk == kill_at and victim is not None:

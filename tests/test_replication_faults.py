@@ -71,7 +71,7 @@ def _run_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
                     last = q.last_index
                     # converge: faults may go on, progress must not stop
                     for sink in sinks:
-                        wait_until(lambda s=sink: last_index(s) == last, 30,  # type: ignore[misc]
+                        wait_until(lambda s=sink, e=last: last_index(s) == e, 30,  # type: ignore[misc]
                                    f"round {r}: {sink} to catch up with {last:#x}")
                     expected = all_documents(source_q)
                     for sink in sinks:
@@ -87,7 +87,8 @@ def _first_difference(expected: list[tuple[int, bool, bytes]], got: list[tuple[i
                       r: int, sink: Path) -> str:
     for i, (e, g) in enumerate(zip(expected, got, strict=False)):
         if e != g:
-            return f"round {r}, {sink}: document {i}: source {e[:2]} {e[2][:40]!r}, sink {g[:2]} {g[2][:40]!r}"
+            return (f"round {r}, {sink}: document {i}: source {e[:2]} {e[2][:40]!r}, "
+                    f"sink {g[:2]} {g[2][:40]!r}")
     return f"round {r}, {sink}: {len(expected)} documents in the source, {len(got)} in the sink"
 
 

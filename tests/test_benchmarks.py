@@ -140,3 +140,8 @@ def test_plot_end_to_end(tmp_path: Path) -> None:
     assert text.startswith("before\n") and text.endswith("<!-- figures:end -->\nafter\n")
     assert "STALE FIGURES" not in text
     assert "![latency](img/latency.png)" in text
+
+
+def test_bench_replication() -> None:
+    out = run("bench_replication.py", "--n", "5000", "--rate", "2000", "--seconds", "0.2")
+    assert all(row in out for row in ("throughput, no ack", "lag p50", "lag p99", "TCP floor")), out

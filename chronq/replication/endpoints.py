@@ -390,6 +390,7 @@ class _Sink:
         master = rq.config.host(qc.master_id)
         self._link = rq._link("sink", qc.name, f"{master.host}:{master.port}", master.host_id)
         self._thread = threading.Thread(target=self._run, name=f"chronq-repl-sink {qc.name}", daemon=True)
+        self.subscribed = False  # the current connection got past the handshake
 
     def start(self) -> None:
         self._thread.start()
@@ -423,14 +424,17 @@ class _Sink:
                 link.set_state(AUTHENTICATING)
                 cfg = self._rq.config
                 conn = _Conn(sock, peer, cfg.max_frame, cfg.heartbeat_timeout_ms / 1000)
+                self.subscribed = False
                 try:
                     self._conversation(conn)
                 except (ReplicationError, OSError) as e:
                     log.warning("replication: %s from %s: %s", self._qc.name, peer, e)
-                else:
-                    delay = RETRY_MIN
                 finally:
                     conn.close()
+                if self.subscribed:
+                    # the back-off is for a source that cannot be reached or refuses us: a session that
+                    # got as far as streaming and was then cut retries at once, however many came before
+                    delay = RETRY_MIN
             link.set_state(DISCONNECTED)
             stop.wait(delay)
             delay = min(delay * 2, RETRY_MAX)
@@ -456,6 +460,7 @@ class _Sink:
             link.set_state(REPLICATING)
             link.sent(writer.last_data_index, time.time())
             link.acked(writer.last_data_index)
+            self.subscribed = True
             interval = cfg.heartbeat_interval_ms / 1000
             while not stop.is_set():
                 for f in conn.poll(min(interval, 0.1)):

@@ -214,6 +214,26 @@ class _Body:
         if self._i != len(self._d):
             raise ProtocolError(f"{len(self._d) - self._i} unexpected bytes at the end of a frame")
 
+    def excerpts(self, count: int) -> list[tuple[int, bool, bytes]]:
+        """`count` (index, flags, length, body) records: the hot loop of a stream, so one precompiled
+        struct and direct slicing rather than `unpack`/`take` per field (a third of the cost)."""
+        d, i, end = self._d, self._i, len(self._d)
+        size, unpack = _EXCERPT.size, _EXCERPT.unpack_from
+        items = []
+        for _ in range(count):
+            if i + size > end:
+                raise ProtocolError(f"frame truncated: {size} bytes needed at offset {i} of {end}")
+            index, flags, n = unpack(d, i)
+            i += size
+            if flags & ~1:
+                raise ProtocolError(f"unknown excerpt flags {flags:#x}")
+            if i + n > end:
+                raise ProtocolError(f"frame truncated: {n} bytes needed at offset {i} of {end}")
+            items.append((index, bool(flags & 1), bytes(d[i:i + n])))
+            i += n
+        self._i = i
+        return items
+
     @property
     def left(self) -> int:
         return len(self._d) - self._i
@@ -239,13 +259,7 @@ def _decode(kind: int, b: _Body) -> Frame:
         (count,) = b.unpack(">I")
         if count * _EXCERPT.size > b.left:  # checked before building anything
             raise ProtocolError(f"frame announces {count} excerpts but holds only {b.left} bytes")
-        items = []
-        for _ in range(count):
-            index, flags, n = b.unpack(">qBI")
-            if flags & ~1:
-                raise ProtocolError(f"unknown excerpt flags {flags:#x}")
-            items.append((index, bool(flags & 1), b.take(n)))
-        frame = Excerpts(items)
+        frame = Excerpts(b.excerpts(count))
     elif kind == 7:
         frame = Heartbeat()
     elif kind == 8:

@@ -1,0 +1,461 @@
+"""Compression and encryption of message payloads (zstd, lz4, AES-GCM), chosen per queue or per appender.
+
+The index, rolls and replication see the stored (encoded) bytes; tailers decode them. A queue whose
+payloads are framed says so in its table store (key ``chronq.codec``), so every reader opened on it
+knows; each payload carries a small header naming its codec, dictionary and key (layout in
+docs/codecs.md), so messages written with an older key or codec stay readable.
+
+The codec libraries (`zstandard`, `lz4`, `cryptography`, the ``codecs`` extra) are imported when a
+codec first needs them: a plain queue never loads them.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chronq import _native
+from chronq.appender import Appender
+from chronq.errors import ChronqError
+from chronq.tailer import Tailer
+
+if TYPE_CHECKING:
+    from chronq.queue import Queue
+    from wire.record import RecordReader
+
+__all__ = [
+    "CODEC_KEY",
+    "Codec",
+    "CodecAppender",
+    "CodecError",
+    "CodecTailer",
+    "DecodedExcerpt",
+    "Keys",
+    "MessageTooLargeError",
+    "MissingKeyError",
+    "TamperedMessageError",
+    "decode",
+    "dictionary_path",
+    "encode",
+    "train_dictionary",
+]
+
+CODEC_KEY = "chronq.codec"
+"""Table-store key holding the queue's default codec (see `Codec.pack`); present means framed payloads."""
+
+MAGIC = b"\xc5\x1c"
+VERSION = 1
+COMPRESSIONS = {None: 0, "zstd": 1, "lz4": 2}
+ENCRYPTIONS = {None: 0, "aes-gcm": 1}
+_HEAD = struct.Struct("<2sBBII")  # magic, version, codec id, dictionary id, plain length
+_KEYED = struct.Struct("<2sBBIII12s")  # ... then key id and nonce when encrypted
+TAG_LEN = 16
+DEFAULT_MAX_MESSAGE_SIZE = 16 << 20
+DICTIONARY_SUFFIX = ".zdict"
+
+
+class CodecError(ChronqError):
+    """A stored payload cannot be decoded: names the index (and key id where one is involved)."""
+
+    def __init__(self, index: int, detail: str, key_id: int | None = None) -> None:
+        self.index = index
+        self.key_id = key_id
+        super().__init__(f"index {index:#x}: {detail}")
+
+
+class TamperedMessageError(CodecError):
+    """An encrypted payload (or its header) was altered: the AES-GCM tag does not match."""
+
+
+class MissingKeyError(CodecError):
+    """The payload was encrypted with a key id the reader's `Keys` does not hold."""
+
+
+class MessageTooLargeError(CodecError):
+    """A payload would decode to more than the maximum message size (a decompression bomb, or damage)."""
+
+
+class Keys:
+    """AES key ring: key id -> 16, 24 or 32-byte key; `current` is the id new messages are encrypted with.
+
+    Rotation: add a new key and make it current; messages written with older ids stay readable while
+    their key stays in the ring. The keys themselves never appear in the queue, reprs or errors.
+    """
+
+    __slots__ = ("_aead", "_keys", "current")
+
+    def __init__(self, keys: Mapping[int, bytes], current: int | None = None) -> None:
+        if not keys:
+            raise ValueError("Keys needs at least one key")
+        for kid, key in keys.items():
+            if not 0 < kid < 1 << 32:
+                raise ValueError(f"key id {kid} is outside 1..2**32-1")
+            if len(key) not in (16, 24, 32):
+                raise ValueError(f"key id {kid}: an AES key is 16, 24 or 32 bytes, not {len(key)}")
+        self._keys = {int(k): bytes(v) for k, v in keys.items()}
+        self.current = max(self._keys) if current is None else current
+        if self.current not in self._keys:
+            raise ValueError(f"current key id {self.current} is not among the keys")
+        self._aead: dict[int, Any] = {}
+
+    @property
+    def ids(self) -> list[int]:
+        return sorted(self._keys)
+
+    def aead(self, key_id: int) -> Any | None:
+        """The AESGCM object of `key_id` (made once), or None if the ring lacks it."""
+        a = self._aead.get(key_id)
+        if a is None:
+            key = self._keys.get(key_id)
+            if key is None:
+                return None
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            a = self._aead[key_id] = AESGCM(key)
+        return a
+
+    def __repr__(self) -> str:
+        return f"Keys(ids={self.ids}, current={self.current})"
+
+
+@dataclass(frozen=True)
+class Codec:
+    """What an appender does to each payload: compress (``"zstd"``/``"lz4"``), then encrypt (``"aes-gcm"``).
+
+    `dictionary` is the id of a zstd dictionary stored beside the queue (`train_dictionary`);
+    `max_message_size` bounds what a reader decodes a payload to.
+    """
+
+    compression: str | None = None
+    encryption: str | None = None
+    dictionary: int = 0
+    level: int = 3
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+
+    def __post_init__(self) -> None:
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"unknown compression {self.compression!r}; use one of zstd, lz4 or None")
+        if self.encryption not in ENCRYPTIONS:
+            raise ValueError(f"unknown encryption {self.encryption!r}; use 'aes-gcm' or None")
+        if self.dictionary and self.compression != "zstd":
+            raise ValueError("a dictionary needs compression='zstd'")
+        if not 0 <= self.dictionary < 1 << 32:
+            raise ValueError(f"dictionary id {self.dictionary} is outside 0..2**32-1")
+        if not -100 <= self.level <= 22:
+            raise ValueError(f"zstd level {self.level} is outside -100..22")
+
+    @property
+    def codec_id(self) -> int:
+        return COMPRESSIONS[self.compression] | ENCRYPTIONS[self.encryption] << 4
+
+    def pack(self) -> int:
+        """The table-store value: version | codec id << 8 | (level & 0xff) << 16 | dictionary << 32."""
+        return VERSION | self.codec_id << 8 | (self.level & 0xFF) << 16 | self.dictionary << 32
+
+    @classmethod
+    def unpack(cls, value: int, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Codec:
+        value &= (1 << 64) - 1
+        if value & 0xFF != VERSION:
+            raise ChronqError(f"{CODEC_KEY} = {value:#x}: codec format version {value & 0xFF} is not supported")
+        cid = value >> 8 & 0xFF
+        comp = {v: k for k, v in COMPRESSIONS.items()}.get(cid & 0xF, "?")
+        enc = {v: k for k, v in ENCRYPTIONS.items()}.get(cid >> 4, "?")
+        level = (value >> 16 & 0xFF ^ 0x80) - 0x80
+        if comp == "?" or enc == "?":
+            raise ChronqError(f"{CODEC_KEY} = {value:#x}: unknown codec id {cid:#x}")
+        return cls(comp, enc, value >> 32, level, max_message_size)
+
+
+def dictionary_path(queue_dir: str | os.PathLike[str], dict_id: int) -> Path:
+    return Path(queue_dir) / f"codec-dictionary-{dict_id}{DICTIONARY_SUFFIX}"
+
+
+class _State:
+    """Per-queue codec machinery: keys, (de)compressors and dictionaries, shared by its appenders/tailers."""
+
+    def __init__(self, queue_dir: Path, codec: Codec | None, keys: Keys | None, max_message_size: int) -> None:
+        self.dir = queue_dir
+        self.codec = codec
+        self.keys = keys
+        self.max_message_size = max_message_size
+        self._dicts: dict[int, Any] = {}
+        self._local = threading.local()  # zstd (de)compressor objects are not thread-safe
+        self._prefix = os.urandom(8)
+        self._counter = 0
+        self._nonce_lock = threading.Lock()
+
+    # -- nonces: a random 8-byte prefix per queue object and a 4-byte counter (NIST SP 800-38D's
+    # deterministic construction); a new random prefix before the counter would wrap
+    def nonce(self) -> bytes:
+        with self._nonce_lock:
+            c = self._counter
+            if c == 0xFFFF_FFFF:
+                self._prefix, c = os.urandom(8), 0
+            self._counter = c + 1
+            return self._prefix + c.to_bytes(4, "little")
+
+    def dictionary(self, dict_id: int, index: int | None = None) -> Any:
+        d = self._dicts.get(dict_id)
+        if d is None:
+            import zstandard
+
+            path = dictionary_path(self.dir, dict_id)
+            try:
+                data = path.read_bytes()
+            except OSError as e:
+                where = f"index {index:#x}: " if index is not None else ""
+                raise ChronqError(f"{where}zstd dictionary {dict_id} cannot be read from {path}: {e}") from e
+            d = self._dicts[dict_id] = zstandard.ZstdCompressionDict(data)
+        return d
+
+    def _cached(self, key: tuple[object, ...], make: Any) -> Any:
+        cache: dict[tuple[object, ...], Any] | None = getattr(self._local, "c", None)
+        if cache is None:
+            cache = self._local.c = {}
+        obj = cache.get(key)
+        if obj is None:
+            obj = cache[key] = make()
+        return obj
+
+    def compressor(self, codec: Codec) -> Any:
+        import zstandard
+
+        def make() -> Any:
+            d = self.dictionary(codec.dictionary) if codec.dictionary else None
+            return zstandard.ZstdCompressor(level=codec.level, dict_data=d, write_checksum=False,
+                                            write_content_size=False, write_dict_id=False)
+        return self._cached(("c", codec.level, codec.dictionary), make)
+
+    def decompressor(self, dict_id: int, index: int) -> Any:
+        import zstandard
+
+        def make() -> Any:
+            d = self.dictionary(dict_id, index) if dict_id else None
+            return zstandard.ZstdDecompressor(dict_data=d)
+        return self._cached(("d", dict_id), make)
+
+
+def encode(state: _State, codec: Codec, data: bytes | bytearray | memoryview) -> bytes:
+    """Frame one payload: compress (kept only if smaller), then encrypt."""
+    n = len(data)
+    if n > codec.max_message_size or n > 0xFFFF_FFFF:
+        raise ChronqError(f"a payload of {n} bytes exceeds the codec's max_message_size {codec.max_message_size}")
+    comp, body = 0, data
+    dict_id = 0
+    if codec.compression == "zstd":
+        c = state.compressor(codec).compress(data)
+        if len(c) < n:
+            comp, body, dict_id = 1, c, codec.dictionary
+    elif codec.compression == "lz4":
+        import lz4.block
+
+        c = lz4.block.compress(data, store_size=False)
+        if len(c) < n:
+            comp, body = 2, c
+    if codec.encryption is None:
+        return _HEAD.pack(MAGIC, VERSION, comp, dict_id, n) + body
+    keys = state.keys
+    if keys is None:
+        raise ChronqError("the codec encrypts but the queue was opened without keys")
+    head = _KEYED.pack(MAGIC, VERSION, comp | 1 << 4, dict_id, n, keys.current, state.nonce())
+    return head + keys.aead(keys.current).encrypt(head[16:], body, head)
+
+
+def decode(state: _State, frame: memoryview | bytes, index: int) -> bytes:
+    """The plain payload of one stored frame; CodecError (naming `index`) when it cannot be trusted."""
+    if len(frame) < _HEAD.size or frame[:2] != MAGIC:
+        raise CodecError(index, "payload is not a codec frame (written without the queue's codec?)")
+    _, version, cid, dict_id, n = _HEAD.unpack_from(frame)
+    if version != VERSION:
+        raise CodecError(index, f"codec frame version {version} is not supported")
+    if n > state.max_message_size:
+        raise MessageTooLargeError(index, f"payload would decode to {n} bytes, more than the maximum "
+                                          f"message size {state.max_message_size}")
+    comp, enc = cid & 0xF, cid >> 4
+    if enc == 1:
+        if len(frame) < _KEYED.size + TAG_LEN:
+            raise TamperedMessageError(index, "encrypted frame is truncated")
+        key_id = _KEYED.unpack_from(frame)[5]
+        keys = state.keys
+        aead = keys.aead(key_id) if keys is not None else None
+        if aead is None:
+            raise MissingKeyError(index, f"encrypted with key id {key_id}, which the reader's keys do not hold",
+                                  key_id)
+        from cryptography.exceptions import InvalidTag
+
+        head = bytes(frame[:_KEYED.size])
+        try:
+            body: bytes | memoryview = aead.decrypt(head[16:], frame[_KEYED.size:], head)
+        except InvalidTag:
+            raise TamperedMessageError(index, f"authentication failed (key id {key_id}): the message or its "
+                                              "header was altered, or the key is wrong", key_id) from None
+    elif enc == 0:
+        body = frame[_HEAD.size:]
+    else:
+        raise CodecError(index, f"unknown encryption id {enc}")
+    if comp == 0:
+        out = bytes(body)
+    elif comp == 1:
+        import zstandard
+
+        try:
+            out = state.decompressor(dict_id, index).decompress(body, max_output_size=n)
+        except zstandard.ZstdError as e:
+            raise CodecError(index, f"zstd data is damaged: {e}") from None
+    elif comp == 2:
+        import lz4.block
+
+        try:
+            out = lz4.block.decompress(body, uncompressed_size=n)
+        except lz4.block.LZ4BlockError as e:
+            raise CodecError(index, f"lz4 data is damaged: {e}") from None
+    else:
+        raise CodecError(index, f"unknown compression id {comp}")
+    if len(out) != n:
+        raise CodecError(index, f"payload decoded to {len(out)} bytes, the frame says {n}")
+    return out
+
+
+class DecodedExcerpt:
+    """An excerpt of a codec queue: as `chronq.Excerpt`, but `payload` views the decoded bytes."""
+
+    __slots__ = ("_data", "cycle", "header", "index", "metadata", "position", "seq")
+
+    def __init__(self, ex: _native.Excerpt, data: bytes) -> None:
+        self._data = data
+        self.index, self.cycle, self.seq = ex.index, ex.cycle, ex.seq
+        self.position, self.metadata, self.header = ex.position, ex.metadata, ex.header
+
+    @property
+    def payload(self) -> memoryview:
+        return memoryview(self._data)
+
+    def bytes(self) -> bytes:
+        return self._data
+
+    def record(self) -> RecordReader:
+        from wire.record import RecordReader
+
+        return RecordReader(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return (f"DecodedExcerpt(index={self.index:#x}, cycle={self.cycle}, seq={self.seq}, "
+                f"position={self.position}, length={len(self._data)}, metadata={self.metadata})")
+
+
+class CodecAppender(Appender):
+    """An appender that frames every data document with `codec` (the queue's, unless set per appender)."""
+
+    def __init__(self, queue: Queue, state: _State, codec: Codec) -> None:
+        super().__init__(queue)
+        self._state = state
+        self.codec = codec
+        self._doc_meta = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        return int(Appender.write(self, encode(self._state, self.codec, data)))
+
+    def write_many(self, items: Iterable[bytes | bytearray | memoryview]) -> Any:  # type: ignore[override]
+        state, codec = self._state, self.codec
+        return Appender.write_many(self, [encode(state, codec, d) for d in items])
+
+    # writing_document goes through these two: metadata documents stay plain (Chronicle's own)
+    def _begin(self, metadata: bool) -> int:  # type: ignore[override]
+        self._doc_meta = bool(metadata)
+        return int(Appender._begin(self, metadata))
+
+    def _commit(self, data: bytes) -> int:  # type: ignore[override]
+        if not self._doc_meta:
+            data = encode(self._state, self.codec, data)
+        return int(Appender._commit(self, data))
+
+
+class CodecTailer(Tailer):
+    """A tailer whose reads return `DecodedExcerpt`s. Its `read` is not the native one, so
+    `document_source()` is None and native consumers (rpc's fast path) take the decoded path."""
+
+    def __init__(self, queue: Queue, name: str | None, state: _State) -> None:
+        self._state = state
+        super().__init__(queue, name)
+
+    def _decoded(self, ex: Any) -> Any:
+        if ex is None or ex.metadata or type(ex) is DecodedExcerpt:
+            return ex
+        return DecodedExcerpt(ex, decode(self._state, ex.payload, ex.index))
+
+    def read(self, metadata: bool = False) -> DecodedExcerpt | None:  # type: ignore[override]
+        return self._decoded(_native.TailerCore.read(self, metadata))  # type: ignore[no-any-return]
+
+    def _read_open(self, metadata: bool) -> DecodedExcerpt | None:  # type: ignore[override]
+        return self._decoded(_native.TailerCore._read_open(self, metadata))  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[DecodedExcerpt]:  # type: ignore[override]
+        return self
+
+    def __next__(self) -> DecodedExcerpt:  # type: ignore[override]
+        ex = self.read()
+        if ex is None:
+            raise StopIteration
+        return ex
+
+
+def configure(queue: Queue, codec: Codec | None, keys: Keys | None, max_message_size: int | None) -> _State | None:
+    """The queue's codec state: None for a plain queue (no `chronq.codec` key and no codec asked for).
+
+    A codec given for a queue that has data documents but no codec key is refused: its readers would
+    take the plain payloads for frames.
+    """
+    table = queue.table
+    stored = table.get(CODEC_KEY, None) if table is not None else None
+    limit = max_message_size or (codec.max_message_size if codec else DEFAULT_MAX_MESSAGE_SIZE)
+    if codec is not None and stored is None:
+        if queue.readonly:
+            raise ChronqError(f"{queue.path}: a codec can only be recorded by a writable open")
+        if queue.last_index is not None:
+            raise ChronqError(f"{queue.path}: has plain messages; a codec can only be set on an empty queue")
+    if codec is not None and not queue.readonly and table is not None and stored != codec.pack():
+        table.set(CODEC_KEY, codec.pack())
+    elif codec is None and stored is not None:
+        codec = Codec.unpack(stored, limit)
+    if codec is None:
+        return None
+    if codec.encryption is not None and keys is None and not queue.readonly:
+        raise ChronqError(f"{queue.path}: the queue's codec encrypts ({codec.encryption}); open it with keys=")
+    return _State(queue.path, codec, keys, limit)
+
+
+def train_dictionary(queue: Queue, size: int = 16 << 10, samples: int = 20_000) -> int:
+    """Train a zstd dictionary on up to `samples` of the queue's (decoded) messages and store it beside
+    the queue; returns its id for ``Codec("zstd", dictionary=id)``. Small messages compress far better
+    with one, since a lone 256-byte message has too little history to reference."""
+    import zstandard
+
+    t = queue.tailer()
+    try:
+        msgs = []
+        for ex in t:
+            msgs.append(ex.bytes())
+            if len(msgs) >= samples:
+                break
+    finally:
+        t.close()
+    if len(msgs) < 8:
+        raise ChronqError(f"{queue.path}: {len(msgs)} messages are too few to train a dictionary on")
+    try:
+        d = zstandard.train_dictionary(size, msgs)
+    except zstandard.ZstdError as e:
+        raise ChronqError(f"{queue.path}: zstd could not train a dictionary: {e}") from e
+    dict_id = d.dict_id()
+    path = dictionary_path(queue.path, dict_id)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(d.as_bytes())
+    os.replace(tmp, path)  # readers see the whole dictionary or none
+    return int(dict_id)

@@ -243,8 +243,9 @@ class _State:
 def encode(state: _State, codec: Codec, data: bytes | bytearray | memoryview) -> bytes:
     """Frame one payload: compress (kept only if smaller), then encrypt."""
     n = len(data)
-    if n > codec.max_message_size or n > 0xFFFF_FFFF:
-        raise ChronqError(f"a payload of {n} bytes exceeds the codec's max_message_size {codec.max_message_size}")
+    limit = min(codec.max_message_size, state.max_message_size, 0xFFFF_FFFF)
+    if n > limit:  # readers would refuse it
+        raise ChronqError(f"a payload of {n} bytes exceeds the max_message_size {limit}")
     comp, body = 0, data
     dict_id = 0
     if codec.compression == "zstd":
@@ -261,7 +262,7 @@ def encode(state: _State, codec: Codec, data: bytes | bytearray | memoryview) ->
         return _HEAD.pack(MAGIC, VERSION, comp, dict_id, n) + body
     keys = state.keys
     if keys is None:
-        raise ChronqError("the codec encrypts but the queue was opened without keys")
+        raise ChronqError(f"{state.dir}: the codec encrypts ({codec.encryption}); open the queue with keys=")
     head = _KEYED.pack(MAGIC, VERSION, comp | 1 << 4, dict_id, n, keys.current, state.nonce())
     return head + keys.aead(keys.current).encrypt(head[16:], body, head)
 
@@ -273,9 +274,6 @@ def decode(state: _State, frame: memoryview | bytes, index: int) -> bytes:
     _, version, cid, dict_id, n = _HEAD.unpack_from(frame)
     if version != VERSION:
         raise CodecError(index, f"codec frame version {version} is not supported")
-    if n > state.max_message_size:
-        raise MessageTooLargeError(index, f"payload would decode to {n} bytes, more than the maximum "
-                                          f"message size {state.max_message_size}")
     comp, enc = cid & 0xF, cid >> 4
     if enc == 1:
         if len(frame) < _KEYED.size + TAG_LEN:
@@ -298,6 +296,10 @@ def decode(state: _State, frame: memoryview | bytes, index: int) -> bytes:
         body = frame[_HEAD.size:]
     else:
         raise CodecError(index, f"unknown encryption id {enc}")
+    # checked after the tag (an altered length is tampering), before any byte is decompressed
+    if n > state.max_message_size:
+        raise MessageTooLargeError(index, f"payload would decode to {n} bytes, more than the maximum "
+                                          f"message size {state.max_message_size}")
     if comp == 0:
         out = bytes(body)
     elif comp == 1:
@@ -427,8 +429,6 @@ def configure(queue: Queue, codec: Codec | None, keys: Keys | None, max_message_
         codec = Codec.unpack(stored, limit)
     if codec is None:
         return None
-    if codec.encryption is not None and keys is None and not queue.readonly:
-        raise ChronqError(f"{queue.path}: the queue's codec encrypts ({codec.encryption}); open it with keys=")
     return _State(queue.path, codec, keys, limit)
 
 

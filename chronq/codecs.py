@@ -107,7 +107,7 @@ class Keys:
     def ids(self) -> list[int]:
         return sorted(self._keys)
 
-    def aead(self, key_id: int) -> Any | None:
+    def aead(self, key_id: int) -> Any:
         """The AESGCM object of `key_id` (made once), or None if the ring lacks it."""
         a = self._aead.get(key_id)
         if a is None:
@@ -161,7 +161,8 @@ class Codec:
     def unpack(cls, value: int, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> Codec:
         value &= (1 << 64) - 1
         if value & 0xFF != VERSION:
-            raise ChronqError(f"{CODEC_KEY} = {value:#x}: codec format version {value & 0xFF} is not supported")
+            raise ChronqError(f"{CODEC_KEY} = {value:#x}: codec format version {value & 0xFF} is not "
+                              "supported")
         cid = value >> 8 & 0xFF
         comp = {v: k for k, v in COMPRESSIONS.items()}.get(cid & 0xF, "?")
         enc = {v: k for k, v in ENCRYPTIONS.items()}.get(cid >> 4, "?")
@@ -178,7 +179,8 @@ def dictionary_path(queue_dir: str | os.PathLike[str], dict_id: int) -> Path:
 class _State:
     """Per-queue codec machinery: keys, (de)compressors and dictionaries, shared by its appenders/tailers."""
 
-    def __init__(self, queue_dir: Path, codec: Codec | None, keys: Keys | None, max_message_size: int) -> None:
+    def __init__(self, queue_dir: Path, codec: Codec | None, keys: Keys | None,
+                 max_message_size: int) -> None:
         self.dir = queue_dir
         self.codec = codec
         self.keys = keys
@@ -253,7 +255,7 @@ def encode(state: _State, codec: Codec, data: bytes | bytearray | memoryview) ->
         if len(c) < n:
             comp, body, dict_id = 1, c, codec.dictionary
     elif codec.compression == "lz4":
-        import lz4.block
+        import lz4.block  # type: ignore[import-untyped]
 
         c = lz4.block.compress(data, store_size=False)
         if len(c) < n:
@@ -264,7 +266,8 @@ def encode(state: _State, codec: Codec, data: bytes | bytearray | memoryview) ->
     if keys is None:
         raise ChronqError(f"{state.dir}: the codec encrypts ({codec.encryption}); open the queue with keys=")
     head = _KEYED.pack(MAGIC, VERSION, comp | 1 << 4, dict_id, n, keys.current, state.nonce())
-    return head + keys.aead(keys.current).encrypt(head[16:], body, head)
+    sealed: bytes = keys.aead(keys.current).encrypt(head[16:], body, head)  # current is in the ring
+    return head + sealed
 
 
 def decode(state: _State, frame: memoryview | bytes, index: int) -> bytes:
@@ -282,8 +285,8 @@ def decode(state: _State, frame: memoryview | bytes, index: int) -> bytes:
         keys = state.keys
         aead = keys.aead(key_id) if keys is not None else None
         if aead is None:
-            raise MissingKeyError(index, f"encrypted with key id {key_id}, which the reader's keys do not hold",
-                                  key_id)
+            raise MissingKeyError(
+                index, f"encrypted with key id {key_id}, which the reader's keys do not hold", key_id)
         from cryptography.exceptions import InvalidTag
 
         head = bytes(frame[:_KEYED.size])
@@ -370,7 +373,7 @@ class CodecAppender(Appender):
         return Appender.write_many(self, [encode(state, codec, d) for d in items])
 
     # writing_document goes through these two: metadata documents stay plain (Chronicle's own)
-    def _begin(self, metadata: bool) -> int:  # type: ignore[override]
+    def _begin(self, metadata: bool) -> int:
         self._doc_meta = bool(metadata)
         return int(Appender._begin(self, metadata))
 
@@ -409,7 +412,9 @@ class CodecTailer(Tailer):
         return ex
 
 
-def configure(queue: Queue, codec: Codec | None, keys: Keys | None, max_message_size: int | None) -> _State | None:
+def _configure(
+    queue: Queue, codec: Codec | None, keys: Keys | None, max_message_size: int | None
+) -> _State | None:
     """The queue's codec state: None for a plain queue (no `chronq.codec` key and no codec asked for).
 
     A codec given for a queue that has data documents but no codec key is refused: its readers would
@@ -440,7 +445,7 @@ def train_dictionary(queue: Queue, size: int = 16 << 10, samples: int = 20_000) 
 
     t = queue.tailer()
     try:
-        msgs = []
+        msgs: list[bytes | bytearray | memoryview] = []
         for ex in t:
             msgs.append(ex.bytes())
             if len(msgs) >= samples:

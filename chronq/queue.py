@@ -171,7 +171,7 @@ class Queue:
             self.table.refresh_listing(self._fresh_cycles)
         self._keys = keys
         # None for a plain queue: appender() and tailer() then make the plain native-path classes
-        self._codec = _codecs.configure(self, codec, keys, max_message_size)
+        self._codec = _codecs._configure(self, codec, keys, max_message_size)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Queue:
@@ -370,14 +370,17 @@ class Queue:
         if self.readonly:
             raise ChronqError(f"{self.path}: queue is open read-only")
         if codec is not None and self._codec is None:
-            self._codec = _codecs.configure(self, codec, self._keys, None)
+            self._codec = _codecs._configure(self, codec, self._keys, None)
         a: Appender | None = getattr(self._local, "appender", None)
         st = self._codec
         if a is not None and st is not None and not isinstance(a, _codecs.CodecAppender):
             a.close()  # made before the queue had a codec
         if a is None or a.closed:
             _refuse_sink(self)
-            a = Appender(self) if st is None or st.codec is None else _codecs.CodecAppender(self, st, st.codec)
+            if st is None or st.codec is None:
+                a = Appender(self)
+            else:
+                a = _codecs.CodecAppender(self, st, st.codec)
             self._local.appender = a
             if not hasattr(self, "_appenders"):
                 self._appenders: list[Appender] = []

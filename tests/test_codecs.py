@@ -16,13 +16,13 @@ pytest.importorskip("zstandard")
 pytest.importorskip("lz4")
 pytest.importorskip("cryptography")
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-import chronq  # noqa: E402
-import rpc  # noqa: E402
-from chronq import _native  # noqa: E402
-from chronq.codecs import (  # noqa: E402
+import chronq
+import rpc
+from chronq import _native
+from chronq.codecs import (
     CODEC_KEY,
     Codec,
     CodecError,
@@ -32,9 +32,9 @@ from chronq.codecs import (  # noqa: E402
     TamperedMessageError,
     train_dictionary,
 )
-from chronq.errors import ChronqError  # noqa: E402
-from chronq.rollcycles import FixedClock  # noqa: E402
-from chronq.tailer import Tailer  # noqa: E402
+from chronq.errors import ChronqError
+from chronq.rollcycles import FixedClock
+from chronq.tailer import Tailer
 
 KEY1 = bytes(range(32))
 KEY2 = bytes(range(100, 132))
@@ -73,7 +73,7 @@ def codecs() -> list[Codec]:
     return [Codec(c, e) for c in (None, "zstd", "lz4") for e in (None, "aes-gcm")]
 
 
-@pytest.mark.parametrize("codec", codecs() + ["dict", "dict+aes"], ids=str)  # type: ignore[list-item]
+@pytest.mark.parametrize("codec", [*codecs(), "dict", "dict+aes"], ids=str)  # type: ignore[list-item]
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(payloads=st.lists(st.one_of(st.binary(max_size=600), st.builds(trade, st.integers(0, 10**6))),
                          max_size=12))
@@ -105,7 +105,9 @@ def test_round_trip_every_codec(codec: Codec | str, payloads: list[bytes],
             assert got == payloads
 
 
-def test_dictionary_compresses_small_messages_better(dictionary_dir: tuple[Path, int], tmp_path: Path) -> None:
+def test_dictionary_compresses_small_messages_better(
+    dictionary_dir: tuple[Path, int], tmp_path: Path
+) -> None:
     src, did = dictionary_dir
     os.link(src / f"codec-dictionary-{did}.zdict", tmp_path / f"codec-dictionary-{did}.zdict")
     msgs = [trade(i) for i in range(5000, 5500)]

@@ -59,6 +59,11 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.appender": ["Appender", "DocumentContext"],
     "chronq.cli": ["main"],
+    "chronq.codecs": [
+        "CODEC_KEY", "Codec", "CodecAppender", "CodecError", "CodecTailer", "DecodedExcerpt", "Keys",
+        "MessageTooLargeError", "MissingKeyError", "TamperedMessageError", "decode", "dictionary_path",
+        "encode", "train_dictionary",
+    ],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [
         "ChronqError", "CorruptQueueError", "IndexNotFoundError", "QueueLockedError",

@@ -11,10 +11,11 @@ codec first needs them: a plain queue never loads them.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,8 @@ from chronq.errors import ChronqError
 from chronq.tailer import Tailer
 
 if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
     from chronq.queue import Queue
     from wire.record import RecordReader
 
@@ -187,19 +190,6 @@ class _State:
         self.max_message_size = max_message_size
         self._dicts: dict[int, Any] = {}
         self._local = threading.local()  # zstd (de)compressor objects are not thread-safe
-        self._prefix = os.urandom(8)
-        self._counter = 0
-        self._nonce_lock = threading.Lock()
-
-    # -- nonces: a random 8-byte prefix per queue object and a 4-byte counter (NIST SP 800-38D's
-    # deterministic construction); a new random prefix before the counter would wrap
-    def nonce(self) -> bytes:
-        with self._nonce_lock:
-            c = self._counter
-            if c == 0xFFFF_FFFF:
-                self._prefix, c = os.urandom(8), 0
-            self._counter = c + 1
-            return self._prefix + c.to_bytes(4, "little")
 
     def dictionary(self, dict_id: int, index: int | None = None) -> Any:
         d = self._dicts.get(dict_id)
@@ -242,103 +232,204 @@ class _State:
         return self._cached(("d", dict_id), make)
 
 
-def encode(state: _State, codec: Codec, data: bytes | bytearray | memoryview) -> bytes:
-    """Frame one payload: compress (kept only if smaller), then encrypt."""
-    n = len(data)
+def _too_big(n: int, limit: int) -> ChronqError:
+    return ChronqError(f"a payload of {n} bytes exceeds the max_message_size {limit}")
+
+
+def _encoder(state: _State, codec: Codec) -> Callable[[Buffer], bytes]:
+    """A function framing one payload with `codec`: compress (kept only if smaller), then encrypt.
+
+    Built once per appender (appenders are per thread, so the compressor and the nonce counter need no
+    lock), specialised so a write does only the work its codec needs."""
     limit = min(codec.max_message_size, state.max_message_size, 0xFFFF_FFFF)
-    if n > limit:  # readers would refuse it
-        raise ChronqError(f"a payload of {n} bytes exceeds the max_message_size {limit}")
-    comp, body = 0, data
-    dict_id = 0
+    head, keyed = _HEAD.pack, _KEYED.pack
+    compress: Callable[[Buffer], bytes] | None = None
+    cid = COMPRESSIONS[codec.compression]
+    did = codec.dictionary if codec.compression == "zstd" else 0
     if codec.compression == "zstd":
-        c = state.compressor(codec).compress(data)
-        if len(c) < n:
-            comp, body, dict_id = 1, c, codec.dictionary
+        compress = state.compressor(codec).compress
     elif codec.compression == "lz4":
         import lz4.block  # type: ignore[import-untyped]
 
-        c = lz4.block.compress(data, store_size=False)
-        if len(c) < n:
-            comp, body = 2, c
+        compress = functools.partial(lz4.block.compress, store_size=False)
+
     if codec.encryption is None:
-        return _HEAD.pack(MAGIC, VERSION, comp, dict_id, n) + body
+        if compress is None:
+            def plain(data: Buffer) -> bytes:
+                n = len(memoryview(data))
+                if n > limit:
+                    raise _too_big(n, limit)
+                return head(MAGIC, VERSION, 0, 0, n) + data
+            return plain
+
+        def compressed(data: Buffer) -> bytes:
+            n = len(data)  # type: ignore[arg-type]
+            if n > limit:
+                raise _too_big(n, limit)
+            c = compress(data)
+            if len(c) < n:
+                return head(MAGIC, VERSION, cid, did, n) + c
+            return head(MAGIC, VERSION, 0, 0, n) + data
+        return compressed
+
     keys = state.keys
     if keys is None:
-        raise ChronqError(f"{state.dir}: the codec encrypts ({codec.encryption}); open the queue with keys=")
-    head = _KEYED.pack(MAGIC, VERSION, comp | 1 << 4, dict_id, n, keys.current, state.nonce())
-    sealed: bytes = keys.aead(keys.current).encrypt(head[16:], body, head)  # current is in the ring
-    return head + sealed
+        def no_keys(data: Buffer) -> bytes:
+            raise ChronqError(f"{state.dir}: the codec encrypts ({codec.encryption}); "
+                              "open the queue with keys=")
+        return no_keys
+    kid = keys.current
+    encrypt = keys.aead(kid).encrypt
+    # nonce: 8 random bytes per encoder, then a 4-byte counter (NIST SP 800-38D's deterministic
+    # construction); a fresh random prefix before the counter would wrap
+    nonces = _nonces()
+
+    def encrypted(data: Buffer) -> bytes:
+        n = len(data)  # type: ignore[arg-type]
+        if n > limit:
+            raise _too_big(n, limit)
+        body, c = data, 0
+        if compress is not None:
+            cc = compress(data)
+            if len(cc) < n:
+                body, c = cc, cid
+        nonce = next(nonces)
+        h = keyed(MAGIC, VERSION, c | 0x10, did if c else 0, n, kid, nonce)
+        sealed: bytes = encrypt(nonce, body, h)
+        return h + sealed
+    return encrypted
 
 
-def decode(state: _State, frame: memoryview | bytes, index: int) -> bytes:
-    """The plain payload of one stored frame; CodecError (naming `index`) when it cannot be trusted."""
-    if len(frame) < _HEAD.size or frame[:2] != MAGIC:
-        raise CodecError(index, "payload is not a codec frame (written without the queue's codec?)")
-    _, version, cid, dict_id, n = _HEAD.unpack_from(frame)
-    if version != VERSION:
-        raise CodecError(index, f"codec frame version {version} is not supported")
-    comp, enc = cid & 0xF, cid >> 4
-    if enc == 1:
-        if len(frame) < _KEYED.size + TAG_LEN:
-            raise TamperedMessageError(index, "encrypted frame is truncated")
-        key_id = _KEYED.unpack_from(frame)[5]
-        keys = state.keys
-        aead = keys.aead(key_id) if keys is not None else None
-        if aead is None:
-            raise MissingKeyError(
-                index, f"encrypted with key id {key_id}, which the reader's keys do not hold", key_id)
-        from cryptography.exceptions import InvalidTag
+def _nonces() -> Iterator[bytes]:
+    while True:
+        prefix = os.urandom(8)
+        for i in range(1 << 32):
+            yield prefix + i.to_bytes(4, "little")
 
-        head = bytes(frame[:_KEYED.size])
-        try:
-            body: bytes | memoryview = aead.decrypt(head[16:], frame[_KEYED.size:], head)
-        except InvalidTag:
-            raise TamperedMessageError(index, f"authentication failed (key id {key_id}): the message or its "
-                                              "header was altered, or the key is wrong", key_id) from None
-    elif enc == 0:
-        body = frame[_HEAD.size:]
-    else:
-        raise CodecError(index, f"unknown encryption id {enc}")
-    # checked after the tag (an altered length is tampering), before any byte is decompressed
-    if n > state.max_message_size:
-        raise MessageTooLargeError(index, f"payload would decode to {n} bytes, more than the maximum "
-                                          f"message size {state.max_message_size}")
-    if comp == 0:
-        out = bytes(body)
-    elif comp == 1:
+
+def _decoder(state: _State) -> Callable[[Buffer, int], bytes]:
+    """A function returning the plain payload of one stored frame, or raising CodecError naming the
+    index when it cannot be trusted. Made once per tailer (its zstd decompressors are not shared)."""
+    max_size = state.max_message_size
+    unpack, keyed_unpack = _HEAD.unpack_from, _KEYED.unpack_from
+    head_size, keyed_size = _HEAD.size, _KEYED.size
+    dctxs: dict[int, Any] = {}
+
+    def decompressor(dict_id: int, index: int) -> Any:
         import zstandard
 
-        try:
-            out = state.decompressor(dict_id, index).decompress(body, max_output_size=n)
-        except zstandard.ZstdError as e:
-            raise CodecError(index, f"zstd data is damaged: {e}") from None
-    elif comp == 2:
-        import lz4.block
+        d = state.dictionary(dict_id, index) if dict_id else None
+        dctx = dctxs[dict_id] = zstandard.ZstdDecompressor(dict_data=d)
+        return dctx
 
+    def decode(frame: Buffer, index: int) -> bytes:
         try:
-            out = lz4.block.decompress(body, uncompressed_size=n)
-        except lz4.block.LZ4BlockError as e:
-            raise CodecError(index, f"lz4 data is damaged: {e}") from None
-    else:
-        raise CodecError(index, f"unknown compression id {comp}")
-    if len(out) != n:
-        raise CodecError(index, f"payload decoded to {len(out)} bytes, the frame says {n}")
-    return out
+            magic, version, cid, dict_id, n = unpack(frame)
+        except struct.error:
+            raise CodecError(index, "payload is not a codec frame (too short)") from None
+        if magic != MAGIC:
+            raise CodecError(index, "payload is not a codec frame (written without the queue's codec?)")
+        if version != VERSION:
+            raise CodecError(index, f"codec frame version {version} is not supported")
+        comp, enc = cid & 0xF, cid >> 4
+        if enc == 1:
+            try:
+                key_id, nonce = keyed_unpack(frame)[5:]
+            except struct.error:
+                raise TamperedMessageError(index, "encrypted frame is truncated") from None
+            keys = state.keys
+            aead = keys.aead(key_id) if keys is not None else None
+            if aead is None:
+                raise MissingKeyError(
+                    index, f"encrypted with key id {key_id}, which the reader's keys do not hold", key_id)
+            view = memoryview(frame)
+            try:
+                body: Buffer = aead.decrypt(nonce, view[keyed_size:], view[:keyed_size])
+            except InvalidTag:
+                raise TamperedMessageError(
+                    index, f"authentication failed (key id {key_id}): the message or its header was "
+                    "altered, or the key is wrong", key_id) from None
+        elif enc == 0:
+            body = memoryview(frame)[head_size:]
+        else:
+            raise CodecError(index, f"unknown encryption id {enc}")
+        # checked after the tag (an altered length is tampering), before any byte is decompressed
+        if n > max_size:
+            raise MessageTooLargeError(index, f"payload would decode to {n} bytes, more than the maximum "
+                                              f"message size {max_size}")
+        if comp == 1:
+            dctx = dctxs.get(dict_id) or decompressor(dict_id, index)
+            try:
+                out: bytes = dctx.decompress(body, max_output_size=n)
+            except ZstdError as e:
+                raise CodecError(index, f"zstd data is damaged: {e}") from None
+        elif comp == 0:
+            out = bytes(body)
+        elif comp == 2:
+            import lz4.block
+
+            try:
+                out = lz4.block.decompress(body, uncompressed_size=n)
+            except lz4.block.LZ4BlockError as e:
+                raise CodecError(index, f"lz4 data is damaged: {e}") from None
+        else:
+            raise CodecError(index, f"unknown compression id {comp}")
+        if len(out) != n:
+            raise CodecError(index, f"payload decoded to {len(out)} bytes, the frame says {n}")
+        return out
+
+    from cryptography.exceptions import InvalidTag
+    from zstandard import ZstdError
+
+    return decode
+
+
+def encode(state: _State, codec: Codec, data: Buffer) -> bytes:
+    """Frame one payload with `codec` (appenders keep a specialised encoder instead)."""
+    return _encoder(state, codec)(data)
+
+
+def decode(state: _State, frame: Buffer, index: int) -> bytes:
+    """The plain payload of one stored frame (tailers keep their own decoder instead)."""
+    return _decoder(state)(frame, index)
 
 
 class DecodedExcerpt:
     """An excerpt of a codec queue: as `chronq.Excerpt`, but `payload` views the decoded bytes."""
 
-    __slots__ = ("_data", "cycle", "header", "index", "metadata", "position", "seq")
+    __slots__ = ("_data", "_ex")
 
     def __init__(self, ex: _native.Excerpt, data: bytes) -> None:
+        self._ex = ex  # the stored excerpt: its position, header and index, read on demand
         self._data = data
-        self.index, self.cycle, self.seq = ex.index, ex.cycle, ex.seq
-        self.position, self.metadata, self.header = ex.position, ex.metadata, ex.header
 
     @property
     def payload(self) -> memoryview:
         return memoryview(self._data)
+
+    @property
+    def index(self) -> int:
+        return self._ex.index
+
+    @property
+    def cycle(self) -> int:
+        return self._ex.cycle
+
+    @property
+    def seq(self) -> int:
+        return self._ex.seq
+
+    @property
+    def position(self) -> int:
+        return self._ex.position
+
+    @property
+    def metadata(self) -> bool:
+        return self._ex.metadata
+
+    @property
+    def header(self) -> int:
+        return self._ex.header
 
     def bytes(self) -> bytes:
         return self._data
@@ -365,12 +456,20 @@ class CodecAppender(Appender):
         self.codec = codec
         self._doc_meta = False
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
-        return int(Appender.write(self, encode(self._state, self.codec, data)))
+    @property
+    def codec(self) -> Codec:
+        return self._codec
 
-    def write_many(self, items: Iterable[bytes | bytearray | memoryview]) -> Any:  # type: ignore[override]
-        state, codec = self._state, self.codec
-        return Appender.write_many(self, [encode(state, codec, d) for d in items])
+    @codec.setter
+    def codec(self, codec: Codec) -> None:
+        self._codec = codec
+        self._encode = _encoder(self._state, codec)
+
+    def write(self, data: Buffer) -> int:
+        return int(Appender.write(self, self._encode(data)))
+
+    def write_many(self, items: Iterable[Buffer]) -> Any:
+        return Appender.write_many(self, list(map(self._encode, items)))
 
     # writing_document goes through these two: metadata documents stay plain (Chronicle's own)
     def _begin(self, metadata: bool) -> int:
@@ -379,7 +478,7 @@ class CodecAppender(Appender):
 
     def _commit(self, data: bytes) -> int:  # type: ignore[override]
         if not self._doc_meta:
-            data = encode(self._state, self.codec, data)
+            data = self._encode(data)
         return int(Appender._commit(self, data))
 
 
@@ -388,16 +487,19 @@ class CodecTailer(Tailer):
     `document_source()` is None and native consumers (rpc's fast path) take the decoded path."""
 
     def __init__(self, queue: Queue, name: str | None, state: _State) -> None:
-        self._state = state
+        self._decode = _decoder(state)
         super().__init__(queue, name)
 
     def _decoded(self, ex: Any) -> Any:
-        if ex is None or ex.metadata or type(ex) is DecodedExcerpt:
+        if ex is None or type(ex) is DecodedExcerpt or ex.metadata:
             return ex
-        return DecodedExcerpt(ex, decode(self._state, ex.payload, ex.index))
+        return DecodedExcerpt(ex, self._decode(ex, ex.index))
 
     def read(self, metadata: bool = False) -> DecodedExcerpt | None:  # type: ignore[override]
-        return self._decoded(_native.TailerCore.read(self, metadata))  # type: ignore[no-any-return]
+        ex: Any = _read(self, metadata)
+        if ex is None or type(ex) is DecodedExcerpt or ex.metadata:
+            return ex  # type: ignore[no-any-return]
+        return DecodedExcerpt(ex, self._decode(ex, ex.index))
 
     def _read_open(self, metadata: bool) -> DecodedExcerpt | None:  # type: ignore[override]
         return self._decoded(_native.TailerCore._read_open(self, metadata))  # type: ignore[no-any-return]
@@ -406,10 +508,15 @@ class CodecTailer(Tailer):
         return self
 
     def __next__(self) -> DecodedExcerpt:  # type: ignore[override]
-        ex = self.read()
+        ex: Any = _read(self)
         if ex is None:
             raise StopIteration
-        return ex
+        if type(ex) is DecodedExcerpt or ex.metadata:
+            return ex  # type: ignore[no-any-return]
+        return DecodedExcerpt(ex, self._decode(ex, ex.index))
+
+
+_read = _native.TailerCore.read
 
 
 def _configure(

@@ -314,6 +314,7 @@ def _decoder(state: _State) -> Callable[[Buffer, int], bytes]:
     unpack, keyed_unpack = _HEAD.unpack_from, _KEYED.unpack_from
     head_size, keyed_size = _HEAD.size, _KEYED.size
     dctxs: dict[int, Any] = {}
+    aeads: dict[int, Any] = {}
 
     def decompressor(dict_id: int, index: int) -> Any:
         import zstandard
@@ -323,6 +324,25 @@ def _decoder(state: _State) -> Callable[[Buffer, int], bytes]:
         return dctx
 
     def decode(frame: Buffer, index: int) -> bytes:
+        try:
+            magic, version, cid, dict_id, n = unpack(frame)
+            # the common case first, with as few steps as possible: zstd, not encrypted, known dictionary
+            if cid == 1 and magic == MAGIC and version == VERSION and n <= max_size and dict_id in dctxs:
+                out: bytes = dctxs[dict_id].decompress(memoryview(frame)[head_size:], max_output_size=n)
+                if len(out) == n:
+                    return out
+            elif cid & 0x10 and magic == MAGIC and version == VERSION and n <= max_size:
+                key_id, nonce = keyed_unpack(frame)[5:]
+                aead = aeads.get(key_id)
+                if aead is not None:
+                    view = memoryview(frame)
+                    out = aead.decrypt(nonce, view[keyed_size:], view[:keyed_size])
+                    if cid == 0x11 and dict_id in dctxs:
+                        out = dctxs[dict_id].decompress(out, max_output_size=n)
+                    if len(out) == n and cid in (0x10, 0x11):
+                        return out
+        except (struct.error, ZstdError, InvalidTag):
+            pass  # the general path below names the problem
         try:
             magic, version, cid, dict_id, n = unpack(frame)
         except struct.error:
@@ -339,7 +359,9 @@ def _decoder(state: _State) -> Callable[[Buffer, int], bytes]:
                 raise TamperedMessageError(index, "encrypted frame is truncated") from None
             keys = state.keys
             aead = keys.aead(key_id) if keys is not None else None
-            if aead is None:
+            if aead is not None:
+                aeads[key_id] = aead
+            else:
                 raise MissingKeyError(
                     index, f"encrypted with key id {key_id}, which the reader's keys do not hold", key_id)
             view = memoryview(frame)
@@ -360,7 +382,7 @@ def _decoder(state: _State) -> Callable[[Buffer, int], bytes]:
         if comp == 1:
             dctx = dctxs.get(dict_id) or decompressor(dict_id, index)
             try:
-                out: bytes = dctx.decompress(body, max_output_size=n)
+                out = dctx.decompress(body, max_output_size=n)
             except ZstdError as e:
                 raise CodecError(index, f"zstd data is damaged: {e}") from None
         elif comp == 0:

@@ -45,6 +45,7 @@ __all__ = [
     "decode",
     "dictionary_path",
     "encode",
+    "payload_decoder",
     "train_dictionary",
 ]
 
@@ -564,6 +565,24 @@ def _configure(
     if codec is None:
         return None
     return _State(queue.path, codec, keys, limit)
+
+
+def payload_decoder(
+    queue_dir: str | os.PathLike[str], keys: Keys | None = None, max_message_size: int | None = None
+) -> Callable[[Buffer, int], bytes] | None:
+    """For readers that walk cycle files without a tailer (the Spark source): a function turning a
+    stored payload and its index into the plain payload, or None when the queue has no codec."""
+    from chronq.table import TableStore, find_table_store
+
+    table = find_table_store(queue_dir)
+    if table is None:
+        return None
+    with TableStore.open(table, readonly=True) as ts:
+        value = ts.get(CODEC_KEY, None)
+    if value is None:
+        return None
+    limit = max_message_size or DEFAULT_MAX_MESSAGE_SIZE
+    return _decoder(_State(Path(queue_dir), Codec.unpack(value, limit), keys, limit))
 
 
 def train_dictionary(queue: Queue, size: int = 16 << 10, samples: int = 20_000) -> int:

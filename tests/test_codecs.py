@@ -322,3 +322,22 @@ def test_rpc_method_reader_reads_encoded_queue(tmp_path: Path) -> None:
 
 def _unused() -> Iterator[None]:  # keeps the module's imports honest for ruff
     yield None
+
+
+def spark_keys() -> Keys:
+    """The Spark source's codecKeys option names this function: the keys never travel in options."""
+    return KEYS
+
+
+@pytest.mark.spark
+def test_spark_source_returns_plain_payloads(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    from tests.spark_support import spark_session
+
+    msgs = [trade(i) for i in range(300)] + [b""]
+    with open_q(tmp_path, codec=Codec("zstd", "aes-gcm"), keys=KEYS) as q:
+        q.appender().write_many(msgs)
+    spark = spark_session()
+    df = spark.read.format("chronq").option("codecKeys", "tests.test_codecs:spark_keys").load(str(tmp_path))
+    rows = df.orderBy("index").collect()
+    assert [bytes(r.payload) for r in rows] == msgs

@@ -341,3 +341,24 @@ def test_spark_source_returns_plain_payloads(tmp_path: Path) -> None:
     df = spark.read.format("chronq").option("codecKeys", "tests.test_codecs:spark_keys").load(str(tmp_path))
     rows = df.orderBy("index").collect()
     assert [bytes(r.payload) for r in rows] == msgs
+
+
+@pytest.mark.interop
+def test_java_lists_encoded_documents_as_stored(tmp_path: Path) -> None:
+    """Java Chronicle sees a codec queue's frames as opaque bytes: the same documents, lengths and sha256."""
+    import hashlib
+    import json
+
+    from tests.test_java_interop import java
+
+    qdir = tmp_path / "q"
+    with open_q(qdir, codec=Codec("zstd", "aes-gcm"), keys=KEYS) as q:
+        q.appender().write_many([trade(i) for i in range(50)] + [b""])
+        t = Tailer(q, None)
+        stored = [(ex.index, ex.bytes()) for ex in t]
+        t.close()
+    out = tmp_path / "java.jsonl"
+    java("list", qdir, out)
+    theirs = [j for j in map(json.loads, out.read_text().splitlines()) if not j["metadata"]]
+    assert [(j["index"], j["length"], j["sha256"]) for j in theirs] == [
+        (i, len(b), hashlib.sha256(b).hexdigest()) for i, b in stored]

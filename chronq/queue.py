@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from chronq import _directory, _native
+from chronq import codecs as _codecs
 from chronq.appender import Appender
 from chronq.errors import ChronqError, CorruptQueueError, RollCycleMismatchError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_name
@@ -104,6 +105,9 @@ class Queue:
         lock_timeout: float = 15.0,
         on_acquired: Listener | None = None,
         on_released: Listener | None = None,
+        codec: _codecs.Codec | None = None,
+        keys: _codecs.Keys | None = None,
+        max_message_size: int | None = None,
     ) -> None:
         self.path = Path(path)
         self.readonly = readonly
@@ -169,6 +173,9 @@ class Queue:
         if self.table is not None and not readonly:
             self.table.init_queue_keys()
             self.table.refresh_listing(self._fresh_cycles)
+        self._keys = keys
+        # None for a plain queue: appender() and tailer() then make the plain native-path classes
+        self._codec = _codecs._configure(self, codec, keys, max_message_size)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Queue:
@@ -423,19 +430,33 @@ class Queue:
         return cycle_file_size(self.block_size, index_count)
 
     # -- appenders and tailers -------------------------------------------------------------------------
-    def appender(self) -> Appender:
-        """The calling thread's appender (one per thread, as in Chronicle)."""
+    def appender(self, codec: _codecs.Codec | None = None) -> Appender:
+        """The calling thread's appender (one per thread, as in Chronicle); `codec` sets the codec this
+        thread's appender writes with (recorded as the queue's if the queue has none yet)."""
         self._check_open()
         if self.readonly:
             raise ChronqError(f"{self.path}: queue is open read-only")
+        if codec is not None and self._codec is None:
+            self._codec = _codecs._configure(self, codec, self._keys, None)
         a: Appender | None = getattr(self._local, "appender", None)
+        st = self._codec
+        if a is not None and st is not None and not isinstance(a, _codecs.CodecAppender):
+            a.close()  # made before the queue had a codec
         if a is None or a.closed:
             _refuse_sink(self)
-            a = Appender(self)
+            if st is None or st.codec is None:
+                a = Appender(self)
+            else:
+                a = _codecs.CodecAppender(self, st, st.codec)
             self._local.appender = a
             if not hasattr(self, "_appenders"):
                 self._appenders: list[Appender] = []
             self._appenders.append(a)
+        if codec is not None:
+            assert isinstance(a, _codecs.CodecAppender)
+            if codec.encryption is not None and self._keys is None:
+                raise ChronqError(f"{self.path}: an encrypting codec needs the queue opened with keys=")
+            a.codec = codec
         return a
 
     def tailer(self, name: str | None = None) -> Tailer:
@@ -451,7 +472,7 @@ class Queue:
                 _refuse_sink(self, f"a replicated named tailer ({name!r}) is moved only by its source")
         if self.table is not None and not self.readonly:
             self.table.refresh_listing(self._fresh_cycles)  # as Java's createTailer
-        t = Tailer(self, name)
+        t = Tailer(self, name) if self._codec is None else _codecs.CodecTailer(self, name, self._codec)
         if name is not None:
             self._named.add(t)
         return t
@@ -666,6 +687,9 @@ def open(
     lock_timeout: float = 15.0,
     on_acquired: Listener | None = None,
     on_released: Listener | None = None,
+    codec: _codecs.Codec | None = None,
+    keys: _codecs.Keys | None = None,
+    max_message_size: int | None = None,
 ) -> Queue:
     """Open (creating unless `readonly`) the queue directory at `path`.
 
@@ -675,7 +699,9 @@ def open(
     `block_size` is the mapping chunk (default 64 MiB); `epoch` (ms) shifts cycle boundaries for a new
     queue; `lock_timeout` (s) bounds the wait for the write lock; `on_acquired`/`on_released` are called
     with (cycle, path) when the first appender or tailer attaches to a cycle file and when the last one
-    leaves it (a roll, a tailer moving on or closing, the queue closing): once each per use.
+    leaves it (a roll, a tailer moving on or closing, the queue closing): once each per use. `codec`
+    compresses and/or encrypts payloads (`chronq.codecs`; recorded in the table store so every reader
+    decodes), `keys` is the AES key ring and `max_message_size` bounds what a reader decodes one payload to.
     """
     return Queue(
         path,
@@ -688,4 +714,7 @@ def open(
         lock_timeout=lock_timeout,
         on_acquired=on_acquired,
         on_released=on_released,
+        codec=codec,
+        keys=keys,
+        max_message_size=max_message_size,
     )

@@ -75,6 +75,14 @@ def test_bench_archive() -> None:
     assert "chronq archive --compress zstd" in out and baseline, out
 
 
+def test_bench_codecs() -> None:
+    pytest.importorskip("zstandard")
+    pytest.importorskip("cryptography")
+    out = run("bench_codecs.py", "--n", "3000")
+    rows = ("plain (no codec)", "zstd + trained dictionary", "AES-GCM", "(library alone)")
+    assert all(row in out for row in rows), out
+
+
 @pytest.mark.slow
 def test_bench_spark() -> None:
     out = run("bench_spark.py", "--rows", "20000", "--runs", "1")

@@ -31,6 +31,11 @@ EXPORTS: dict[str, list[str]] = {
         "restore", "verify",
     ],
     "chronq.cli": ["main"],
+    "chronq.codecs": [
+        "CODEC_KEY", "Codec", "CodecAppender", "CodecError", "CodecTailer", "DecodedExcerpt", "Keys",
+        "MessageTooLargeError", "MissingKeyError", "TamperedMessageError", "decode", "dictionary_path",
+        "encode", "payload_decoder", "train_dictionary",
+    ],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [
         "ChronqError", "CorruptQueueError", "IndexNotFoundError", "QueueLockedError",

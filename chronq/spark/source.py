@@ -8,10 +8,12 @@ Spark planned them, so a DataFrame is a consistent snapshot while writers go on.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
@@ -39,7 +41,7 @@ DEFAULT_BATCH_ROWS = 65_536
 KNOWN_OPTIONS = (
     "path", "startIndex", "endIndex", "startCycle", "endCycle", "includeMetadata", "partitionRows",
     "batchRows", "decode", "pushFilters", "maxRowsPerTrigger", "startingOffsets", "interface", "type",
-    "sinkId", "checkpointLocation",
+    "sinkId", "checkpointLocation", "codecKeys",
 )
 
 
@@ -62,6 +64,7 @@ class Options:
     interface: str | None = None
     dto_type: str | None = None
     storage: tuple[tuple[str, str], ...] = ()  # `storage.*` options: fsspec's, for an archive URL
+    keys: str | None = None  # module:QualName of a function returning chronq.codecs.Keys (never the keys)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -104,6 +107,7 @@ class Options:
             interface=_class_opt(options, "interface"),
             dto_type=_class_opt(options, "type"),
             storage=tuple(sorted(_archived.storage_options(options).items())),
+            keys=_class_opt(options, "codecKeys"),
         )
 
 
@@ -208,7 +212,7 @@ class _Reading:
             return
         opts = self.opts
         yield from read_range(rng, self.names, self.arrow_schema, opts.include_metadata, opts.batch_rows,
-                              interface=opts.interface, dto_type=opts.dto_type)
+                              interface=opts.interface, dto_type=opts.dto_type, keys=opts.keys)
 
 
 def _arrow_field(name: str, nullable: bool = True) -> pa.Field:
@@ -220,12 +224,14 @@ def _arrow_field(name: str, nullable: bool = True) -> pa.Field:
 
 def read_range(
     rng: Range, names: Sequence[str], schema: pa.Schema, include_metadata: bool, batch_rows: int,
-    *, interface: str | None = None, dto_type: str | None = None,
+    *, interface: str | None = None, dto_type: str | None = None, keys: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one planned range; maps the file for the duration of the read only."""
     if isinstance(rng, _archived.ArchivedRange):  # extracted from its archive by this executor
+        codec = None  # an archive holds what the queue stored; codec queues are read from the queue
         buf = _archived.open_map(rng)
     else:
+        codec = _codec_payloads(rng, names, keys)
         buf = _directory.open_map(rng.path)
     if buf is None:
         return
@@ -243,12 +249,49 @@ def read_range(
                     decoded = _decode.columns(buf, w, [n for n in names if n not in _arrow.BASE_NAMES],
                                               types, interface, dto_type)
                     cols = [c if c is not None else decoded[n] for c, n in zip(cols, names, strict=True)]
+                if codec is not None:
+                    cols = codec(cols, w, rng)
                 yield pa.RecordBatch.from_arrays(cols, schema=schema)
             if len(w.positions) < batch_rows or w.next_pos == pos:
                 return
             pos, seq = w.next_pos, w.next_seq
     finally:
         _directory.close_map(buf)
+
+
+def _codec_payloads(
+    rng: Range, names: Sequence[str], keys: str | None
+) -> Callable[[list[pa.Array], Any, Range], list[pa.Array]] | None:
+    """For a queue with a codec (chronq.codecs): a function replacing the stored payloads of a batch by
+    the plain ones (metadata documents are never encoded); None for a plain queue."""
+    from chronq.codecs import Keys, payload_decoder
+
+    ring = None
+    if keys is not None:
+        ring = _typed.load(keys, "codecKeys")()
+        if not isinstance(ring, Keys):
+            raise ChronqError(f"option codecKeys: {keys} returned {type(ring).__name__}, "
+                              "not chronq.codecs.Keys")
+    decode = payload_decoder(Path(rng.path).parent, ring)
+    if decode is None:
+        return None
+    other = [n for n in names if n not in _arrow.BASE_NAMES]
+    if other:
+        raise ChronqError(f"columns {other} decode wire bodies, which a queue with a codec stores encoded; "
+                          "read the payload column")
+    if "payload" not in names:
+        return None
+    at = list(names).index("payload")
+
+    def replace(cols: list[pa.Array], w: Any, rng: Range) -> list[pa.Array]:
+        shift = np.int64(rng.shift)
+        stored = cols[at].to_pylist()
+        cols[at] = pa.array([
+            body if meta else decode(body, int((np.int64(rng.cycle) << shift) | seq))
+            for body, meta, seq in zip(stored, w.metas, w.seqs, strict=True)
+        ], pa.binary())
+        return cols
+    return replace
 
 
 class BatchReader(_Reading, DataSourceReader):

@@ -216,7 +216,7 @@ class Trading(Protocol):
     def stamp(self, ts: int) -> None: ...
 
 
-class Republisher:
+class Republisher(Trading):
     """Handles a trade by writing it on, as a service between two queues does."""
 
     def __init__(self, out: Trading) -> None:

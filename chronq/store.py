@@ -282,10 +282,16 @@ def looks_like_store_header(buf: Buffer) -> bool:
     bit into silently wrong data: the store header read as message 0 and every message one index up.
     Java starts the body with the `header` event name (`b9 06 "header"`) followed by the type
     `!SCQStore` (or the store's class name); either of the two, even with the other damaged, marks the
-    file as a damaged v5 file. (A libchronicle message cannot start so: see docs/format.md.)
+    file as a damaged v5 file. (A libchronicle message cannot start so: see docs/format.md.) The type
+    counts only inside the first document as its length states it (or after an EOF marker, which no
+    message follows): a short first message followed by one that happens to hold those bytes is a
+    headerless file.
     """
     head = bytes(buf[4:4 + 8 + 2 + len(_STORE_CLASS)])
-    return head.startswith(b"\xb9\x06header") or any(head.startswith(t, 8) for t in _STORE_TYPES)
+    header = load32(buf, 0)
+    room = len(head) if header == END_OF_DATA else header & LENGTH_MASK
+    return head.startswith(b"\xb9\x06header") or any(
+        head.startswith(t, 8) and 8 + len(t) <= room for t in _STORE_TYPES)
 
 
 _STORE_CLASS = "net.openhft.chronicle.queue.impl.single.SingleChronicleQueueStore"

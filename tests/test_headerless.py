@@ -474,3 +474,15 @@ def test_damaged_file_is_an_error_or_what_is_valid(tmp_path_factory: pytest.Temp
     data_ends = [pos + 4 + len(body) for pos, (body, meta) in zip(positions, docs, strict=False) if not meta]
     intact = [item for item, end in zip(expected(docs), data_ends, strict=True) if end <= damaged_at]
     assert got[:len(intact)] == intact  # whatever lies wholly before the damage reads exactly
+
+
+def test_a_later_message_that_holds_the_store_type_is_data(tmp_path: Path) -> None:
+    """A headerless file whose first message is short and whose second starts with the bytes of the
+    `!SCQStore` type was refused as a damaged v5 file (found by the property test above): the type
+    marks a store header only inside the first document."""
+    table_store(tmp_path, CYCLE)
+    docs: list[Doc] = [(b"\x00", False), (b"\xb6\x08SCQStore", False)]
+    data, _ = lay_out(docs, working=b"tail")
+    write_cycle(tmp_path, CYCLE, data)
+    got, error = read_damaged(tmp_path)
+    assert error is None and got == expected(docs)

@@ -52,6 +52,15 @@ def all_documents(path: Path) -> list[Doc]:
         return out
 
 
+def excerpts(path: Path) -> list[Doc]:
+    """Every data and user-metadata document: what replication copies. Each queue writes its own store
+    header and index documents; a sink killed while it wrote one can leave an extra index document,
+    unlinked from its index, which readers skip and which holds no excerpt."""
+    from chronq.replication.sink import is_store_document
+
+    return [d for d in all_documents(path) if not (d[1] and is_store_document(d[2]))]
+
+
 def cycle_files(path: Path) -> list[str]:
     return sorted(n for n in os.listdir(path) if n.endswith(".cq4"))
 

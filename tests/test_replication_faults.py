@@ -13,7 +13,7 @@ import pytest
 import chronq
 from chronq.rollcycles import FixedClock
 from tests.replication_proxy import FaultProxy
-from tests.replication_support import all_documents, last_index, wait_until, write_config
+from tests.replication_support import excerpts, last_index, wait_until, write_config
 from tests.test_replication import Host
 
 FAST_HEARTBEAT = ("heartbeatIntervalMs: 200,", "heartbeatIntervalMs: 50,"), \
@@ -73,9 +73,9 @@ def _run_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
                     for sink in sinks:
                         wait_until(lambda s=sink, e=last: last_index(s) == e, 30,  # type: ignore[misc]
                                    f"round {r}: {sink} to catch up with {last:#x}")
-                    expected = all_documents(source_q)
+                    expected = excerpts(source_q)
                     for sink in sinks:
-                        got = all_documents(sink)
+                        got = excerpts(sink)
                         assert got == expected, _first_difference(expected, got, r, sink)
         finally:
             codes = {h: hosts[h].stop() for h in hosts}

@@ -1,33 +1,46 @@
-"""The `chronq` command: dump, append and tail a queue from the shell.
+"""The `chronq` command: dump, append, tail and inspect a queue from the shell.
 
 Exit status: 0 success, 2 bad usage, 1 a queue error (one line on stderr naming the file and offset).
+
+Layering: chronq must not import rpc (rpc -> chronq -> wire), yet two things the command line offers
+need rpc's typed Protocols: decoding messages as method calls through an interface (`tail
+--interface`) and writing method calls (`chronq write`). They are found through entry points, so this
+module never names rpc and works (without them) when only chronq and wire are present:
+
+- ``[project.entry-points."chronq.commands"]``: each entry is ``register(subparsers)``, adding one
+  subcommand whose parser sets ``run=callable(args)``; `rpc.cli` registers ``write`` this way.
+- ``[project.entry-points."chronq.decoders"]``: ``interface`` names ``factory("module:Class")``
+  returning ``decode(payload, index) -> [{"method": name, "args": [...]}]`` (`rpc.cli` again).
+
+Subcommands raise `UsageError` for bad input (exit 2); chronq's own errors exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from chronq.errors import ChronqError, IndexNotFoundError
 from wire.errors import WireError
 
-__all__ = ["main"]
+__all__ = ["UsageError", "load_object", "main"]
 
 
-class _UsageError(Exception):
-    """Bad input from the command line or stdin (exit status 2)."""
+class UsageError(Exception):
+    """Bad input from the command line, stdin or a file named on it (exit status 2, one line)."""
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        # one line, as for every other failure: scripts read stderr, people have --help
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _index(text: str) -> int:
@@ -38,6 +51,23 @@ def _index(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"an index is not negative: {text}")
     return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a count is not negative: {text}")
+    return value
+
+
+def _regex(text: str) -> re.Pattern[str]:
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"bad regular expression {text!r}: {e}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,32 +81,63 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--roll-cycle", default=None, metavar="NAME",
                    help="roll cycle of a new queue (default FAST_DAILY; an existing queue keeps its own)")
     a.add_argument("--hex", action="store_true", help="lines are hex-encoded bytes")
-    t = sub.add_parser("tail", help="print messages with their index")
+    t = sub.add_parser("tail", help="print messages with their index (Chronicle's queue reader)")
     t.add_argument("path", type=Path)
     t.add_argument("-f", "--follow", action="store_true", help="keep waiting for new messages")
-    t.add_argument("--from", dest="start", type=_index, metavar="INDEX", help="start at this index")
+    start = t.add_mutually_exclusive_group()
+    start.add_argument("--from", dest="start", type=_index, metavar="INDEX",
+                       help="start at this index (decimal or 0x hex)")
+    start.add_argument("--last", type=_count, metavar="N", help="start N messages before the end")
+    start.add_argument("--search", nargs=2, metavar=("KEYFN", "TARGET"),
+                       help="start at the first message whose KEYFN(payload) >= TARGET (binary search; "
+                            "KEYFN is module:function, TARGET a Python literal or text)")
+    t.add_argument("--max", type=_count, metavar="N", help="stop after printing N messages")
+    t.add_argument("-r", "--reverse", action="store_true", help="newest first")
     t.add_argument("--named", metavar="NAME", help="named tailer: resume where it stopped, and persist")
-    t.add_argument("--json", action="store_true", help="one JSON object per message")
+    t.add_argument("-i", "--include", type=_regex, action="append", default=[], metavar="REGEX",
+                   help="print only messages whose rendering matches (repeatable: all must match)")
+    t.add_argument("-e", "--exclude", type=_regex, action="append", default=[], metavar="REGEX",
+                   help="skip messages whose rendering matches (repeatable: any skips)")
+    t.add_argument("--until", metavar="MODULE:PREDICATE",
+                   help="stop before the first message for which PREDICATE(payload) is true")
+    t.add_argument("--interface", metavar="MODULE:CLASS", help="decode messages as calls of this Protocol")
+    t.add_argument("--history", action="store_true", help="show each message's MessageHistory")
+    t.add_argument("--time", action="store_true",
+                   help="show history timings as local wall-clock times (implies --history)")
+    form = t.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="one JSON object per message")
+    form.add_argument("--yaml", action="store_true", help="each message as a YAML document")
     r = sub.add_parser("replicate", help="run this host's part of a replication cluster until SIGTERM/SIGINT")
     r.add_argument("config", type=Path, help="QueueReplicationCfg YAML file (see docs/replication.md)")
     r.add_argument("--host-id", type=int, required=True, metavar="N", help="this host's hostId")
+    for ep in _entry_points("chronq.commands"):
+        ep.load()(sub)
     return p
 
 
+def _entry_points(group: str) -> list[Any]:
+    from importlib.metadata import entry_points
+
+    return sorted(entry_points(group=group), key=lambda ep: ep.name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `chronq dump q | head` ends quietly
     try:
-        if args.command == "dump":
+        if getattr(args, "run", None) is not None:
+            args.run(args)
+        elif args.command == "dump":
             _dump(args.path, args.json)
         elif args.command == "replicate":
             _replicate(args.config, args.host_id)
         elif args.command == "append":
             _append(args.path, args.roll_cycle, args.hex)
         else:
-            _tail(args.path, args.follow, args.start, args.named, args.json)
-    except _UsageError as e:
-        print(f"chronq {args.command}: {e}", file=sys.stderr)
+            _tail(args)
+    except UsageError as e:
+        print(f"chronq {args.command}: {_one_line(e)}", file=sys.stderr)
         return 2
     except (ChronqError, WireError, OSError, ValueError) as e:
         print(f"chronq {args.command}: {_one_line(e)}", file=sys.stderr)
@@ -113,7 +174,7 @@ def _append(path: Path, roll_cycle: str | None, as_hex: bool) -> None:
         try:
             rollcycles.by_name(roll_cycle)
         except ValueError as e:
-            raise _UsageError(str(e)) from None
+            raise UsageError(str(e)) from None
     payloads = []
     for number, line in enumerate(sys.stdin.buffer, 1):
         line = line.rstrip(b"\r\n")
@@ -121,7 +182,7 @@ def _append(path: Path, roll_cycle: str | None, as_hex: bool) -> None:
             try:
                 line = bytes.fromhex(line.decode("ascii"))
             except (UnicodeDecodeError, ValueError):
-                raise _UsageError(f"stdin line {number} is not hex: {line[:40]!r}") from None
+                raise UsageError(f"stdin line {number} is not hex: {line[:40]!r}") from None
         payloads.append(line)
     with chronq.open(path, roll_cycle=roll_cycle) as q:
         appender = q.appender()
@@ -148,51 +209,204 @@ def _replicate(config: Path, host_id: int) -> None:
             pass
 
 
-def _tail(path: Path, follow: bool, start: int | None, named: str | None, as_json: bool) -> None:
-    import chronq
+def load_object(spec: str, what: str) -> Any:
+    """`module:name` (dots allowed in name) imported; a UsageError naming `what` if it is not there.
 
+    The current directory is searched first, as `python -m` does, so a module next to the queue's
+    scripts loads without installing it.
+    """
+    import importlib
+    import os
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+    module, colon, name = spec.partition(":")
+    if not colon or not module or not name:
+        raise UsageError(f"{what} must be module:name, got {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise UsageError(f"cannot load {what} {spec!r}: {_one_line(e)}") from None
+    return obj
+
+
+def _literal(text: str) -> Any:
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _decoder(spec: str) -> Callable[[bytes, int], list[dict[str, Any]]]:
+    found = [ep for ep in _entry_points("chronq.decoders") if ep.name == "interface"]
+    if not found:
+        raise UsageError("--interface needs the rpc package (no 'chronq.decoders' entry point 'interface')")
+    factory = found[0].load()
+    decode: Callable[[bytes, int], list[dict[str, Any]]] = factory(spec)
+    return decode
+
+
+def _start_last(q: Any, n: int) -> int | None:
+    """The index N messages before the end (the first one for a shorter queue); None if empty."""
+    from chronq.tailer import Direction
+
+    back = q.tailer()
+    back.direction = Direction.BACKWARD
+    back.to_end()
+    start = None
+    for _ in range(n):
+        ex = back.read()
+        if ex is None:
+            break
+        start = ex.index
+    back.close()
+    return start
+
+
+def _tail(args: argparse.Namespace) -> None:
+    import chronq
+    from chronq.tailer import Direction
+
+    path: Path = args.path
+    if args.reverse and (args.follow or args.named):
+        raise UsageError("--reverse reads a finished range: not with -f or --named")
     if not path.is_dir():
         raise ChronqError(f"{path}: no queue directory")
-    with chronq.open(path, readonly=named is None) as q:
-        tailer = q.tailer(named) if named else q.tailer()
+    until = load_object(args.until, "--until predicate") if args.until else None
+    decode = _decoder(args.interface) if args.interface else None
+    with chronq.open(path, readonly=args.named is None) as q:
+        tailer = q.tailer(args.named) if args.named else q.tailer()
+        start: int | None = args.start
+        if args.search is not None:
+            key = load_object(args.search[0], "--search key function")
+            start = q.bisect(key, _literal(args.search[1]))
+            if start is None:  # every key is smaller: nothing to show
+                tailer.direction = Direction.FORWARD
+                tailer.to_end()
+        elif args.last is not None:
+            start = _start_last(q, args.last)
+            if start is None or args.last == 0:
+                tailer.to_end()
+                start = None
+        if args.reverse:
+            tailer.direction = Direction.BACKWARD
+            if start is None:
+                tailer.to_end()
         if start is not None and not tailer.move_to_index(start):
             raise IndexNotFoundError(f"{path}: index 0x{start:x} is not in the queue")
-        while True:
+        shown = 0
+        out = sys.stdout
+        while args.max is None or shown < args.max:
             excerpt = tailer.read()
             if excerpt is None:
-                if not follow:
+                if not args.follow:
                     return
                 time.sleep(0.01)
                 continue
-            sys.stdout.write(_excerpt_line(excerpt, as_json))
-            sys.stdout.flush()
+            if until is not None and until(excerpt.payload):
+                return
+            message = _message(excerpt, decode, args.history or args.time, args.time)
+            if args.include or args.exclude:  # on the message as the text form shows it, index left out
+                one = _shown(message)
+                if not all(r.search(one) for r in args.include) or any(r.search(one) for r in args.exclude):
+                    continue
+            line = _render(message, "json" if args.json else "yaml" if args.yaml else "text",
+                           bytes(excerpt.payload))
+            out.write(line)
+            out.flush()
+            shown += 1
 
 
-def _excerpt_line(excerpt: Any, as_json: bool) -> str:
+def _local_time(nanos: int) -> str:
+    """A history timing (System.nanoTime / time.monotonic_ns, this machine since boot) as local time."""
+    import datetime
+
+    wall = time.time_ns() - time.monotonic_ns() + nanos
+    return datetime.datetime.fromtimestamp(wall / 1e9).astimezone().isoformat(timespec="microseconds")
+
+
+def _message(excerpt: Any, decode: Callable[[bytes, int], list[dict[str, Any]]] | None,
+             with_history: bool, with_time: bool) -> dict[str, Any]:
+    """The JSON object `tail --json` prints (docs/cli.md lists its fields)."""
     from wire import text as wire_text
+    from wire.history import read_history
 
     body = bytes(excerpt.payload)
+    binary = wire_text.looks_binary(body)
     value: Any = None
-    if wire_text.looks_binary(body):
+    if binary:
         try:
             value = wire_text.json_value(body)
         except WireError:
             value = None
     try:
-        text: str | None = body.decode("utf-8") if not wire_text.looks_binary(body) else None
+        text: str | None = body.decode("utf-8") if not binary else None
     except UnicodeDecodeError:
         text = None
-    if as_json:
-        record = {"index": excerpt.index, "cycle": excerpt.cycle, "seq": excerpt.seq, "length": len(body),
-                  "text": text, "hex": body.hex() if text is None else None, "value": value}
-        return json.dumps(record, ensure_ascii=False) + "\n"
-    if text is not None:
-        shown = text.replace("\n", "\\n")
-    elif value is not None:
-        shown = json.dumps(value, ensure_ascii=False)
-    else:
-        shown = body.hex()
-    return f"0x{excerpt.index:x}\t{shown}\n"
+    record: dict[str, Any] = {"index": excerpt.index, "cycle": excerpt.cycle, "seq": excerpt.seq,
+                              "length": len(body), "text": text,
+                              "hex": body.hex() if text is None else None, "value": value}
+    if with_history:
+        history = None
+        if binary:
+            try:
+                h, _ = read_history(body)
+            except WireError:
+                h = None
+            if h is not None:
+                history = {"sources": [list(s) for s in h.sources], "timings": list(h.timings)}
+                if with_time:
+                    history["times"] = [_local_time(t) for t in h.timings]
+        record["history"] = history
+    if decode is not None:
+        record["calls"] = decode(body, excerpt.index) if binary else None
+    return record
+
+
+def _shown(m: dict[str, Any]) -> str:
+    """The message as one line: its calls, its text, its wire value as JSON, or its bytes in hex."""
+    if m.get("calls") is not None:
+        return "; ".join(f"{c['method']}{json.dumps(c['args'], ensure_ascii=False)}" for c in m["calls"])
+    if m["text"] is not None:
+        return str(m["text"]).replace("\n", "\\n")
+    if m["value"] is not None:
+        return json.dumps(m["value"], ensure_ascii=False)
+    return str(m["hex"])
+
+
+def _render(m: dict[str, Any], form: str, body: bytes) -> str:
+    if form == "json":
+        return json.dumps(m, ensure_ascii=False) + "\n"
+    if form == "yaml":
+        from wire import text as wire_text
+
+        lines = [f"--- # index: 0x{m['index']:x}, cycle: {m['cycle']}, seq: {m['seq']}"]
+        if m.get("calls"):
+            for call in m["calls"]:
+                lines.append(f"{call['method']}: {json.dumps(call['args'], ensure_ascii=False)}")
+        elif m["value"] is not None or (m["text"] is None and wire_text.looks_binary(body)):
+            try:
+                lines.append(wire_text.render(body).rstrip("\n"))
+            except WireError:
+                lines.append(f"!!binary {m['hex']}")
+        elif m["text"] is not None:
+            lines.append(wire_text.quote(m["text"]))
+        else:
+            lines.append(f"!!binary {m['hex']}")
+        if m.get("history"):
+            lines.append(f"# history: {json.dumps(m['history'])}")
+        return "\n".join(lines) + "\n"
+    shown = _shown(m)
+    extra = ""
+    h = m.get("history")
+    if h is not None:
+        extra = f"\thistory: sources={h['sources']} timings={h.get('times', h['timings'])}"
+    return f"0x{m['index']:x}\t{shown}{extra}\n"
 
 
 if __name__ == "__main__":  # pragma: no cover

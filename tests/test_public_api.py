@@ -58,7 +58,7 @@ EXPORTS: dict[str, list[str]] = {
         "SleepingPauser", "Tailer", "TailerState", "YieldingPauser", "open",
     ],
     "chronq.appender": ["Appender", "DocumentContext"],
-    "chronq.cli": ["main"],
+    "chronq.cli": ["UsageError", "load_object", "main"],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [
         "ChronqError", "CorruptQueueError", "IndexNotFoundError", "QueueLockedError",
@@ -98,6 +98,7 @@ EXPORTS: dict[str, list[str]] = {
         "describe", "interface", "method_id", "reader", "writer",
     ],
     "rpc.aio": ["AsyncMethodReader", "excerpts"],
+    "rpc.cli": ["interface_decoder", "register"],
     "rpc.service": ["Output", "Service", "Start", "last_source_index"],
     "rpc.testing": ["Recorder", "ReplayResult", "YamlTester", "read_calls", "render_calls"],
     "rpc.testing.plugin": [

@@ -1,0 +1,122 @@
+"""`chronq tail` reader options and `chronq write`, run as the installed console script on real queues
+(ours and one Java wrote)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHRONQ = str(Path(sys.executable).parent / "chronq")
+JAVA_METHODS = "generated-cq5.26/method_writer"
+JAVA_HISTORY = "generated-cq5.26/method_writer_history/out"
+
+
+def run(*args: str | Path, stdin: str = "", cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CHRONQ, *map(str, args)], input=stdin, capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+def texts(result: subprocess.CompletedProcess[str]) -> list[str]:
+    assert result.returncode == 0, result.stderr
+    return [line.split("\t")[1] for line in result.stdout.splitlines()]
+
+
+@pytest.fixture
+def numbers(tmp_path: Path) -> Path:
+    """A queue of "1 msg", "3 msg", ... "11 msg" (ordered by the leading number)."""
+    q = tmp_path / "q"
+    r = run("append", q, stdin="".join(f"{i} msg\n" for i in range(1, 12, 2)))
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "keyfns.py").write_text(
+        "def first(payload):\n    return int(bytes(payload).split(b' ')[0])\n"
+        "def at_seven(payload):\n    return bytes(payload).startswith(b'7 ')\n")
+    return q
+
+
+def test_include_exclude_repeatable(numbers: Path) -> None:
+    assert texts(run("tail", numbers, "--include", "1", "--include", "msg")) == ["1 msg", "11 msg"]
+    assert texts(run("tail", numbers, "-e", "3", "--exclude", "^5")) == ["1 msg", "7 msg", "9 msg", "11 msg"]
+
+
+def test_from_decimal_and_hex_last_max_reverse(numbers: Path) -> None:
+    first = int(run("tail", numbers).stdout.split("\t")[0], 16)
+    assert texts(run("tail", numbers, "--from", hex(first + 4))) == ["9 msg", "11 msg"]
+    assert texts(run("tail", numbers, "--from", str(first + 5))) == ["11 msg"]
+    assert texts(run("tail", numbers, "--last", "2")) == ["9 msg", "11 msg"]
+    assert texts(run("tail", numbers, "--max", "2")) == ["1 msg", "3 msg"]
+    assert texts(run("tail", numbers, "--reverse", "--max", "2")) == ["11 msg", "9 msg"]
+    assert texts(run("tail", numbers, "-r", "--from", hex(first + 1))) == ["3 msg", "1 msg"]
+
+
+def test_search_and_until_load_functions_by_import_path(numbers: Path) -> None:
+    cwd = numbers.parent
+    assert texts(run("tail", numbers, "--search", "keyfns:first", "6", cwd=cwd)) == ["7 msg", "9 msg", "11 msg"]
+    assert texts(run("tail", numbers, "--search", "keyfns:first", "99", cwd=cwd)) == []
+    assert texts(run("tail", numbers, "--until", "keyfns:at_seven", cwd=cwd)) == ["1 msg", "3 msg", "5 msg"]
+    bad = run("tail", numbers, "--until", "keyfns:absent", cwd=cwd)
+    assert bad.returncode == 2 and "keyfns:absent" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_named_tailer_resumes(numbers: Path) -> None:
+    assert texts(run("tail", numbers, "--named", "reader", "--max", "2")) == ["1 msg", "3 msg"]
+    assert texts(run("tail", numbers, "--named", "reader", "--max", "1")) == ["5 msg"]
+
+
+def test_follow_prints_messages_appended_later(numbers: Path) -> None:
+    with subprocess.Popen([CHRONQ, "tail", "-f", "--last", "1", str(numbers)], stdout=subprocess.PIPE,
+                          text=True) as p:
+        assert p.stdout is not None
+        try:
+            assert p.stdout.readline().endswith("\t11 msg\n")
+            run("append", numbers, stdin="13 msg\n")
+            assert p.stdout.readline().endswith("\t13 msg\n")
+        finally:
+            p.terminate()
+            p.stdout.close()
+
+
+def test_java_vector_json_yaml_and_interface(vectors: Path) -> None:
+    q = vectors / JAVA_METHODS
+    records = [json.loads(line) for line in run("tail", q, "--json").stdout.splitlines()]
+    assert records[3]["value"] == {"trade": ["EURUSD", 1000000, 1.0875]}
+    assert set(records[0]) == {"index", "cycle", "seq", "length", "text", "hex", "value"}
+    calls = run("tail", q, "--json", "--interface", "tests.rpc_support:Events")
+    assert [json.loads(x)["calls"] for x in calls.stdout.splitlines()][3:] == [
+        [{"method": "trade", "args": ["EURUSD", 1000000, 1.0875]}],
+        [{"method": "noArgs", "args": []}],
+        [{"method": "ping", "args": [1234567890]}],  # @method_id(7): named through the Protocol
+    ]
+    assert texts(run("tail", q, "--interface", "tests.rpc_support:Events", "-i", "^say"))[0] == 'say["hi there"]'
+    yaml = run("tail", q, "--yaml", "--max", "1")
+    assert yaml.stdout.startswith("--- # index: 0x4d1900000000") and "method1: {" in yaml.stdout
+    bad = run("tail", q, "--interface", "tests.rpc_support:Message1")
+    assert bad.returncode == 2 and "not a typing.Protocol" in bad.stderr
+
+
+def test_java_vector_history_and_local_times(vectors: Path) -> None:
+    q = vectors / JAVA_HISTORY
+    rec = json.loads(run("tail", q, "--json", "--history", "--time", "--max", "1").stdout)
+    h = rec["history"]
+    assert h["sources"] == [[1, 0x4D1900000000]] and len(h["timings"]) == len(h["times"]) == 3
+    assert all(t[:4].isdigit() and "T" in t for t in h["times"])  # ISO local times
+    line = run("tail", q, "--history", "--max", "1").stdout
+    assert "\thistory: sources=[[1, 84769769521152]]" in line
+
+
+def test_bad_usage_exits_2_with_one_line(numbers: Path) -> None:
+    for args in (["--max", "x"], ["--from", "zz"], ["-r", "-f"], ["--include", "("], ["--last", "1", "--from", "0"]):
+        r = run("tail", numbers, *args)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, (args, r.stderr)
+
+
+def test_queue_error_exits_1_naming_the_path(numbers: Path, tmp_path: Path) -> None:
+    r = run("tail", numbers, "--from", "0x5")
+    assert r.returncode == 1 and "index 0x5" in r.stderr and str(numbers.name) in r.stderr
+    r = run("tail", tmp_path / "absent")
+    assert r.returncode == 1 and "absent" in r.stderr

@@ -120,3 +120,67 @@ def test_queue_error_exits_1_naming_the_path(numbers: Path, tmp_path: Path) -> N
     assert r.returncode == 1 and "index 0x5" in r.stderr and str(numbers.name) in r.stderr
     r = run("tail", tmp_path / "absent")
     assert r.returncode == 1 and "absent" in r.stderr
+
+
+# ------------------------------------------------------------------------------------------ write
+JAVA_CALLS = """\
+method1: {text: hello}
+---
+method2: {number: 42, price: 1.25, flag: true}
+---
+say: hi there
+---
+trade: [EURUSD, 1000000, 1.0875]
+---
+noArgs: ""
+---
+ping: 1234567890
+"""
+
+
+def _bodies(q: Path) -> list[bytes]:
+    return [bytes.fromhex(json.loads(x)["hex"]) for x in run("tail", q, "--json").stdout.splitlines()]
+
+
+def test_write_through_interface_is_byte_identical_to_javas_writer(vectors: Path, tmp_path: Path) -> None:
+    from tests.rpc_support import data_documents
+
+    calls = tmp_path / "calls.yaml"
+    calls.write_text(JAVA_CALLS)
+    q = tmp_path / "q"
+    r = run("write", q, calls, "--interface", "tests.rpc_support:Events")
+    assert r.returncode == 0, r.stderr
+    assert _bodies(q) == [body for _, body in data_documents(vectors / JAVA_METHODS)]
+
+
+def test_write_generic_method_and_keyword_arguments(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("say: one\n---\nsay: two\n")
+    b.write_text("trade: {symbol: GBPUSD, qty: 5, price: 2}\n")
+    q = tmp_path / "q"
+    assert run("write", q, a).returncode == 0  # no interface: wire's generic encoding
+    r = run("write", q, b, "--interface", "tests.rpc_support:Events")
+    assert r.returncode == 0, r.stderr
+    m = tmp_path / "m.yaml"
+    m.write_text("hello\n---\nworld\n")
+    assert run("write", q, m, "--method", "say").returncode == 0
+    shown = texts(run("tail", q, "--interface", "tests.rpc_support:Events"))
+    assert shown == ['say["one"]', 'say["two"]', 'trade["GBPUSD", 5, 2.0]', 'say["hello"]', 'say["world"]']
+
+
+def test_write_checks_every_file_before_writing_anything(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("say: fine\n")
+    bad.write_text("say: fine\n---\ntrade: {symbol: X, qty: many, price: 1}\n")
+    q = tmp_path / "q"
+    r = run("write", q, good, bad, "--interface", "tests.rpc_support:Events")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "bad.yaml document 2" in r.stderr and "trade()" in r.stderr and "'qty'" in r.stderr
+    assert not q.exists() or _bodies(q) == []
+    r = run("write", q, good, "--interface", "tests.rpc_support:Events", "--method", "nope")
+    assert r.returncode == 2 and "no method 'nope'" in r.stderr
+    r = run("write", q, tmp_path / "missing.yaml")
+    assert r.returncode == 2 and "missing.yaml" in r.stderr
+    bad.write_text("- just\n- a list\n")
+    r = run("write", q, bad)
+    assert r.returncode == 2 and "--method" in r.stderr

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 from chronq.errors import ChronqError, IndexNotFoundError
 from wire.errors import WireError
 
-__all__ = ["UsageError", "load_object", "main"]
+__all__ = ["UsageError", "load_object", "main", "queue_stats"]
 
 
 class UsageError(Exception):
@@ -110,6 +110,14 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replicate", help="run this host's part of a replication cluster until SIGTERM/SIGINT")
     r.add_argument("config", type=Path, help="QueueReplicationCfg YAML file (see docs/replication.md)")
     r.add_argument("--host-id", type=int, required=True, metavar="N", help="this host's hostId")
+    u = sub.add_parser("unlock", help="release a write lock left by a process that died")
+    u.add_argument("path", type=Path, metavar="QUEUE")
+    u.add_argument("--force", action="store_true", help="release it even though its owner is alive")
+    f = sub.add_parser("refresh", help="rebuild the table store's listing (lowest/highest cycle) from files")
+    f.add_argument("path", type=Path, metavar="QUEUE")
+    s = sub.add_parser("stats", help="cycles, indexes, counts, bytes and named tailers of a queue")
+    s.add_argument("path", type=Path, metavar="QUEUE")
+    s.add_argument("--json", action="store_true", help="one JSON object")
     for ep in _entry_points("chronq.commands"):
         ep.load()(sub)
     return p
@@ -134,6 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             _replicate(args.config, args.host_id)
         elif args.command == "append":
             _append(args.path, args.roll_cycle, args.hex)
+        elif args.command == "unlock":
+            _unlock(args.path, args.force)
+        elif args.command == "refresh":
+            _refresh(args.path)
+        elif args.command == "stats":
+            _stats(args.path, args.json)
         else:
             _tail(args)
     except UsageError as e:
@@ -207,6 +221,104 @@ def _replicate(config: Path, host_id: int) -> None:
               (f", source listening on {rq.address[0]}:{rq.address[1]}" if rq.address else ""), flush=True)
         while not done.wait(0.5):
             pass
+
+
+def _table(path: Path) -> Path:
+    from chronq.table import find_table_store
+
+    store = find_table_store(path) if path.is_dir() else None
+    if store is None:
+        raise ChronqError(f"{path}: no queue directory (no metadata.cq4t)")
+    return store
+
+
+def _unlock(path: Path, force: bool) -> None:
+    """Java's UnlockMain: clear a write (and append) lock whose owner died without releasing it."""
+    from chronq.store import process_alive
+    from chronq.table import APPEND_LOCK, UNLOCKED, WRITE_LOCK, TableStore
+
+    with TableStore.open(_table(path)) as table:
+        for key in (WRITE_LOCK, APPEND_LOCK):
+            holder = table.get(key)
+            if holder is None or holder == UNLOCKED:
+                print(f"{key}: not locked")
+                continue
+            pid = holder & 0xFFFF_FFFF
+            if process_alive(pid) and not force:
+                raise ChronqError(f"{table.path}: {key} is held by live process {pid}; "
+                                  "stop it first, or pass --force if it is not writing to this queue")
+            if table.cas(key, holder, UNLOCKED):
+                print(f"{key}: released (held by {'live' if process_alive(pid) else 'dead'} process {pid})")
+            else:
+                print(f"{key}: changed while unlocking, left alone (run again)")
+
+
+def _refresh(path: Path) -> None:
+    """Java's RefreshMain: the listing keys say again which cycle files exist."""
+    import chronq
+    from chronq.table import TableStore
+
+    # read before opening the queue: a writable open refreshes the listing itself
+    with TableStore.open(_table(path), readonly=True) as store:
+        before = (store.lowest_cycle, store.highest_cycle)
+    with chronq.open(path) as q:
+        table = q.table
+        assert table is not None
+        table.refresh_listing(q._fresh_cycles)
+        after = (table.lowest_cycle, table.highest_cycle)
+    print(f"lowestCycle {before[0]} -> {after[0]}, highestCycle {before[1]} -> {after[1]}")
+
+
+def queue_stats(path: Path) -> dict[str, Any]:
+    """What `chronq stats` shows (its --json object; docs/cli.md lists the fields)."""
+    import chronq
+
+    _table(path)
+    with chronq.open(path, readonly=True) as q:
+        cycles = []
+        for c in q._fresh_cycles():
+            f = q.file_for(c)
+            cycles.append({"cycle": c, "file": f.name, "count": q._count_in(c),
+                           "bytes": f.stat().st_size if f.exists() else 0})
+        first, last = q.first_index, q.last_index
+        end = last + 1 if last is not None else 0
+        tailers = []
+        table = q.table
+        for key, value in sorted(table.items()) if table is not None else ():
+            name = key[len("index."):]
+            if not key.startswith("index.") or name.endswith((".version", ".lock")):
+                continue  # (a replicated tailer's update counter and pid lock sit beside its index)
+            behind = q.count_excerpts(value, end) if last is not None else 0
+            tailers.append({"name": name, "index": value, "behind": behind})
+        return {"queue": str(path), "roll_cycle": q.roll_cycle.name, "cycles": cycles,
+                "first_index": first, "last_index": last, "count": sum(c["count"] for c in cycles),
+                "bytes": sum(c["bytes"] for c in cycles), "tailers": tailers}
+
+
+def _stats(path: Path, as_json: bool) -> None:
+    st = queue_stats(path)
+    if as_json:
+        print(json.dumps(st))
+        return
+    hexed = {k: "-" if st[k] is None else f"0x{st[k]:x}" for k in ("first_index", "last_index")}
+    print(f"queue {st['queue']}  roll cycle {st['roll_cycle']}  first {hexed['first_index']}  "
+          f"last {hexed['last_index']}  messages {st['count']}  bytes {st['bytes']}")
+    _table_out(["cycle", "file", "messages", "bytes"],
+               [[c["cycle"], c["file"], c["count"], c["bytes"]] for c in st["cycles"]])
+    if st["tailers"]:
+        _table_out(["named tailer", "next index", "behind"],
+                   [[t["name"], f"0x{t['index']:x}", t["behind"]] for t in st["tailers"]])
+
+
+def _table_out(header: list[str], rows: list[list[Any]]) -> None:
+    """An aligned plain-text table: numbers right-aligned, text left-aligned."""
+    cells = [header, *[[str(v) for v in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    numeric = [all(isinstance(r[i], int) for r in rows) for i in range(len(header))]
+    print()
+    for r in cells:
+        print("  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(r, widths, numeric, strict=True))
+              .rstrip())
 
 
 def load_object(spec: str, what: str) -> Any:

@@ -56,7 +56,8 @@ def test_from_decimal_and_hex_last_max_reverse(numbers: Path) -> None:
 
 def test_search_and_until_load_functions_by_import_path(numbers: Path) -> None:
     cwd = numbers.parent
-    assert texts(run("tail", numbers, "--search", "keyfns:first", "6", cwd=cwd)) == ["7 msg", "9 msg", "11 msg"]
+    found = texts(run("tail", numbers, "--search", "keyfns:first", "6", cwd=cwd))
+    assert found == ["7 msg", "9 msg", "11 msg"]
     assert texts(run("tail", numbers, "--search", "keyfns:first", "99", cwd=cwd)) == []
     assert texts(run("tail", numbers, "--until", "keyfns:at_seven", cwd=cwd)) == ["1 msg", "3 msg", "5 msg"]
     bad = run("tail", numbers, "--until", "keyfns:absent", cwd=cwd)
@@ -92,7 +93,8 @@ def test_java_vector_json_yaml_and_interface(vectors: Path) -> None:
         [{"method": "noArgs", "args": []}],
         [{"method": "ping", "args": [1234567890]}],  # @method_id(7): named through the Protocol
     ]
-    assert texts(run("tail", q, "--interface", "tests.rpc_support:Events", "-i", "^say"))[0] == 'say["hi there"]'
+    said = texts(run("tail", q, "--interface", "tests.rpc_support:Events", "-i", "^say"))
+    assert said == ['say["hi there"]']
     yaml = run("tail", q, "--yaml", "--max", "1")
     assert yaml.stdout.startswith("--- # index: 0x4d1900000000") and "method1: {" in yaml.stdout
     bad = run("tail", q, "--interface", "tests.rpc_support:Message1")
@@ -110,7 +112,8 @@ def test_java_vector_history_and_local_times(vectors: Path) -> None:
 
 
 def test_bad_usage_exits_2_with_one_line(numbers: Path) -> None:
-    for args in (["--max", "x"], ["--from", "zz"], ["-r", "-f"], ["--include", "("], ["--last", "1", "--from", "0"]):
+    bad = (["--max", "x"], ["--from", "zz"], ["-r", "-f"], ["--include", "("], ["--last", "1", "--from", "0"])
+    for args in bad:
         r = run("tail", numbers, *args)
         assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, (args, r.stderr)
 
@@ -184,3 +187,71 @@ def test_write_checks_every_file_before_writing_anything(tmp_path: Path) -> None
     bad.write_text("- just\n- a list\n")
     r = run("write", q, bad)
     assert r.returncode == 2 and "--method" in r.stderr
+
+
+# ------------------------------------------------------------------------ unlock, refresh, stats
+def _dead_pid() -> int:
+    p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                       text=True, check=True)
+    return int(p.stdout)
+
+
+def test_unlock_releases_a_dead_owners_lock_and_refuses_a_live_one(numbers: Path) -> None:
+    import os
+
+    from chronq.table import UNLOCKED, WRITE_LOCK, TableStore
+
+    store = numbers / "metadata.cq4t"
+    with TableStore.open(store) as t:
+        t.set(WRITE_LOCK, _dead_pid())
+    r = run("unlock", numbers)
+    assert r.returncode == 0 and "released (held by dead process" in r.stdout, r.stderr
+    with TableStore.open(store, readonly=True) as t:
+        assert t.get(WRITE_LOCK) == UNLOCKED
+    with TableStore.open(store) as t:
+        t.set(WRITE_LOCK, os.getpid())
+    r = run("unlock", numbers)
+    assert r.returncode == 1 and f"live process {os.getpid()}" in r.stderr and "--force" in r.stderr
+    assert "metadata.cq4t" in r.stderr and r.stderr.count("\n") == 1
+    r = run("unlock", numbers, "--force")
+    assert r.returncode == 0 and "released (held by live process" in r.stdout
+    assert run("append", numbers, stdin="13 msg\n").returncode == 0  # the queue is writable again
+    assert texts(run("tail", numbers, "--last", "1")) == ["13 msg"]
+
+
+def test_refresh_rebuilds_the_listing_of_a_java_queue(vectors: Path, tmp_path: Path) -> None:
+    from chronq.table import HIGHEST_CYCLE, LOWEST_CYCLE, TableStore
+
+    q = tmp_path / "rc"
+    shutil.copytree(vectors / "generated-cq5.26/fast_hourly_roll_eof", q)
+    cycles = sorted(int(x["cycle"]) for x in json.loads(run("stats", q, "--json").stdout)["cycles"])
+    with TableStore.open(q / "metadata.cq4t") as t:
+        t.set(LOWEST_CYCLE, 1)
+        t.set(HIGHEST_CYCLE, 2)
+    r = run("refresh", q)
+    assert r.returncode == 0 and f"lowestCycle 1 -> {cycles[0]}, highestCycle 2 -> {cycles[-1]}" in r.stdout
+    with TableStore.open(q / "metadata.cq4t", readonly=True) as t:
+        assert (t.lowest_cycle, t.highest_cycle) == (cycles[0], cycles[-1])
+
+
+def test_stats_of_a_java_queue_with_named_tailers(vectors: Path) -> None:
+    q = vectors / "generated-cq5.26/named_tailer"
+    st = json.loads(run("stats", q, "--json").stdout)
+    assert (st["first_index"], st["last_index"], st["count"]) == (0x4D1900000000, 0x4D1900000004, 5)
+    assert st["cycles"] == [{"cycle": 19737, "file": "20240115F.cq4", "count": 5,
+                             "bytes": (q / "20240115F.cq4").stat().st_size}]
+    assert {t["name"]: t["behind"] for t in st["tailers"]} == {
+        "myTailer": 2, "replicated:tailerOne": 3, "unreadTailer": 5}
+    lines = run("stats", q).stdout.splitlines()
+    assert lines[0].startswith(f"queue {q}  roll cycle FAST_DAILY  first 0x4d1900000000")
+    rows = lines[lines.index("") + 1:]
+    assert rows[0].split() == ["cycle", "file", "messages", "bytes"]
+    # aligned: every column of the tailer table starts at the same offset on each line
+    tailer_rows = lines[len(lines) - 4:]
+    assert len({r.index("0x") for r in tailer_rows[1:]}) == 1
+
+
+def test_stats_unlock_refresh_on_no_queue_exit_1(tmp_path: Path) -> None:
+    for cmd in ("stats", "unlock", "refresh"):
+        r = run(cmd, tmp_path)
+        assert r.returncode == 1 and "no queue directory" in r.stderr and str(tmp_path) in r.stderr

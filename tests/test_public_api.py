@@ -58,7 +58,7 @@ EXPORTS: dict[str, list[str]] = {
         "SleepingPauser", "Tailer", "TailerState", "YieldingPauser", "open",
     ],
     "chronq.appender": ["Appender", "DocumentContext"],
-    "chronq.cli": ["UsageError", "load_object", "main"],
+    "chronq.cli": ["UsageError", "load_object", "main", "queue_stats"],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [
         "ChronqError", "CorruptQueueError", "IndexNotFoundError", "QueueLockedError",

@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark,docs]'
+	$(PY) -m pip install -q -e '.[dev,spark,docs,cli]'
 	touch $(STAMP)
 
 # Rebuilds the C extensions in place when their sources changed (setuptools skips up-to-date ones).

@@ -168,11 +168,17 @@ def _one_line(e: BaseException) -> str:
 
 def _dump(path: Path, as_json: bool) -> None:
     from chronq import dump
+    from chronq._progress import Progress
 
     out = sys.stdout
     if as_json:
-        for record in dump.dump_records(path):
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        sizes = {str(f): f.stat().st_size for f in dump.queue_files(path)}
+        done: dict[str, int] = {}
+        with Progress(sum(sizes.values()), f"dump {path}") as bar:
+            for record in dump.dump_records(path):
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                done[record["file"]] = record["position"]
+                bar.advance(sum(done.values()) - bar.done)
     else:
         for chunk in dump.dump_lines(path):
             out.write(chunk)
@@ -411,27 +417,47 @@ def _tail(args: argparse.Namespace) -> None:
                 tailer.to_end()
         if start is not None and not tailer.move_to_index(start):
             raise IndexNotFoundError(f"{path}: index 0x{start:x} is not in the queue")
-        shown = 0
-        out = sys.stdout
-        while args.max is None or shown < args.max:
-            excerpt = tailer.read()
-            if excerpt is None:
-                if not args.follow:
-                    return
-                time.sleep(0.01)
-                continue
-            if until is not None and until(excerpt.payload):
+        with _tail_progress(q, tailer, args) as bar:
+            _tail_loop(tailer, args, until, decode, bar)
+
+
+def _tail_loop(tailer: Any, args: argparse.Namespace, until: Callable[[Any], bool] | None,
+               decode: Callable[[bytes, int], Any] | None, bar: Any) -> None:
+    shown = 0
+    out = sys.stdout
+    while args.max is None or shown < args.max:
+        excerpt = tailer.read()
+        if excerpt is None:
+            if not args.follow:
                 return
-            message = _message(excerpt, decode, args.history or args.time, args.time)
-            if args.include or args.exclude:  # on the message as the text form shows it, index left out
-                one = _shown(message)
-                if not all(r.search(one) for r in args.include) or any(r.search(one) for r in args.exclude):
-                    continue
-            line = _render(message, "json" if args.json else "yaml" if args.yaml else "text",
-                           bytes(excerpt.payload))
-            out.write(line)
-            out.flush()
-            shown += 1
+            time.sleep(0.01)
+            continue
+        bar.advance()
+        if until is not None and until(excerpt.payload):
+            return
+        message = _message(excerpt, decode, args.history or args.time, args.time)
+        if args.include or args.exclude:  # on the message as the text form shows it, index left out
+            one = _shown(message)
+            if not all(r.search(one) for r in args.include) or any(r.search(one) for r in args.exclude):
+                continue
+        out.write(_render(message, "json" if args.json else "yaml" if args.yaml else "text",
+                          bytes(excerpt.payload)))
+        out.flush()
+        shown += 1
+
+
+def _tail_progress(q: Any, tailer: Any, args: argparse.Namespace) -> Any:
+    """A progress bar over the messages a finite tail has to read (none while following)."""
+    from chronq._progress import Progress, wanted
+
+    total = None
+    if wanted() and not args.follow:
+        last = q.last_index
+        if last is not None:
+            start = tailer.index if tailer.index else (q.first_index or 0)
+            total = (q.count_excerpts(start, last + 1) if not args.reverse
+                     else q.count_excerpts(q.first_index or 0, start + 1))
+    return Progress(total, f"tail {args.path}", force=None if total is not None else False)
 
 
 def _local_time(nanos: int) -> str:

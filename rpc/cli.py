@@ -159,7 +159,10 @@ def _write(args: argparse.Namespace) -> None:
                     value = _arguments(methods[name], value, f"{f} document {n}")
                 calls.append((name, value))
         batches.append((f, calls))
-    with chronq.open(args.path, roll_cycle=args.roll_cycle) as q:
+    from chronq._progress import Progress
+
+    with chronq.open(args.path, roll_cycle=args.roll_cycle) as q, \
+            Progress(sum(len(c) for _, c in batches), f"write {args.path}") as bar:
         appender = q.appender()
         typed = writer(appender, proto) if proto is not None else None
         for f, calls in batches:
@@ -169,4 +172,5 @@ def _write(args: argparse.Namespace) -> None:
                         getattr(typed, name)(*value)
                     else:
                         appender.write(encode_call([(name, value)]))
+                    bar.advance()
             print(f"{f}: {len(calls)} calls", file=sys.stderr)

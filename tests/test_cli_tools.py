@@ -255,3 +255,66 @@ def test_stats_unlock_refresh_on_no_queue_exit_1(tmp_path: Path) -> None:
     for cmd in ("stats", "unlock", "refresh"):
         r = run(cmd, tmp_path)
         assert r.returncode == 1 and "no queue directory" in r.stderr and str(tmp_path) in r.stderr
+
+
+# ---------------------------------------------------------------------------------------- progress
+def _with_tty_stderr(cmd: list[str], cwd: Path = REPO) -> tuple[str, str]:
+    """Run `cmd` with stderr on a pseudo-terminal and stdout on a pipe: (stdout, what the terminal got)."""
+    import os
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    got: list[bytes] = []
+
+    def drain() -> None:  # read as it comes: a full terminal buffer would block the writer
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                return
+            if not chunk:
+                return
+            got.append(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    try:
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, text=True, cwd=cwd) as p:
+            os.close(slave)
+            out, _ = p.communicate(timeout=120)
+        reader.join(timeout=30)
+    finally:
+        os.close(master)
+    return out, b"".join(got).decode("utf-8", "replace")
+
+
+@pytest.fixture
+def big(tmp_path: Path) -> Path:
+    q = tmp_path / "big"
+    assert run("append", q, stdin="".join(f"message {i}\n" for i in range(3000))).returncode == 0
+    return q
+
+
+def test_progress_on_a_terminal_only(big: Path) -> None:
+    out, tty = _with_tty_stderr([CHRONQ, "tail", str(big)])
+    assert out.count("\n") == 3000 and f"tail {big}" in tty
+    quiet = run("tail", big)  # stderr a pipe: nothing but the output
+    assert quiet.stderr == "" and quiet.stdout == out
+    out, tty = _with_tty_stderr([CHRONQ, "dump", "--json", str(big)])
+    assert out.count("\n") > 3000 and f"dump {big}" in tty
+
+
+def test_plain_progress_without_rich(big: Path, tmp_path: Path) -> None:
+    calls = tmp_path / "calls.yaml"
+    calls.write_text("---\n".join(f"say: m{i}\n" for i in range(500)))
+    code = ("import sys; sys.modules['rich'] = None; from chronq.cli import main; "
+            f"sys.exit(main(['tail', {str(big)!r}]))")
+    out, tty = _with_tty_stderr([sys.executable, "-c", code])
+    assert out.count("\n") == 3000 and f"\rtail {big}: " in tty and "/3000 (" in tty
+    assert tty.endswith("\x1b[K")  # the line is erased at the end
+    code = ("import sys; sys.modules['rich'] = None; from chronq.cli import main; "
+            f"sys.exit(main(['write', {str(tmp_path / 'w')!r}, {str(calls)!r}]))")
+    # (not run from the source tree, whose build metadata may predate the entry points)
+    out, tty = _with_tty_stderr([sys.executable, "-c", code], cwd=tmp_path)
+    assert "write " in tty and "calls.yaml: 500 calls" in tty

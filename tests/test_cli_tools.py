@@ -318,3 +318,16 @@ def test_plain_progress_without_rich(big: Path, tmp_path: Path) -> None:
     # (not run from the source tree, whose build metadata may predate the entry points)
     out, tty = _with_tty_stderr([sys.executable, "-c", code], cwd=tmp_path)
     assert "write " in tty and "calls.yaml: 500 calls" in tty
+
+
+def test_a_damaged_cycle_file_exits_1_naming_file_and_position(numbers: Path) -> None:
+    cycle = next(numbers.glob("*.cq4"))
+    with cycle.open("r+b") as fh:
+        data = fh.read(1 << 20)
+        at = data.find(b"5 msg") - 4  # the header of the third message
+        fh.seek(at)
+        fh.write((0x3FFFFFFF).to_bytes(4, "little"))  # a length far past the end of the file
+    for extra in ([], ["--json"], ["--interface", "tests.rpc_support:Events"]):
+        r = run("tail", numbers, *extra)
+        assert r.returncode == 1 and r.stdout.count("\n") == 2  # the two messages before the damage
+        assert f"{cycle}: at position {at}:" in r.stderr and r.stderr.count("\n") == 1

@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark,docs,archive,archive-test,codecs]'
+	$(PY) -m pip install -q -e '.[dev,spark,docs,archive,archive-test,codecs,cli]'
 	touch $(STAMP)
 
 # Rebuilds the C extensions in place when their sources changed (setuptools skips up-to-date ones).
@@ -88,7 +88,7 @@ FUZZ_HARNESSES := queue table wire
 FUZZ_STAMP := $(VENV)/.fuzz-stamp
 
 $(FUZZ_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,spark,docs,archive,archive-test,codecs,fuzz]'
+	$(PY) -m pip install -q -e '.[dev,spark,docs,archive,archive-test,codecs,cli,fuzz]'
 	touch $@
 
 fuzz: $(FUZZ_STAMP) asan-build

@@ -305,8 +305,14 @@ class MethodReader:
             except (TypeError, ValueError):  # bytearray, writable memoryview
                 entry = self._by_name.get(bytes(name))
         else:
-            carried, pos = _codec.read_history(payload)
-            event, pos = _codec.event_at(payload, pos)
+            try:
+                carried, pos = _codec.read_history(payload)
+                event, pos = _codec.event_at(payload, pos)
+            except _codec.WireError as e:  # raw bytes or text someone appended: say which document
+                head = bytes(payload[:16])
+                raise _codec.WireError(
+                    f"the document at index {index:#x} is not a method call (starts {head!r}): {e}"
+                ) from e
             if event is None:
                 return
             entry = self._entries.get(event)

@@ -26,7 +26,9 @@ Clock = Callable[[], int]
 
 _classes: dict[tuple[type, str, WireType], type] = {}
 # names the generated code uses
-_RESERVED = frozenset({"self", "b_", "s_", "bytearray", "_seq_end", "_history_prefix"})
+_RESERVED = frozenset(
+    {"self", "b_", "s_", "e_", "bytearray", "_seq_end", "_history_prefix", "_argument_error"}
+)
 
 
 def writer(
@@ -116,11 +118,48 @@ def _generate(proto: type, mode: str, wire: WireType) -> type:
 
 def _method_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any]) -> list[str]:
     args = [name for name, _ in m.params]
-    clash = [a for a in args if a in _RESERVED or a.startswith(("_E_", "_V_", "_C_", "_D_"))]
+    clash = [a for a in args if a in _RESERVED or a.startswith(("_E_", "_V_", "_C_", "_D_", "_M_"))]
     if clash:
         raise TypeError(f"{m.name}: parameter name {clash[0]!r} is reserved by the generated writer")
     ns[f"_E_{m.name}"] = _codec.event_bytes(m.event)
-    body = [f"    def {m.name}(self{''.join(', ' + a for a in args)}):"]
+    ns["_argument_error"] = _argument_error
+    ns[f"_M_{m.name}"] = m
+    head = f"    def {m.name}(self{''.join(', ' + a for a in args)}):"
+    body = _body_source(m, mode, wire, ns, args)
+    # A try costs nothing until something raises (3.11+), so the fast path stays one C call; on a
+    # failure the error is re-raised naming the method, the parameter and the type it expects.
+    return [head, "        try:", *("    " + line for line in body),
+            "        except (AttributeError, TypeError, ValueError, OverflowError) as e_:",
+            f"            raise _argument_error(e_, _M_{m.name}, ({''.join(a + ', ' for a in args)}))"]
+
+
+def _argument_error(e: Exception, m: MethodSpec, values: tuple[Any, ...]) -> Exception:
+    """`e` with the method, parameter and expected type named: a TypeError when an argument is not
+    of its declared type, else `e` itself with a note (a value out of range, say)."""
+    import typing
+
+    for (name, tp), value in zip(m.params, values, strict=True):
+        origin = typing.get_origin(tp) or tp
+        try:
+            ok = isinstance(value, origin) or (origin is float and isinstance(value, int))
+        except TypeError:  # a type isinstance cannot check (a Literal, a TypeVar): try encoding it
+            try:
+                _codec.value_encoder(tp)(bytearray(), value)
+                ok = True
+            except Exception:
+                ok = False
+        if not ok:
+            expected = getattr(tp, "__name__", None) or str(tp)
+            err = TypeError(f"{m.name}(): parameter {name!r} expects {expected}, got "
+                            f"{type(value).__name__} {value!r:.60}")
+            err.__cause__ = e
+            return err
+    e.add_note(f"while writing {m.name}({', '.join(n for n, _ in m.params)})")
+    return e
+
+
+def _body_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any], args: list[str]) -> list[str]:
+    body: list[str] = []
     whole: Callable[[bytes, Any], Any] | None = None
     if len(args) == 1:
         tp = m.params[0][1]

@@ -30,7 +30,7 @@ EXPORTS: dict[str, list[str]] = {
         "Archive", "ArchiveTailer", "ArchivedExcerpt", "FRAME", "LOCK_FILE", "MANIFEST", "archive", "open",
         "restore", "verify",
     ],
-    "chronq.cli": ["main"],
+    "chronq.cli": ["UsageError", "load_object", "main", "queue_stats"],
     "chronq.codecs": [
         "CODEC_KEY", "Codec", "CodecAppender", "CodecError", "CodecTailer", "DecodedExcerpt", "Keys",
         "MessageTooLargeError", "MissingKeyError", "TamperedMessageError", "decode", "dictionary_path",
@@ -106,6 +106,7 @@ EXPORTS: dict[str, list[str]] = {
         "describe", "interface", "method_id", "reader", "writer",
     ],
     "rpc.aio": ["AsyncMethodReader", "excerpts"],
+    "rpc.cli": ["interface_decoder", "register"],
     "rpc.service": ["Output", "Service", "Start", "last_source_index"],
     "rpc.testing": ["Recorder", "ReplayResult", "YamlTester", "read_calls", "render_calls"],
     "rpc.testing.plugin": [

@@ -236,3 +236,34 @@ def test_queue_errors_exit_1_naming_file_and_offset(tmp_path: Path) -> None:
     line = r.stderr.strip()
     assert len(line.splitlines()) == 1
     assert ".cq4: at position " in line and "bad message history" in line and "index 0x" in line
+
+
+# -------------------------------------------------------------------------------- against the Spark report
+
+
+@pytest.mark.spark
+def test_same_percentiles_as_the_spark_latency_report(chain: list[Path], tmp_path: Path) -> None:
+    from chronq.spark.latency import report
+    from tests.spark_support import spark_session
+
+    spark = spark_session()
+    rep = report(chain, tmp_path / "spark", spark=spark, plot=False)
+    out = tmp_path / "h.csv"
+    r = run(*chain, "--unit", "ns", "--csv", out)
+    assert r.returncode == 0, r.stderr
+    ours = {(row["hop"], row["metric"]): row for row in csv_rows(out)}
+    compared = 0
+    for h in rep.hops:
+        for metric in ("queue", "service", "hop"):
+            spark_p = h.percentiles[f"{metric}_us"]
+            if all(v is None for v in spark_p.values()):
+                continue
+            row = ours[(h.hop, metric)]
+            assert int(row["count"]) == h.messages
+            for p in PERCENTILES:
+                value = spark_p[p]
+                assert value is not None
+                assert_same_bucket(row[f"p{p * 100:g}"], round(value * 1000))
+            assert int(row["worst"]) == round((h.max_us[f"{metric}_us"] or 0) * 1000)
+            compared += 1
+    assert compared == 7  # queue, service and hop of both hops, and end to end

@@ -99,10 +99,12 @@ def _history_parser(sub: Any) -> None:
     h.add_argument("-i", "--ignore", type=int, default=0, metavar="N",
                    help="skip the first N messages of each queue (warm-up)")
     h.add_argument("-u", "--unit", choices=("ns", "us", "ms"), default="us", help="time unit (default us)")
-    h.add_argument("-w", "--interval", type=float, metavar="SECONDS", help="also a histogram per time window")
+    h.add_argument("-w", "--interval", type=float, metavar="SECONDS",
+                   help="also a histogram per time window")
     h.add_argument("-m", "--by-method", action="store_true", help="a histogram per method called")
     h.add_argument("--csv", type=Path, metavar="FILE", help="write the summary as CSV")
-    h.add_argument("--plot", type=Path, metavar="FILE", help="write a PNG of the percentiles (needs matplotlib)")
+    h.add_argument("--plot", type=Path, metavar="FILE",
+                   help="write a PNG of the percentiles (needs matplotlib)")
 
 
 def _history(args: argparse.Namespace) -> None:

@@ -46,7 +46,7 @@ class Histogram:
     smallest and the largest value are exact.
     """
 
-    __slots__ = ("counts", "count", "min", "max")
+    __slots__ = ("count", "counts", "max", "min")
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}
@@ -175,8 +175,8 @@ def analyze(queues: Sequence[str | os.PathLike[str]], *, ignore: int = 0, interv
                 except (WireError, IndexError) as e:
                     cf = getattr(tailer, "_file", None)
                     file = str(cf.path) if cf is not None else str(path)
-                    raise CorruptQueueError(file, ex.position, f"index 0x{ex.index:x}: bad message history: {e}"
-                                            ) from None
+                    detail = f"index 0x{ex.index:x}: bad message history: {e}"
+                    raise CorruptQueueError(file, ex.position, detail) from None
                 rep.messages += 1
                 if not timings:
                     rep.without_history += 1

@@ -120,8 +120,8 @@ def test_chain_percentiles_match_the_exact_ones(chain: list[Path], tmp_path: Pat
     assert r.returncode == 0, r.stderr
     assert "gateway->pricer" in r.stdout and "end_to_end" in r.stdout
     rows = {(row["hop"], row["metric"]): row for row in csv_rows(out)}
-    assert set(rows) == {(h, m) for h in ("gateway->pricer", "pricer->risk") for m in ("queue", "service", "hop")
-                         } | {("end_to_end", "hop")}
+    hops = ("gateway->pricer", "pricer->risk")
+    assert set(rows) == {(h, m) for h in hops for m in ("queue", "service", "hop")} | {("end_to_end", "hop")}
     for k, hop in ((1, "gateway->pricer"), (2, "pricer->risk")):
         ts = timings(chain[k])
         metrics = {"queue": [t[-2] - t[-3] for t in ts], "service": [t[-1] - t[-2] for t in ts],
@@ -186,7 +186,8 @@ def test_by_method_keys_by_the_method_called(chain: list[Path], tmp_path: Path) 
     out = tmp_path / "h.csv"
     r = run(*chain, "--by-method", "--csv", out)
     assert r.returncode == 0, r.stderr
-    counts = {r["method"]: int(r["count"]) for r in csv_rows(out) if (r["hop"], r["metric"]) == ("end_to_end", "hop")}
+    counts = {row["method"]: int(row["count"]) for row in csv_rows(out)
+              if (row["hop"], row["metric"]) == ("end_to_end", "hop")}
     assert counts == {"tick": N - N // 4, "tock": N // 4}
     assert "tock" in r.stdout
 

@@ -141,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="one JSON object")
     for ep in _entry_points("chronq.commands"):
         ep.load()(sub)
+    _history_parser(sub)
     return p
 
 
@@ -194,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _replicate(args.config, args.host_id, args.status)
         elif args.command == "retain":
             _retain(args)
+        elif args.command == "history":
+            _history(args)
         elif args.command == "append":
             _append(args.path, args.roll_cycle, args.hex)
         elif args.command == "unlock":
@@ -213,6 +216,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+def _history_parser(sub: Any) -> None:
+    h = sub.add_parser("history", help="latency histograms per hop from message history")
+    h.add_argument("queues", nargs="+", type=Path, metavar="QUEUE",
+                   help="one queue (every hop in its histories) or a chain input -> ... -> output")
+    h.add_argument("-i", "--ignore", type=int, default=0, metavar="N",
+                   help="skip the first N messages of each queue (warm-up)")
+    h.add_argument("-u", "--unit", choices=("ns", "us", "ms"), default="us", help="time unit (default us)")
+    h.add_argument("-w", "--interval", type=float, metavar="SECONDS",
+                   help="also a histogram per time window")
+    h.add_argument("-m", "--by-method", action="store_true", help="a histogram per method called")
+    h.add_argument("--csv", type=Path, metavar="FILE", help="write the summary as CSV")
+    h.add_argument("--plot", type=Path, metavar="FILE",
+                   help="write a PNG of the percentiles (needs matplotlib)")
+
+
+def _history(args: argparse.Namespace) -> None:
+    from chronq import history
+
+    if args.ignore < 0:
+        raise UsageError(f"--ignore must be >= 0, not {args.ignore}")
+    if args.interval is not None and not args.interval > 0:
+        raise UsageError(f"--interval must be > 0 seconds, not {args.interval}")
+    rep = history.analyze(args.queues, ignore=args.ignore, interval=args.interval, by_method=args.by_method)
+    sys.stdout.write(history.format_table(rep, args.unit))
+    if args.csv is not None:
+        history.write_csv(rep, args.csv, args.unit)
+    if args.plot is not None:
+        try:
+            history.plot(rep, args.plot, args.unit)
+        except ChronqError as e:  # the table and CSV are still worth having without the plot extra
+            print(f"chronq history: plot skipped: {_one_line(e)}", file=sys.stderr)
 
 
 def _one_line(e: BaseException) -> str:

@@ -41,6 +41,10 @@ EXPORTS: dict[str, list[str]] = {
         "ChronqError", "CorruptQueueError", "IndexNotFoundError", "QueueLockedError",
         "RollCycleMismatchError", "WireError",
     ],
+    "chronq.history": [
+        "FRACTION_BITS", "Histogram", "HistoryReport", "METRICS", "PERCENTILES", "UNITS", "analyze",
+        "format_table", "plot", "write_csv",
+    ],
     "chronq.merge": ["merge"],
     "chronq.pausers": ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
     "chronq.queue": ["CycleFile", "Queue", "open"],

@@ -261,17 +261,21 @@ def _dump(path: Path, as_json: bool) -> None:
     from chronq._progress import Progress
 
     out = sys.stdout
-    if as_json:
-        sizes = {str(f): f.stat().st_size for f in dump.queue_files(path)}
-        done: dict[str, int] = {}
-        with Progress(sum(sizes.values()), f"dump {path}") as bar:
+    sizes = {str(f): f.stat().st_size for f in dump.queue_files(path)}
+    done: dict[str, int] = {}
+    with Progress(sum(sizes.values()), f"dump {path}") as bar:
+
+        def at(file: str, position: int) -> None:
+            done[file] = position
+            bar.advance(sum(done.values()) - bar.done)
+
+        if as_json:
             for record in dump.dump_records(path):
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                done[record["file"]] = record["position"]
-                bar.advance(sum(done.values()) - bar.done)
-    else:
-        for chunk in dump.dump_lines(path):
-            out.write(chunk)
+                at(record["file"], record["position"])
+        else:
+            for chunk in dump.dump_lines(path, at):
+                out.write(chunk)
     out.flush()
 
 

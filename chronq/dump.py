@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,14 +88,17 @@ def dump_text(path: str | os.PathLike[str]) -> str:
     return "".join(dump_lines(path))
 
 
-def dump_lines(path: str | os.PathLike[str]) -> Iterator[str]:
-    """The dump as text chunks, produced lazily so that a large queue streams."""
+def dump_lines(path: str | os.PathLike[str],
+               progress: Callable[[str, int], None] | None = None) -> Iterator[str]:
+    """The dump as text chunks, produced lazily so that a large queue streams. `progress(file,
+    position)` is told where each document of each file ends (a progress bar over the files' bytes)."""
     for f in _files(Path(path)):
         with _directory.mapped(f.path) as buf:
-            yield from _file_text(buf, f)
+            yield from _file_text(buf, f, progress)
 
 
-def _file_text(buf: mmap.mmap, f: _File) -> Iterator[str]:
+def _file_text(buf: mmap.mmap, f: _File,
+               progress: Callable[[str, int], None] | None = None) -> Iterator[str]:
     first, pos, aligned, _ = _start(buf, f)
     if first is not None:
         yield _document_text(buf, first)
@@ -106,6 +109,8 @@ def _file_text(buf: mmap.mmap, f: _File) -> Iterator[str]:
         yield f"# position: {doc.position}, header: {count}\n"
         yield _document_text(buf, doc)
         pos = align4(doc.end) if aligned else doc.end
+        if progress is not None:
+            progress(str(f.path), pos)
     header = load32(buf, pos) if pos + 4 <= len(buf) else 0
     if header == END_OF_DATA:
         yield f"# position: {pos}, header: {count} EOF\n--- !!not-ready-meta-data #binary\n"

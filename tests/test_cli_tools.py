@@ -303,6 +303,9 @@ def test_progress_on_a_terminal_only(big: Path) -> None:
     assert quiet.stderr == "" and quiet.stdout == out
     out, tty = _with_tty_stderr([CHRONQ, "dump", "--json", str(big)])
     assert out.count("\n") > 3000 and f"dump {big}" in tty
+    out, tty = _with_tty_stderr([CHRONQ, "dump", str(big)])
+    assert out.count("# position:") > 3000 and f"dump {big}" in tty
+    assert run("dump", big).stderr == ""
 
 
 def test_plain_progress_without_rich(big: Path, tmp_path: Path) -> None:

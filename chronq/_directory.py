@@ -268,10 +268,10 @@ def geometry(m: _native.Map, cycle: int, layout: StoreLayout) -> _native.Geometr
     )
 
 
-def seek(path: PathLike, cycle: int, layout: StoreLayout, seqs: Sequence[int]) -> list[int | None]:
-    """Positions of the headers of data documents `seqs` of a cycle file, found as a tailer finds them
-    (the native index lookup, which checks every entry it follows, then a walk); None for a sequence
-    the file does not hold."""
+@contextlib.contextmanager
+def tailer_core(path: PathLike, cycle: int, layout: StoreLayout) -> Iterator[_native.TailerCore]:
+    """A native tailer core attached to a cycle file mapped read-only, detached at the end: the index
+    lookups and walks a tailer makes, for code that needs positions rather than excerpts."""
     fd = open_regular(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
@@ -282,8 +282,15 @@ def seek(path: PathLike, cycle: int, layout: StoreLayout, seqs: Sequence[int]) -
         os.close(fd)
     core = _native.TailerCore()
     core._attach(geometry(m, cycle, layout))
-    out: list[int | None] = []
-    for seq in seqs:
-        out.append(core._pos if core._seek(seq) == 1 else None)
-    core._detach()
-    return out
+    try:
+        yield core
+    finally:
+        core._detach()
+
+
+def seek(path: PathLike, cycle: int, layout: StoreLayout, seqs: Sequence[int]) -> list[int | None]:
+    """Positions of the headers of data documents `seqs` of a cycle file, found as a tailer finds them
+    (the native index lookup, which checks every entry it follows, then a walk); None for a sequence
+    the file does not hold."""
+    with tailer_core(path, cycle, layout) as core:
+        return [core._pos if core._seek(seq) == 1 else None for seq in seqs]

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chronq import _directory, _native
+from chronq import _directory
 from chronq.errors import ChronqError, CorruptQueueError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_format
 from chronq.store import (
@@ -49,7 +49,6 @@ from chronq.store import (
     NOT_COMPLETE,
     StoreLayout,
     align4,
-    open_regular,
     read_layout,
 )
 from chronq.table import TABLE_STORE_FILE, RollMetadata, TableStore
@@ -220,15 +219,7 @@ def _scan(path: Path, cycle: int, layout: StoreLayout) -> _Scan:
     in an EOF marker. Sequences count data documents only, as Chronicle's index does. The native
     tailer core does the walking (through the file's own index where it has one): a Python walk over
     every document would cost more than compressing them."""
-    fd = open_regular(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        m = _native.Map(fd, max(size, 16), False, os.fspath(path))
-    finally:
-        os.close(fd)
-    core = _native.TailerCore()
-    core._attach(_directory.geometry(m, cycle, layout))
-    try:
+    with _directory.tailer_core(path, cycle, layout) as core:
         end = core._seek_end()
         count, eof = end if end is not None else (0, False)
         step = 1
@@ -240,8 +231,6 @@ def _scan(path: Path, cycle: int, layout: StoreLayout) -> _Scan:
                 raise CorruptQueueError(os.fspath(path), core._pos,
                                         f"excerpt {seq} of {count} cannot be found")
             positions.append(core._pos)
-    finally:
-        core._detach()
     return _Scan(count, bool(eof), step, positions)
 
 

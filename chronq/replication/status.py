@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from chronq.replication.errors import ReplicationError
+from chronq.store import process_alive
 
 __all__ = ["HostStatus", "LinkStatus", "format_status", "read_status_file", "status_file_path",
            "write_status_file"]
@@ -104,13 +105,6 @@ def read_status_file(path: Path) -> HostStatus:
         raise ReplicationError(f"{path}: not a status file: {e}") from None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -122,7 +116,7 @@ def format_status(status: HostStatus) -> str:
     """A table of the links, and a note when the host that wrote the status is gone."""
     age = time.time() - status.updated
     head = f"host {status.host_id} (pid {status.pid}), status of {age:.1f} s ago"
-    if not _alive(status.pid):
+    if not process_alive(status.pid):
         head += f": process {status.pid} is not running, this status is stale"
     rows = [("queue", "role", "peer", "host", "state", "replicated", "acknowledged", "lag msgs", "lag s")]
     for s in status.links:

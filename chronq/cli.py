@@ -117,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replicate", help="run this host's part of a replication cluster until SIGTERM/SIGINT")
     r.add_argument("config", type=Path, help="QueueReplicationCfg YAML file (see docs/replication.md)")
     r.add_argument("--host-id", type=int, required=True, metavar="N", help="this host's hostId")
+    r.add_argument("--promote", action="store_true",
+                   help="fail-over: promote this host's sinks of the queues the configuration says it "
+                        "masters to writable sources, then run")
     r.add_argument("--status", action="store_true",
                    help="print the links of the running host N (replicated and acknowledged indexes, lag) "
                         "and exit")
@@ -192,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "archive":
             _archive(args.path, args.dest, args.compress, args.keep)
         elif args.command == "replicate":
-            _replicate(args.config, args.host_id, args.status)
+            _replicate(args.config, args.host_id, args.status, args.promote)
         elif args.command == "retain":
             _retain(args)
         elif args.command == "history":
@@ -341,7 +344,7 @@ def _archive(path: Path, dest: str, compress: str | None, keep: int) -> None:
               f"{entry['size']} -> {entry['archive_size']} bytes", flush=True)
 
 
-def _replicate(config: Path, host_id: int, status: bool = False) -> None:
+def _replicate(config: Path, host_id: int, status: bool = False, promote: bool = False) -> None:
     """Runs until SIGTERM or SIGINT, then stops every connection before returning (exit status 0).
     With `status`, prints what the running host last wrote to its status file instead."""
     import logging
@@ -361,7 +364,8 @@ def _replicate(config: Path, host_id: int, status: bool = False) -> None:
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    with ReplicatedQueue(config, host_id, status_file=status_file_path(config, host_id)) as rq:
+    with ReplicatedQueue(config, host_id, status_file=status_file_path(config, host_id),
+                         promote=promote) as rq:
         print(f"chronq replicate: host {host_id} running" +
               (f", source listening on {rq.address[0]}:{rq.address[1]}" if rq.address else ""), flush=True)
         while not done.wait(0.5):

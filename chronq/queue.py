@@ -596,7 +596,8 @@ def _prefix_len(index_count: int, index_spacing: int) -> int:
 def _refuse_sink(queue: Queue, what: str = "append to the source queue instead") -> None:
     """A replication sink mirrors its source index for index: a local write would make it diverge."""
     source = queue.table.get(REPLICATION_SINK, None) if queue.table is not None else None
-    if source is not None:
+    # the table store cannot remove a key: a promoted sink keeps it at -1 (no source)
+    if source is not None and source >= 0:
         raise ChronqError(f"{queue.path}: queue is a replication sink (of host {source}); it is written "
                           f"only by replication, {what}")
 

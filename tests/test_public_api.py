@@ -51,8 +51,8 @@ EXPORTS: dict[str, list[str]] = {
     "chronq.replication": [
         "AcknowledgedTailer", "AcknowledgementTimeout", "AuthenticationError", "ConfigError", "CycleClock",
         "HostStatus", "LinkStatus", "Position", "ProtocolError", "ReplicatedQueue", "ReplicationConfig",
-        "ReplicationError", "SinkWriter", "SourceReader", "last_acknowledged_index", "last_replicated_index",
-        "load_config", "parse_config", "wait_acknowledged",
+        "ReplicationError", "SinkWriter", "SourceReader", "SplitBrainError", "last_acknowledged_index",
+        "last_replicated_index", "load_config", "parse_config", "promote", "wait_acknowledged",
     ],
     "chronq.replication.acknowledged": [
         "AcknowledgedTailer", "last_acknowledged_index", "last_replicated_index", "wait_acknowledged",
@@ -61,6 +61,11 @@ EXPORTS: dict[str, list[str]] = {
     "chronq.replication.endpoints": ["ReplicatedQueue"],
     "chronq.replication.errors": [
         "AcknowledgementTimeout", "AuthenticationError", "ConfigError", "ProtocolError", "ReplicationError",
+        "SplitBrainError",
+    ],
+    "chronq.replication.failover": [
+        "NOT_A_SINK", "PROMOTED_AT", "PROMOTED_FROM", "check_same_history", "excerpt_hash", "last_excerpt",
+        "promote",
     ],
     "chronq.replication.protocol": [
         "Ack", "Auth", "Challenge", "DEFAULT_MAX_FRAME", "Error", "Excerpts", "Frame", "FrameDecoder",

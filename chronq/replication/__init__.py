@@ -18,7 +18,9 @@ from chronq.replication.errors import (
     ConfigError,
     ProtocolError,
     ReplicationError,
+    SplitBrainError,
 )
+from chronq.replication.failover import promote
 from chronq.replication.sink import CycleClock, Position, SinkWriter
 from chronq.replication.source import SourceReader
 from chronq.replication.status import HostStatus, LinkStatus
@@ -38,9 +40,11 @@ __all__ = [
     "ReplicationError",
     "SinkWriter",
     "SourceReader",
+    "SplitBrainError",
     "last_acknowledged_index",
     "last_replicated_index",
     "load_config",
     "parse_config",
+    "promote",
     "wait_acknowledged",
 ]

@@ -32,7 +32,9 @@ from chronq.replication.errors import (
     ConfigError,
     ProtocolError,
     ReplicationError,
+    SplitBrainError,
 )
+from chronq.replication.failover import NOT_A_SINK, check_same_history, last_excerpt, promote
 from chronq.replication.sink import Position, SinkWriter
 from chronq.replication.source import SourceReader
 from chronq.replication.status import (
@@ -48,6 +50,7 @@ from chronq.rollcycles import RollCycle, by_format
 from chronq.table import (
     LAST_ACKNOWLEDGED_INDEX_REPLICATED,
     LAST_INDEX_REPLICATED,
+    REPLICATION_SINK,
     UNLOCKED,
     TableStore,
     check_tailer_name,
@@ -107,7 +110,8 @@ class _Conn:
         frames, self._pending = self._pending, []
         for f in frames:
             if isinstance(f, p.Error):
-                raise ReplicationError(f"{self.peer} refused: {f.text}")
+                kind = SplitBrainError if f.text.startswith("split brain") else ReplicationError
+                raise kind(f"{self.peer} refused: {f.text}")
         return frames
 
     def expect(self, kind: type[p.Frame]) -> p.Frame:
@@ -232,8 +236,16 @@ class _Source:
         self._paths: dict[str, Path] = {}
         for name, qc in queues.items():
             path = cfg.source_path(qc, rq.host_id)
-            with chronq.open(path, roll_cycle=qc.roll_cycle):  # create it with its roll cycle now
-                pass
+            if rq.promote:
+                _promote_existing(path)
+            with chronq.open(path, roll_cycle=qc.roll_cycle) as q:  # create it with its roll cycle now
+                assert q.table is not None
+                source = q.table.get(REPLICATION_SINK, NOT_A_SINK)
+                if source is not None and source >= 0:
+                    # two masters of one queue would diverge: promoting is an explicit step
+                    raise ReplicationError(f"{path}: queue {name!r} is mastered by host {rq.host_id} in the "
+                                           f"configuration but is a replication sink of host {source}: "
+                                           "promote it first (chronq replicate --promote)")
             self._paths[name] = path
         self._listener = socket.create_server((me.host, me.port), reuse_port=False)
         self._listener.settimeout(0.2)
@@ -280,6 +292,9 @@ class _Source:
         except AuthenticationError as e:
             log.warning("replication: refused %s: %s", peer, e)
             conn.refuse("authentication failed")
+        except SplitBrainError as e:
+            log.error("replication: refused %s: %s", peer, e)
+            conn.refuse(str(e))
         except (ReplicationError, OSError) as e:
             log.warning("replication: connection from %s ended: %s", peer, e)
             conn.refuse(str(e))
@@ -320,6 +335,8 @@ class _Source:
             conn.send(_roll_info(q, self._rq.host_id))
             sub = conn.expect(p.Subscribe)
             assert isinstance(sub, p.Subscribe)
+            # before anything is sent: a sink with another history at an index must not be appended to
+            check_same_history(q, qc.name, sub.last_index, sub.last_hash, hello.host_id, self._rq.host_id)
             start = Position(None if sub.next_index < 0 else sub.next_index, sub.metadata)
             reader = SourceReader(q, start)
             log.info("replication: %s (host %d) follows %s from %s", conn.peer, hello.host_id, qc.name, start)
@@ -427,6 +444,12 @@ class _Sink:
                 self.subscribed = False
                 try:
                     self._conversation(conn)
+                except SplitBrainError as e:
+                    # retrying cannot help: the histories differ until an operator chooses one
+                    log.error("replication: %s from %s stopped: %s", self._qc.name, peer, e)
+                    conn.close()
+                    link.set_state(DISCONNECTED)
+                    return
                 except (ReplicationError, OSError) as e:
                     log.warning("replication: %s from %s: %s", self._qc.name, peer, e)
                 finally:
@@ -455,7 +478,9 @@ class _Sink:
         rc: RollCycle = _roll_cycle(info)
         with SinkWriter(self.path, rc, info.epoch, source_host=info.host_id) as writer:
             pos = writer.position
-            conn.send(p.Subscribe(-1 if pos.next_index is None else pos.next_index, pos.metadata))
+            last, digest = last_excerpt(writer.queue)
+            nxt = -1 if pos.next_index is None else pos.next_index
+            conn.send(p.Subscribe(nxt, pos.metadata, last, digest))
             link = self._link
             link.set_state(REPLICATING)
             link.sent(writer.last_data_index, time.time())
@@ -511,6 +536,12 @@ def _tls_contexts(cfg: ReplicationConfig, host_id: int) -> tuple[ssl.SSLContext,
     return server, client
 
 
+def _promote_existing(path: Path) -> None:
+    """Promote the queue at `path` if there is one and it is a sink (logged)."""
+    if (path / "metadata.cq4t").exists() and (was := promote(path)) is not None:
+        log.warning("replication: %s promoted: it was a sink of host %d", path, was)
+
+
 def _roll_cycle(info: p.QueueInfo) -> RollCycle:
     try:
         return by_format(info.roll_format, info.length_ms, info.index_count, info.index_spacing)
@@ -524,11 +555,14 @@ class ReplicatedQueue:
     `start()` and `stop()`."""
 
     def __init__(self, config: ReplicationConfig | str | os.PathLike[str], host_id: int,
-                 status_file: str | os.PathLike[str] | None = None) -> None:
+                 status_file: str | os.PathLike[str] | None = None, promote: bool = False) -> None:
         """`status_file`: keep `status()` there as JSON (replaced every heartbeat interval, removed by
-        `stop()`), for `chronq replicate --status` and monitoring scripts."""
+        `stop()`), for `chronq replicate --status` and monitoring scripts. `promote`: the queues this
+        host masters that are still replication sinks (it was a sink before a fail-over) are promoted
+        (`chronq.replication.promote`) before serving; without it such a queue is refused."""
         self.config = config if isinstance(config, ReplicationConfig) else load_config(config)
         self.host_id = host_id
+        self.promote = promote
         self.config.host(host_id)  # ConfigError for an unknown host now
         self._tls = _tls_contexts(self.config, host_id)
         self._stop = threading.Event()

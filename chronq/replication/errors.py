@@ -6,6 +6,7 @@ from chronq.errors import ChronqError
 
 __all__ = [
     "AcknowledgementTimeout", "AuthenticationError", "ConfigError", "ProtocolError", "ReplicationError",
+    "SplitBrainError",
 ]
 
 
@@ -31,3 +32,9 @@ class ConfigError(ReplicationError):
 class AcknowledgementTimeout(ReplicationError, TimeoutError):
     """No replica acknowledged an index within the time asked for. The excerpt is in the source queue:
     only its replication is unconfirmed (a sink down or slow, or a queue without `acknowledge: true`)."""
+
+
+class SplitBrainError(ReplicationError):
+    """A sink holds, at an index its source also wrote, a different excerpt (both were written to as
+    masters, e.g. after a fail-over). Replication of that queue to that sink stops: neither side is
+    overwritten or merged, an operator decides which history is kept."""

@@ -10,7 +10,8 @@ Conversation (the sink connects to the source host):
     source -> Challenge(source nonce, HMAC(key, "source" | sink nonce | source nonce | queue))
     sink   -> Auth(HMAC(key, "sink" | source nonce | sink nonce | queue))   (after checking the source's)
     source -> QueueInfo(roll cycle, epoch, source host id)
-    sink   -> Subscribe(next index, metadata documents already there)     (the sink's `Position`)
+    sink   -> Subscribe(next index, metadata documents already there,     (the sink's `Position`)
+                     last data index, sha256 of its bytes)          (split-brain check; -1 and b"")
     source -> Excerpts([(index, metadata, bytes), ...]) ... | Heartbeat
             | TailerPositions([(name, index, version), ...])   (replicated named tailers that moved)
     sink   -> Ack(last data index written) | Heartbeat
@@ -50,7 +51,7 @@ __all__ = [
     "proof",
 ]
 
-VERSION = 1
+VERSION = 2  # 2: Subscribe carries the sink's last excerpt and its hash
 DEFAULT_MAX_FRAME = 4 << 20
 MIN_MAX_FRAME = 1024
 NONCE_SIZE = 32
@@ -92,6 +93,8 @@ class QueueInfo:
 class Subscribe:
     next_index: int  # -1: the sink is empty
     metadata: int
+    last_index: int = -1  # the sink's last data excerpt (-1: none)
+    last_hash: bytes = b""  # sha256 of that excerpt's bytes (b"" without one)
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,10 @@ def encode(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
         body = _text(frame.roll_format) + struct.pack(">qiiqI", frame.length_ms, frame.index_count,
                                                       frame.index_spacing, frame.epoch, frame.host_id)
     elif isinstance(frame, Subscribe):
-        body = struct.pack(">qI", frame.next_index, frame.metadata)
+        if len(frame.last_hash) not in (0, 32):
+            raise ProtocolError(f"excerpt hash must be 0 or 32 bytes, not {len(frame.last_hash)}")
+        body = struct.pack(">qIqB", frame.next_index, frame.metadata, frame.last_index,
+                           len(frame.last_hash)) + frame.last_hash
     elif isinstance(frame, Excerpts):
         parts = [struct.pack(">I", len(frame.items))]
         for index, meta, data in frame.items:
@@ -253,8 +259,10 @@ def _decode(kind: int, b: _Body) -> Frame:
         length, count, spacing, epoch, host = b.unpack(">qiiqI")
         frame = QueueInfo(fmt, length, count, spacing, epoch, host)
     elif kind == 5:
-        nxt, meta = b.unpack(">qI")
-        frame = Subscribe(nxt, meta)
+        nxt, meta, last, n = b.unpack(">qIqB")
+        if n not in (0, 32):
+            raise ProtocolError(f"excerpt hash must be 0 or 32 bytes, not {n}")
+        frame = Subscribe(nxt, meta, last, b.take(n))
     elif kind == 6:
         (count,) = b.unpack(">I")
         if count * _EXCERPT.size > b.left:  # checked before building anything

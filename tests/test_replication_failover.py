@@ -1,0 +1,118 @@
+"""Fail-over between real `chronq replicate` processes: the source dies, a sink is promoted, a writer moves
+to it, the old source rejoins as a sink and catches up; a split brain is detected and refused."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import chronq
+from chronq.replication import ReplicationError, SplitBrainError, promote
+from chronq.replication import protocol as p
+from chronq.replication.failover import NOT_A_SINK, PROMOTED_FROM, check_same_history, excerpt_hash
+from chronq.table import REPLICATION_SINK
+from tests.replication_support import Host, excerpts, free_port, last_index, wait_until
+
+KEY = "a pre-shared key of the fail-over cluster"
+
+
+def write_config(folder: Path, ports: tuple[int, int], master: int) -> Path:
+    """Two hosts, each keeping queue1 in one folder (hostN/) whichever its role: fail-over is then only a
+    change of `masterId`."""
+    (folder / "cluster.key").write_text(KEY + "\n")
+    hosts = "".join(f'    host{h}: {{ hostId: {h}, connectUri: "127.0.0.1:{ports[h - 1]}", '
+                    f"baseSourcePath: host{h}, baseSinkPath: host{h} }},\n" for h in (1, 2))
+    path = folder / "cluster.yaml"
+    path.write_text("!QueueReplicationCfg {\n  cluster: {\n    context: !QueueClusterContext {\n"
+                    "      heartbeatIntervalMs: 200, heartbeatTimeoutMs: 3000, keyFile: cluster.key,\n"
+                    f"    }},\n{hosts}  }},\n  queues: {{\n"
+                    f"    queue1: {{ path: queue1, acknowledge: true, masterId: {master}, "
+                    "rollCycle: TEST_SECONDLY },\n  }\n}\n")
+    return path
+
+
+def append(path: Path, *messages: bytes) -> int:
+    with chronq.open(path) as q:
+        a = q.appender()
+        for m in messages:
+            index = a.write(m)
+        a.close()
+    return index
+
+
+def test_fail_over_catch_up_and_split_brain(tmp_path: Path) -> None:
+    ports = (free_port(), free_port())
+    config = write_config(tmp_path, ports, master=1)
+    q1, q2 = tmp_path / "host1/queue1", tmp_path / "host2/queue1"
+    h1, h2 = Host(config, 1), Host(config, 2)
+    hosts = [h1, h2]
+    try:
+        last = append(q1, *(b"before %d" % n for n in range(100)))
+        wait_until(lambda: last_index(q2) == last, 20, "host 2 to replicate")
+        h1.kill()  # the source dies
+        assert h2.stop() == 0
+        with chronq.open(q2) as q, pytest.raises(chronq.ChronqError, match="replication sink"):
+            q.appender()
+
+        # fail-over: the configuration names host 2 the master, host 2 is promoted and written to
+        write_config(tmp_path, ports, master=2)
+        h2 = Host(config, 2, "--promote")
+        hosts.append(h2)
+        assert "promoted: it was a sink of host 1" in h2.text()
+        with chronq.open(q2, readonly=True) as q:
+            assert q.table is not None
+            assert q.table.get(REPLICATION_SINK) == NOT_A_SINK and q.table.get(PROMOTED_FROM) == 1
+        last = append(q2, *(b"after %d" % n for n in range(50)))
+
+        # the old source comes back as a sink of host 2 and catches up
+        h1 = Host(config, 1)
+        hosts.append(h1)
+        wait_until(lambda: last_index(q1) == last, 20, "host 1 to catch up")
+        assert excerpts(q1) == excerpts(q2)
+        with chronq.open(q1) as q, pytest.raises(chronq.ChronqError, match="replication sink"):
+            q.appender()
+        assert h1.stop() == 0
+
+        # split brain: host 1 is written to as well (its sink key cleared for it), at host 2's next index
+        promote(q1)
+        diverged = append(q1, b"written on host 1 alone")
+        assert append(q2, b"written on host 2") == diverged
+        before = excerpts(q1)
+        h1 = Host(config, 1)
+        hosts.append(h1)
+        wait_until(lambda: "split brain" in h2.text(), 20, "host 2 to refuse host 1")
+        wait_until(lambda: "stopped: " in h1.text(), 20, "host 1 to stop replicating the queue")
+        refusal = next(line for line in h2.text().splitlines() if "split brain" in line)
+        assert re.search(rf"queue 'queue1' at index {diverged:#x}: host 1 and host 2", refusal), refusal
+        append(q2, b"more on host 2")
+        assert h1.proc.poll() is None  # the host runs on; only this queue's replication stopped
+        assert excerpts(q1) == before  # nothing overwritten, nothing merged
+    finally:
+        for h in hosts:
+            if h.proc.poll() is None:
+                h.stop()
+
+
+def test_sink_ahead_without_divergence_is_not_split_brain(tmp_path: Path) -> None:
+    """A sink holding more than its source, the source not having written past it: reported as a sink
+    ahead (it needs back-fill), and a sink with the same last excerpt passes."""
+    q = tmp_path / "q"
+    last = append(q, b"a", b"b")
+    with chronq.open(q) as src:
+        check_same_history(src, "q", last, excerpt_hash(b"b"), 2, 1)
+        check_same_history(src, "q", -1, b"", 2, 1)
+        with pytest.raises(ReplicationError, match="beyond the end") as e:
+            check_same_history(src, "q", last + 1, excerpt_hash(b"c"), 2, 1)
+        assert not isinstance(e.value, SplitBrainError)
+        with pytest.raises(SplitBrainError, match=f"at index {last:#x}: host 2 and host 1"):
+            check_same_history(src, "q", last, excerpt_hash(b"B"), 2, 1)
+
+
+def test_subscribe_frame_carries_the_hash() -> None:
+    frame = p.Subscribe(5, 1, 4, bytes(range(32)))
+    (decoded,) = p.FrameDecoder().feed(p.encode(frame))
+    assert decoded == frame
+    with pytest.raises(p.ProtocolError, match="0 or 32 bytes"):
+        p.encode(p.Subscribe(5, 1, 4, b"short"))

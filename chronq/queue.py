@@ -35,7 +35,14 @@ from chronq.store import (
     read_layout,
     remove_abandoned_files,
 )
-from chronq.table import REPLICATION_SINK, TABLE_STORE_FILE, RollMetadata, TableStore, check_tailer_name
+from chronq.table import (
+    REPLICATION_BACKFILL,
+    REPLICATION_SINK,
+    TABLE_STORE_FILE,
+    RollMetadata,
+    TableStore,
+    check_tailer_name,
+)
 from chronq.tailer import Excerpt, Tailer
 
 __all__ = ["CycleFile", "Queue", "open"]
@@ -600,6 +607,10 @@ def _refuse_sink(queue: Queue, what: str = "append to the source queue instead")
     if source is not None and source >= 0:
         raise ChronqError(f"{queue.path}: queue is a replication sink (of host {source}); it is written "
                           f"only by replication, {what}")
+    host = queue.table.get(REPLICATION_BACKFILL, None) if queue.table is not None else None
+    if host is not None and host >= 0:
+        raise ChronqError(f"{queue.path}: replication source (host {host}) is waiting for its sinks to "
+                          "back-fill what they hold beyond its end; it accepts writes once that is done")
 
 
 def _make_dirs(path: Path) -> None:

@@ -75,6 +75,9 @@ NORMALISED_EOFS_TO = "normalisedEOFsTo"
 #: present (holding the source host id) in the table store of a replication sink: local appenders
 #: are refused, only `chronq.replication` writes there (see docs/replication.md)
 REPLICATION_SINK = "chronq.replication.sinkOf"
+#: a replication source's own host id while it waits for its sinks to back-fill what they hold beyond
+#: its end (appenders are refused meanwhile, as on a sink), -1 once it accepts writes
+REPLICATION_BACKFILL = "chronq.replication.backfilling"
 
 # the keys (and defaults) a writable Java queue creates, in Java's order
 _QUEUE_KEYS = (

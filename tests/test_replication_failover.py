@@ -18,7 +18,7 @@ from tests.replication_support import Host, excerpts, free_port, last_index, wai
 KEY = "a pre-shared key of the fail-over cluster"
 
 
-def write_config(folder: Path, ports: tuple[int, int], master: int) -> Path:
+def write_config(folder: Path, ports: tuple[int, int], master: int, backfill_ms: int = 0) -> Path:
     """Two hosts, each keeping queue1 in one folder (hostN/) whichever its role: fail-over is then only a
     change of `masterId`."""
     (folder / "cluster.key").write_text(KEY + "\n")
@@ -27,6 +27,7 @@ def write_config(folder: Path, ports: tuple[int, int], master: int) -> Path:
     path = folder / "cluster.yaml"
     path.write_text("!QueueReplicationCfg {\n  cluster: {\n    context: !QueueClusterContext {\n"
                     "      heartbeatIntervalMs: 200, heartbeatTimeoutMs: 3000, keyFile: cluster.key,\n"
+                    f"      backfillTimeoutMs: {backfill_ms},\n"
                     f"    }},\n{hosts}  }},\n  queues: {{\n"
                     f"    queue1: {{ path: queue1, acknowledge: true, masterId: {master}, "
                     "rollCycle: TEST_SECONDLY },\n  }\n}\n")
@@ -89,6 +90,41 @@ def test_fail_over_catch_up_and_split_brain(tmp_path: Path) -> None:
         append(q2, b"more on host 2")
         assert h1.proc.poll() is None  # the host runs on; only this queue's replication stopped
         assert excerpts(q1) == before  # nothing overwritten, nothing merged
+    finally:
+        for h in hosts:
+            if h.proc.poll() is None:
+                h.stop()
+
+
+def test_back_fill_from_a_demoted_sink(tmp_path: Path) -> None:
+    """Host 2 was promoted and written to while host 1 was down, then demoted again: host 1, master again,
+    refuses local writes until host 2 has replayed what it holds beyond host 1's end."""
+    ports = (free_port(), free_port())
+    config = write_config(tmp_path, ports, master=1)
+    q1, q2 = tmp_path / "host1/queue1", tmp_path / "host2/queue1"
+    hosts = [Host(config, 1), Host(config, 2)]
+    try:
+        last = append(q1, *(b"before %d" % n for n in range(100)))
+        wait_until(lambda: last_index(q2) == last, 20, "host 2 to replicate")
+        hosts[0].kill()
+        assert hosts[1].stop() == 0
+        write_config(tmp_path, ports, master=2)
+        hosts.append(Host(config, 2, "--promote"))
+        last = append(q2, *(b"on host 2 %d" % n for n in range(70)))
+        assert hosts[-1].stop() == 0
+
+        write_config(tmp_path, ports, master=1, backfill_ms=20_000)
+        hosts.append(Host(config, 1))
+        with chronq.open(q1) as q, pytest.raises(chronq.ChronqError, match="back-fill"):
+            q.appender()
+        hosts.append(Host(config, 2))  # a sink again, holding more than its source
+        wait_until(lambda: "accepts writes" in hosts[-2].text(), 20, "the back-fill")
+        assert last_index(q1) == last
+        assert excerpts(q1) == excerpts(q2)
+        assert "back-filled 70 documents from host 2" in hosts[-2].text()
+        last = append(q1, b"host 1 writes again")
+        wait_until(lambda: last_index(q2) == last, 20, "host 2 to follow host 1 again")
+        assert excerpts(q1) == excerpts(q2)
     finally:
         for h in hosts:
             if h.proc.poll() is None:

@@ -77,6 +77,7 @@ class ReplicationConfig:
     key: bytes | None
     max_frame: int
     tls_ca: Path | None = None
+    backfill_timeout_ms: int = 0  # 0: no back-fill (a sink ahead of its source is refused)
 
     def host(self, host_id: int) -> HostCfg:
         try:
@@ -155,6 +156,7 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
         raise ConfigError(f"{where}: heartbeatTimeoutMs ({timeout}) must exceed heartbeatIntervalMs "
                           f"({interval})")
     max_frame = _int(ctx, "maxFrameSize", where, DEFAULT_MAX_FRAME, MIN_MAX_FRAME)
+    backfill = _int(ctx, "backfillTimeoutMs", where, 0, 0)
     src_base = _str(ctx, "baseSourcePath", where, "replica/source")
     sink_base = _str(ctx, "baseSinkPath", where, "replica/sink")
     tls_ca = _path(ctx, "tlsCaFile", where, base)
@@ -215,7 +217,7 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
         queues[name] = QueueCfg(name, _relative(_str(q, "path", where, name), where), master, ack, roll)
     if not queues:
         raise ConfigError("queues: no queue to replicate")
-    return ReplicationConfig(hosts, queues, interval, timeout, key, max_frame, tls_ca)
+    return ReplicationConfig(hosts, queues, interval, timeout, key, max_frame, tls_ca, backfill)
 
 
 def load_config(path: str | os.PathLike[str]) -> ReplicationConfig:

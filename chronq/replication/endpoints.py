@@ -35,7 +35,7 @@ from chronq.replication.errors import (
     SplitBrainError,
 )
 from chronq.replication.failover import NOT_A_SINK, check_same_history, last_excerpt, promote
-from chronq.replication.sink import Position, SinkWriter
+from chronq.replication.sink import Position, SinkWriter, read_position
 from chronq.replication.source import SourceReader
 from chronq.replication.status import (
     AUTHENTICATING,
@@ -50,6 +50,7 @@ from chronq.rollcycles import RollCycle, by_format
 from chronq.table import (
     LAST_ACKNOWLEDGED_INDEX_REPLICATED,
     LAST_INDEX_REPLICATED,
+    REPLICATION_BACKFILL,
     REPLICATION_SINK,
     UNLOCKED,
     TableStore,
@@ -246,7 +247,18 @@ class _Source:
                     raise ReplicationError(f"{path}: queue {name!r} is mastered by host {rq.host_id} in the "
                                            f"configuration but is a replication sink of host {source}: "
                                            "promote it first (chronq replicate --promote)")
+                # back-fill: no local write until every sink said where it ends (or the time is up)
+                if cfg.backfill_timeout_ms:
+                    q.table.set(REPLICATION_BACKFILL, rq.host_id)
+                elif REPLICATION_BACKFILL in q.table:  # left by a host stopped while it waited
+                    q.table.set(REPLICATION_BACKFILL, NOT_A_SINK)
             self._paths[name] = path
+        self._backfill_lock = threading.Lock()
+        # per queue, the sink hosts that have not said where they end yet (while the queue is locked)
+        sinks = {h for h in cfg.hosts if h != rq.host_id}
+        self._waiting: dict[str, set[int]] = {name: set(sinks) for name in queues} \
+            if cfg.backfill_timeout_ms else {}
+        self._backfill_until = time.monotonic() + cfg.backfill_timeout_ms / 1000
         self._listener = socket.create_server((me.host, me.port), reuse_port=False)
         self._listener.settimeout(0.2)
         self.address = self._listener.getsockname()[:2]
@@ -260,6 +272,9 @@ class _Source:
     def _accept(self) -> None:
         stop = self._rq._stop
         while not stop.is_set():
+            if self._waiting and time.monotonic() >= self._backfill_until:
+                for name in list(self._waiting):
+                    self._reported(name, None)
             try:
                 sock, addr = self._listener.accept()
             except TimeoutError:
@@ -335,8 +350,16 @@ class _Source:
             conn.send(_roll_info(q, self._rq.host_id))
             sub = conn.expect(p.Subscribe)
             assert isinstance(sub, p.Subscribe)
-            # before anything is sent: a sink with another history at an index must not be appended to
-            check_same_history(q, qc.name, sub.last_index, sub.last_hash, hello.host_id, self._rq.host_id)
+            try:
+                with self._backfill_lock:
+                    last = q.last_index
+                    ahead = sub.last_index >= 0 and (last is None or sub.last_index > last)
+                    if ahead and qc.name in self._waiting:
+                        self._backfill(conn, q, hello.host_id)
+                # before anything is sent: a sink with another history at an index must not be appended to
+                check_same_history(q, qc.name, sub.last_index, sub.last_hash, hello.host_id, self._rq.host_id)
+            finally:
+                self._reported(qc.name, hello.host_id)
             start = Position(None if sub.next_index < 0 else sub.next_index, sub.metadata)
             reader = SourceReader(q, start)
             log.info("replication: %s (host %d) follows %s from %s", conn.peer, hello.host_id, qc.name, start)
@@ -395,6 +418,51 @@ class _Source:
         self._listener.close()
         for t in self._threads:
             t.join(5)
+
+    def _reported(self, name: str, host: int | None) -> None:
+        """Sink `host` said where it ends (None: the back-fill time is up): once every sink of the queue
+        did, the source accepts local writes."""
+        with self._backfill_lock:
+            waiting = self._waiting.get(name)
+            if waiting is None:
+                return
+            if host is None:
+                log.warning("replication: %s: no back-fill from host(s) %s within %d ms; accepting writes",
+                            name, sorted(waiting), self._rq.config.backfill_timeout_ms)
+                waiting.clear()
+            waiting.discard(host if host is not None else -1)
+            if waiting:
+                return
+            del self._waiting[name]
+            with chronq.open(self._paths[name]) as q:
+                assert q.table is not None
+                q.table.set(REPLICATION_BACKFILL, NOT_A_SINK)
+            log.info("replication: %s accepts writes", name)
+
+    def _backfill(self, conn: _Conn, q: chronq.Queue, sink_host: int) -> None:
+        """Ask the sink for what it holds beyond this source's end and append it here at the same
+        indexes. The sink first checks it holds this source's last excerpt (else: split brain)."""
+        last, digest = last_excerpt(q)
+        pos = read_position(q)
+        conn.send(p.Subscribe(-1 if pos.next_index is None else pos.next_index, pos.metadata, last, digest))
+        count = 0
+        with SinkWriter(q.path, q.roll_cycle, q.epoch, mark=False) as writer:
+            while True:
+                frames = conn.poll(0.1)
+                for i, f in enumerate(frames):
+                    if isinstance(f, p.Heartbeat):
+                        continue
+                    if not isinstance(f, p.Excerpts):
+                        raise ProtocolError(f"expected back-filled excerpts, got {type(f).__name__}")
+                    if not f.items:  # the end of the back-fill
+                        conn._pending = frames[i + 1:] + conn._pending
+                        log.info("replication: %s back-filled %d documents from host %d", q.path, count,
+                                 sink_host)
+                        return
+                    writer.write_all(f.items)
+                    count += len(f.items)
+                if time.monotonic() - conn.last_recv > conn.timeout:
+                    raise ReplicationError(f"no back-fill from host {sink_host} for {conn.timeout} s")
 
 
 class _Sink:
@@ -494,6 +562,8 @@ class _Sink:
                         conn.send(p.Ack(writer.last_data_index))
                         link.sent(writer.last_data_index, time.time())
                         link.acked(writer.last_data_index)
+                    elif isinstance(f, p.Subscribe):  # the source asks for a back-fill
+                        self._send_backfill(conn, writer, f)
                     elif isinstance(f, p.TailerPositions):
                         table = writer.queue.table
                         assert table is not None
@@ -504,6 +574,22 @@ class _Sink:
                     conn.send(p.Heartbeat())
                 if time.monotonic() - conn.last_recv > conn.timeout:
                     raise ReplicationError(f"no heartbeat for {conn.timeout} s")
+
+
+    def _send_backfill(self, conn: _Conn, writer: SinkWriter, sub: p.Subscribe) -> None:
+        """Send the source what this sink holds beyond the source's end (`sub`), then an empty batch."""
+        qc, cfg = self._qc, self._rq.config
+        check_same_history(writer.queue, qc.name, sub.last_index, sub.last_hash, qc.master_id,
+                           self._rq.host_id)
+        reader = SourceReader(writer.queue, Position(None if sub.next_index < 0 else sub.next_index,
+                                                     sub.metadata))
+        try:
+            while items := reader.read_batch(BATCH_COUNT, cfg.max_frame // 2):
+                conn.send(p.Excerpts(items))
+        finally:
+            reader.close()
+        conn.send(p.Excerpts([]))
+        log.info("replication: %s: back-filled host %d", qc.name, qc.master_id)
 
 
 def _tls_contexts(cfg: ReplicationConfig, host_id: int) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:

@@ -131,7 +131,9 @@ class SinkWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], roll_cycle: RollCycle, epoch: int = 0,
-                 source_host: int = 0, block_size: int | None = None) -> None:
+                 source_host: int = 0, block_size: int | None = None, mark: bool = True) -> None:
+        """`mark`: record the queue as a sink of `source_host` (False for a source being back-filled,
+        which stays a source)."""
         self.path = Path(path)
         self._rc = by_format(roll_cycle.format, roll_cycle.length_ms, roll_cycle.index_count,
                              roll_cycle.index_spacing)
@@ -140,7 +142,8 @@ class SinkWriter:
         try:
             table = self.queue.table
             assert table is not None
-            table.set(REPLICATION_SINK, source_host)
+            if mark:
+                table.set(REPLICATION_SINK, source_host)
             self._clock.set_cycle(max(self.queue._fresh_cycles(), default=0))
             # not Queue.appender(): that refuses sinks, and this is the one writer a sink has
             self._appender = Appender(self.queue)

@@ -34,7 +34,7 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Challenge, nonce, st.binary(min_size=32, max_size=32)),
     st.builds(Auth, st.binary(min_size=32, max_size=32)),
     st.builds(QueueInfo, text, i64, i32, i32, i64, u32),
-    st.builds(Subscribe, i64, u32),
+    st.builds(Subscribe, i64, u32, i64, st.sampled_from([b"", bytes(range(32))])),
     st.builds(Excerpts, st.lists(st.tuples(i64, st.booleans(), st.binary(max_size=200)), max_size=8)),
     st.just(Heartbeat()),
     st.builds(Ack, i64),

@@ -29,6 +29,7 @@ import builtins
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import zlib
@@ -315,8 +316,10 @@ def _archive_locked(d: _directory.Directory, rc: RollCycle, now: int, dest: str 
     if finished:
         fs.makedirs(root, exist_ok=True)
     done = []
+    following = {c: nxt for (c, _), (nxt, _) in itertools.pairwise(files)}
     for cycle, path, _layout, scan in finished:
-        entry = _archive_cycle(fs, root, manifest, rc, cycle, path, scan, compress, level, frame)
+        entry = _archive_cycle(fs, root, manifest, rc, cycle, path, scan, compress, level, frame,
+                               following.get(cycle))
         if entry is not None:
             done.append(entry)
         os.unlink(path)
@@ -337,9 +340,11 @@ def _sha256_file(path: Path) -> str:
 
 
 def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, cycle: int, path: Path,
-                   scan: _Scan, compress: str | None, level: int, frame: int) -> dict[str, Any] | None:
+                   scan: _Scan, compress: str | None, level: int, frame: int,
+                   next_cycle: int | None) -> dict[str, Any] | None:
     """Archive one cycle file and publish its manifest entry; None when a killed earlier run already
-    did (the queue's copy then only has to go)."""
+    did (the queue's copy then only has to go). `next_cycle` is the cycle file after it in the queue
+    (None: it was the last): a reader of archive and queue together checks nothing went missing between."""
     known = next((e for e in manifest["cycles"] if e["cycle"] == cycle), None)
     if known is not None:
         if known["sha256"] != _sha256_file(path):
@@ -367,7 +372,7 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
         "first_index": rc.to_index(cycle, 0) if scan.count else None,
         "last_index": rc.to_index(cycle, scan.count - 1) if scan.count else None,
         "size": size, "archive_size": out_size, "sha256": sha, "frames": frames,
-        "seek": {"step": scan.step, "positions": scan.positions},
+        "seek": {"step": scan.step, "positions": scan.positions}, "next_cycle": next_cycle,
     }
     # read back what the filesystem stored before anything refers to it
     got = hashlib.sha256()

@@ -41,7 +41,7 @@ DEFAULT_BATCH_ROWS = 65_536
 KNOWN_OPTIONS = (
     "path", "startIndex", "endIndex", "startCycle", "endCycle", "includeMetadata", "partitionRows",
     "batchRows", "decode", "pushFilters", "maxRowsPerTrigger", "startingOffsets", "interface", "type",
-    "sinkId", "checkpointLocation", "codecKeys",
+    "sinkId", "checkpointLocation", "codecKeys", "archive",
 )
 
 
@@ -65,6 +65,7 @@ class Options:
     dto_type: str | None = None
     storage: tuple[tuple[str, str], ...] = ()  # `storage.*` options: fsspec's, for an archive URL
     keys: str | None = None  # module:QualName of a function returning chronq.codecs.Keys (never the keys)
+    archive: str | None = None  # an archive URL read before the live queue at `path` (one union view)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -108,6 +109,7 @@ class Options:
             dto_type=_class_opt(options, "type"),
             storage=tuple(sorted(_archived.storage_options(options).items())),
             keys=_class_opt(options, "codecKeys"),
+            archive=options.get("archive") or None,
         )
 
 
@@ -310,7 +312,14 @@ class BatchReader(_Reading, DataSourceReader):
         if _archived.is_archive(self.opts.path, storage):
             return [InputPartition(r) for r in _archived.ranges(
                 self.opts.path, storage, self.first_cycle, self.last_cycle, self.lo_index, self.hi_index)]
-        for st in _plan.snapshot(self.opts.path, self.first_cycle, self.last_cycle):
+        live = _plan.snapshot(self.opts.path, self.first_cycle, self.last_cycle)
+        if self.opts.archive is not None:
+            # live cycles win: a cycle archived but not yet deleted from the queue is read once, there
+            skip = _archived.seam(self.opts.archive, storage, self.opts.path, live)
+            out.extend(InputPartition(r) for r in _archived.ranges(
+                self.opts.archive, storage, self.first_cycle, self.last_cycle, self.lo_index, self.hi_index,
+                skip=skip))
+        for st in live:
             lo, hi = 0, st.count
             if self.lo_index is not None:
                 lo = _seq_bound(self.lo_index, st)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import chronq
 from chronq import archive as archives
 from tests.spark_support import spark_session
 from tests.test_archive import make_queue, s3, s3_endpoint
@@ -88,3 +89,30 @@ def test_union_refuses_a_cycle_missing_between_archive_and_queue(tmp_path: Path,
     live[0].unlink()  # cycle 2 deleted without being archived
     with pytest.raises(Exception, match="neither archived nor in"):
         spark.read.format("chronq").option("archive", str(arch)).load(str(q)).collect()
+
+
+def test_stream_starts_in_the_archive_and_follows_the_live_queue(tmp_path: Path, spark: Any) -> None:
+    q, arch, out, ckpt = tmp_path / "q", tmp_path / "arch", tmp_path / "out", tmp_path / "ckpt"
+    clock, written = make_queue(q, 5, 200)
+    archives.archive(q, arch, clock=clock, keep=1)  # cycles 0-2 archived, 3 and 4 live
+
+    def run() -> None:
+        stream = (spark.readStream.format("chronq").option("archive", str(arch))
+                  .option("maxRowsPerTrigger", "300").load(str(q)).select("index", "payload"))
+        query = (stream.writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    run()
+    # more messages, and cycle 3 moves to the archive between the two runs of the query
+    with chronq.open(q, clock=clock) as queue:
+        appender = queue.appender()
+        written += [(appender.write(b"late %d" % i), b"late %d" % i) for i in range(50)]
+    archives.archive(q, arch, clock=clock)
+    assert len(list(q.glob("*.cq4"))) == 1  # only the current cycle 4 is left in the queue
+    run()
+    got = sorted((r["index"], bytes(r["payload"])) for r in spark.read.parquet(str(out)).collect())
+    assert got == written  # each message once, in index order, archive first
+    batches = sorted(p.name for p in (ckpt / "offsets").iterdir() if p.name.isdigit())
+    assert len(batches) == 5  # 1000 rows at 300 a batch (4), then the 50 late ones (1)

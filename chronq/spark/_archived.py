@@ -63,6 +63,22 @@ def ranges(url: str, storage: Mapping[str, str], first_cycle: int | None, last_c
     return out
 
 
+def whole_cycles(url: str, storage: Mapping[str, str], first_cycle: int, last_cycle: int | None,
+                 skip: Collection[int]) -> list[ArchivedRange]:
+    """Every archived cycle from `first_cycle` to `last_cycle` (inclusive) as one whole range each,
+    except those in `skip`: what a stream plans its archived offsets from."""
+    out = []
+    with archive.open(url, storage_options=storage) as a:
+        for cycle in a.cycles():
+            if cycle in skip or cycle < first_cycle or (last_cycle is not None and cycle > last_cycle):
+                continue
+            entry = a.entry(cycle)
+            _, layout = a._cycle(cycle)
+            out.append(ArchivedRange(url, cycle, layout.cycle_shift, layout.aligned, 0, 0, 0, entry["count"],
+                                     entry["size"], tuple(sorted(storage.items()))))
+    return out
+
+
 def seam(url: str, storage: Mapping[str, str], queue_dir: str, live: Sequence[CycleState]) -> set[int]:
     """The archived cycles a union of archive `url` and the queue at `queue_dir` reads from the queue
     instead (those present in both: archived, not yet deleted), after proving the union has no gap.

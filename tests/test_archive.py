@@ -270,6 +270,10 @@ def test_cli_archives_and_reports(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert [line.split()[2] for line in p.stdout.splitlines()] == ["0", "1"]
     assert len(read_archive(str(tmp_path / "arch"))) == 20
+    again = _cli("archive", str(tmp_path / "q"), str(tmp_path / "arch"), "--read-back")
+    assert again.returncode == 0, again.stderr
+    assert [line.split()[2] for line in again.stdout.splitlines()] == ["2"]
+    assert len(read_archive(str(tmp_path / "arch"))) == 30
     bad = _cli("archive", str(tmp_path / "q"), str(tmp_path / "arch"), "--keep", "-1")
     assert bad.returncode == 2 and "--keep" in bad.stderr
 

@@ -12,12 +12,18 @@ length, crc32 of the frame's bytes]`` and a sparse sequence index (every `step`-
 so neither the reader nor a seek walks a cycle from its start. An uncompressed archive is a plain copy
 with the same frame index (frames of `FRAME` bytes, stored as is), so both are read and checked alike.
 
-Crash safety. For each cycle: write the archive object, read it back and compare its sha256 with the
-original's, publish the manifest with the new entry (atomically: a rename locally, one PUT on object
-storage), and only then delete the cycle file from the queue. A kill at any point leaves every cycle
-either still in the queue or complete in the archive with a valid manifest entry (or both: the next run
-checks the queue's copy against the manifest and deletes it). An archive object without a manifest entry
-is a leftover of a killed run and is overwritten.
+Crash safety. For each cycle: write the archive object in one pass over the original (the sha256 of
+the file and each frame's crc32 are computed from the very bytes handed to the compressor), make it
+durable (fsync locally; on object storage the upload, checksummed by the transport, completes when the
+file is closed), check that the filesystem holds every byte written, publish the manifest with the new
+entry (atomically: a rename locally, one PUT on object storage), and only then delete the cycle file
+from the queue. A kill at any point leaves every cycle either still in the queue or complete in the
+archive with a valid manifest entry (or both: the next run checks the queue's copy against the
+manifest and deletes it). An archive object without a manifest entry is a leftover of a killed run and
+is overwritten. The stored bytes are not read back by default: locally that would read the page cache,
+proving nothing about the disk; zstd is trusted to decompress what it compressed; and damage found
+later is still never read as data (each frame carries a zstd checksum and its crc32 in the manifest).
+`read_back=True` adds that second pass, decompressing and hashing the stored archive once more.
 
 Credentials come from fsspec's usual configuration (environment, config files, `storage_options`); they
 are never written to the manifest or to an error message.
@@ -29,7 +35,9 @@ import builtins
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
+import mmap
 import os
 import zlib
 from collections import OrderedDict
@@ -117,6 +125,28 @@ def _atomic_write(fs: Any, path: str, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def _mapped(path: Path) -> Iterator[memoryview]:
+    """The whole file `path`, mapped read-only (empty for an empty file, which cannot be mapped)."""
+    with builtins.open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if not size:
+            yield memoryview(b"")
+            return
+        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as m:
+            m.madvise(mmap.MADV_SEQUENTIAL)
+            with memoryview(m) as view:
+                yield view
+
+
+def _create(fs: Any, path: str, local: bool) -> Any:
+    """A new file at `path`; locally a plain file, whose descriptor `os.fsync` takes."""
+    if not local:
+        return fs.open(path, "wb")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return builtins.open(path, "wb")
 
 
 def _zstd() -> Any:
@@ -245,6 +275,7 @@ def archive(
     storage_options: Mapping[str, Any] | None = None,
     level: int = 3,
     frame: int = FRAME,
+    read_back: bool = False,
 ) -> list[dict[str, Any]]:
     """Move the queue's finished cycles to `dest`; returns the manifest entries of the cycles moved.
 
@@ -253,6 +284,8 @@ def archive(
     the queue. `compress` is None (a plain copy) or ``"zstd"`` (at `level`, in frames of `frame` bytes of
     the original). Cycles go oldest first and
     only up to the first unfinished one, so the archive and the queue each hold a contiguous run.
+    `read_back` reads every archive file back and checks its sha256 before publishing it (a second pass
+    over the data; by default the written size is checked, see the module's crash-safety note).
     """
     if compress not in (None, "zstd"):
         raise ValueError(f"compress is None or 'zstd', not {compress!r}")
@@ -266,7 +299,7 @@ def archive(
         raise ChronqError(f"{d.path}: no roll cycle (no metadata.cq4t and no cycle file): nothing to archive")
     now = rc.cycle_at((clock or SystemClock()).millis(), d.epoch)
     with _archive_lock(d.path):
-        return _archive_locked(d, rc, now, dest, compress, keep, storage_options, level, frame)
+        return _archive_locked(d, rc, now, dest, compress, keep, storage_options, level, frame, read_back)
 
 
 @contextlib.contextmanager
@@ -288,7 +321,7 @@ def _archive_lock(queue: Path) -> Iterator[None]:
 
 def _archive_locked(d: _directory.Directory, rc: RollCycle, now: int, dest: str | os.PathLike[str],
                     compress: str | None, keep: int, storage_options: Mapping[str, Any] | None, level: int,
-                    frame: int) -> list[dict[str, Any]]:
+                    frame: int, read_back: bool) -> list[dict[str, Any]]:
     fs, root = _filesystem(dest, storage_options)
     manifest = _load_manifest(fs, root)
     roll = _roll_json(rc, d.epoch)
@@ -315,8 +348,10 @@ def _archive_locked(d: _directory.Directory, rc: RollCycle, now: int, dest: str 
     if finished:
         fs.makedirs(root, exist_ok=True)
     done = []
+    following = {c: nxt for (c, _), (nxt, _) in itertools.pairwise(files)}
     for cycle, path, _layout, scan in finished:
-        entry = _archive_cycle(fs, root, manifest, rc, cycle, path, scan, compress, level, frame)
+        entry = _archive_cycle(fs, root, manifest, rc, cycle, path, scan, compress, level, frame,
+                               following.get(cycle), read_back)
         if entry is not None:
             done.append(entry)
         os.unlink(path)
@@ -337,9 +372,11 @@ def _sha256_file(path: Path) -> str:
 
 
 def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, cycle: int, path: Path,
-                   scan: _Scan, compress: str | None, level: int, frame: int) -> dict[str, Any] | None:
+                   scan: _Scan, compress: str | None, level: int, frame: int,
+                   next_cycle: int | None, read_back: bool) -> dict[str, Any] | None:
     """Archive one cycle file and publish its manifest entry; None when a killed earlier run already
-    did (the queue's copy then only has to go)."""
+    did (the queue's copy then only has to go). `next_cycle` is the cycle file after it in the queue
+    (None: it was the last): a reader of archive and queue together checks nothing went missing between."""
     known = next((e for e in manifest["cycles"] if e["cycle"] == cycle), None)
     if known is not None:
         if known["sha256"] != _sha256_file(path):
@@ -349,17 +386,27 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
     name = path.name + (".zst" if compress == "zstd" else "")
     target = f"{root}/{name}"
     cctx = _zstd().ZstdCompressor(level=level, write_checksum=True) if compress == "zstd" else None
+    # one pass over the original: each frame is hashed (sha256 of the file, crc32 of the frame) from
+    # the very bytes that are compressed and written
     h = hashlib.sha256()
     frames: list[list[int]] = []
     size = out_size = 0
-    with builtins.open(path, "rb") as src, fs.open(target, "wb") as out:
-        while chunk := src.read(frame):
-            h.update(chunk)
-            data = cctx.compress(chunk) if cctx is not None else chunk
-            out.write(data)
-            frames.append([size, out_size, len(data), zlib.crc32(chunk)])
-            size += len(chunk)
-            out_size += len(data)
+    local = _is_local(fs)
+    with _mapped(path) as src, _create(fs, target, local) as out:
+        # frames are views of the mapped file: hashing and compressing read the page cache directly,
+        # with no copy into a bytes object per frame
+        while size < len(src):
+            with src[size:size + frame] as chunk:
+                h.update(chunk)
+                data = cctx.compress(chunk) if cctx is not None else chunk
+                out.write(data)
+                frames.append([size, out_size, len(data), zlib.crc32(chunk)])
+                size += len(chunk)
+                out_size += len(data)
+                del data
+        if local:  # on disk before the manifest can name it (object storage: the upload ends at close)
+            out.flush()
+            os.fsync(out.fileno())
     sha = h.hexdigest()
     entry: dict[str, Any] = {
         "cycle": cycle, "file": path.name, "archive": name, "compression": compress,
@@ -367,18 +414,24 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
         "first_index": rc.to_index(cycle, 0) if scan.count else None,
         "last_index": rc.to_index(cycle, scan.count - 1) if scan.count else None,
         "size": size, "archive_size": out_size, "sha256": sha, "frames": frames,
-        "seek": {"step": scan.step, "positions": scan.positions},
+        "seek": {"step": scan.step, "positions": scan.positions}, "next_cycle": next_cycle,
     }
-    # read back what the filesystem stored before anything refers to it
-    got = hashlib.sha256()
-    reader = _CycleReader(fs, root, entry)
-    try:
-        for i in range(len(frames)):
-            got.update(reader.frame(i, cache=False))
-    finally:
-        reader.close()
-    if got.hexdigest() != sha:
-        raise CorruptQueueError(target, 0, f"read back with sha256 {got.hexdigest()}, the original has {sha}")
+    # what the filesystem stored must be all of it before anything refers to it
+    stored = fs.size(target)
+    if stored != out_size:
+        raise CorruptQueueError(target, min(stored, out_size), f"the filesystem holds {stored} bytes of "
+                                                              f"the {out_size} written")
+    if read_back:
+        got = hashlib.sha256()
+        reader = _CycleReader(fs, root, entry)
+        try:
+            for i in range(len(frames)):
+                got.update(reader.frame(i, cache=False))
+        finally:
+            reader.close()
+        if got.hexdigest() != sha:
+            raise CorruptQueueError(target, 0, f"read back with sha256 {got.hexdigest()}, the original has "
+                                               f"{sha}")
     manifest["cycles"] = sorted([*manifest["cycles"], entry], key=lambda e: e["cycle"])
     _atomic_write(fs, f"{root}/{MANIFEST}", json.dumps(manifest, separators=(",", ":")).encode())
     return entry

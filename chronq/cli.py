@@ -114,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     ar.add_argument("--compress", choices=["zstd"], default=None, help="zstd frames (seekable)")
     ar.add_argument("--keep", type=int, default=0, metavar="N",
                     help="leave the newest N finished cycles in the queue")
+    ar.add_argument("--read-back", action="store_true",
+                    help="read each archive file back and check its sha256 before publishing it")
     r = sub.add_parser("replicate", help="run this host's part of a replication cluster until SIGTERM/SIGINT")
     r.add_argument("config", type=Path, help="QueueReplicationCfg YAML file (see docs/replication.md)")
     r.add_argument("--host-id", type=int, required=True, metavar="N", help="this host's hostId")
@@ -193,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "dump":
             _dump(args.path, args.json)
         elif args.command == "archive":
-            _archive(args.path, args.dest, args.compress, args.keep)
+            _archive(args.path, args.dest, args.compress, args.keep, args.read_back)
         elif args.command == "replicate":
             _replicate(args.config, args.host_id, args.status, args.promote)
         elif args.command == "retain":
@@ -330,7 +332,7 @@ def _retain(args: argparse.Namespace) -> None:
         sys.stdout.write(f"protected from cycle {result.protected_from}: {why}\n")
 
 
-def _archive(path: Path, dest: str, compress: str | None, keep: int) -> None:
+def _archive(path: Path, dest: str, compress: str | None, keep: int, read_back: bool = False) -> None:
     """One line per cycle moved; the destination is printed as given (credentials never come from
     the command line but from the filesystem library's configuration)."""
     from chronq import archive
@@ -339,7 +341,7 @@ def _archive(path: Path, dest: str, compress: str | None, keep: int) -> None:
         raise UsageError(f"--keep is not negative: {keep}")
     if not path.is_dir():
         raise ChronqError(f"{path}: no queue directory")
-    for entry in archive.archive(path, dest, compress=compress, keep=keep):
+    for entry in archive.archive(path, dest, compress=compress, keep=keep, read_back=read_back):
         print(f"archived cycle {entry['cycle']} {entry['file']}: {entry['count']} excerpts, "
               f"{entry['size']} -> {entry['archive_size']} bytes", flush=True)
 

@@ -66,12 +66,13 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("compress", [None, "zstd"])
-def test_finished_cycles_move_and_read_back_in_order(tmp_path: Path, compress: str | None) -> None:
+@pytest.mark.parametrize(("compress", "read_back"), [(None, False), ("zstd", False), ("zstd", True)])
+def test_finished_cycles_move_and_read_back_in_order(tmp_path: Path, compress: str | None,
+                                                     read_back: bool) -> None:
     q, dest = tmp_path / "q", tmp_path / "arch"
     clock, written = make_queue(q, 6, 150)
     originals = {p.name: sha(p) for p in q.glob("*.cq4")}
-    done = archives.archive(q, dest, compress=compress, clock=clock)
+    done = archives.archive(q, dest, compress=compress, clock=clock, read_back=read_back)
     assert [e["cycle"] for e in done] == [0, 1, 2, 3, 4]  # the current (last) cycle stays
     assert sorted(p.name for p in q.glob("*.cq4")) == ["19700101-000005T4.cq4"]
     archived = read_archive(str(dest))
@@ -269,6 +270,10 @@ def test_cli_archives_and_reports(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert [line.split()[2] for line in p.stdout.splitlines()] == ["0", "1"]
     assert len(read_archive(str(tmp_path / "arch"))) == 20
+    again = _cli("archive", str(tmp_path / "q"), str(tmp_path / "arch"), "--read-back")
+    assert again.returncode == 0, again.stderr
+    assert [line.split()[2] for line in again.stdout.splitlines()] == ["2"]
+    assert len(read_archive(str(tmp_path / "arch"))) == 30
     bad = _cli("archive", str(tmp_path / "q"), str(tmp_path / "arch"), "--keep", "-1")
     assert bad.returncode == 2 and "--keep" in bad.stderr
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import chronq
 from chronq import archive as archives
 from tests.spark_support import spark_session
 from tests.test_archive import make_queue, s3, s3_endpoint
@@ -50,3 +51,68 @@ def test_spark_reads_an_archive_on_s3(tmp_path: Path, spark: Any, s3: dict[str, 
           .load(url))
     assert df.rdd.getNumPartitions() == 3
     assert rows(df) == written[:900]
+
+
+def test_union_of_archive_and_live_queue_has_no_duplicate_and_no_gap(tmp_path: Path, spark: Any) -> None:
+    q, arch = tmp_path / "q", tmp_path / "arch"
+    clock, written = make_queue(q, 5, 200)
+    moved = archives.archive(q, arch, compress="zstd", clock=clock, keep=1)
+    assert [e["cycle"] for e in moved] == [0, 1, 2]  # cycle 3 stays (keep=1), cycle 4 is current
+    # cycle 2 archived but not yet deleted from the queue (a run killed between manifest and unlink)
+    with archives.open(arch) as a:
+        a.extract(2, q / moved[2]["file"])
+    df = spark.read.format("chronq").option("archive", str(arch)).load(str(q))
+    # archived 0 and 1, then live 2, 3 and 4: the overlapping cycle is planned once, from the queue
+    assert df.rdd.getNumPartitions() == 5
+    got = rows(df)
+    assert got == written
+    # index range check: every cycle's sequences run 0..count-1 with nothing missing or repeated
+    by_cycle: dict[int, list[int]] = {}
+    for r in df.select("cycle", "seq").collect():
+        by_cycle.setdefault(r["cycle"], []).append(r["seq"])
+    assert sorted(by_cycle) == [0, 1, 2, 3, 4]
+    assert all(sorted(s) == list(range(200)) for s in by_cycle.values())
+    # narrowing options apply to both sides of the seam
+    lo, hi = written[150][0], written[650][0]
+    ranged = (spark.read.format("chronq").option("archive", str(arch)).option("startIndex", str(lo))
+              .option("endIndex", str(hi)).load(str(q)))
+    assert rows(ranged) == written[150:650]
+
+
+def test_union_refuses_a_cycle_missing_between_archive_and_queue(tmp_path: Path, spark: Any) -> None:
+    q, arch = tmp_path / "q", tmp_path / "arch"
+    clock, _ = make_queue(q, 5, 50)
+    moved = archives.archive(q, arch, clock=clock, keep=2)
+    assert moved[-1]["cycle"] == 1 and moved[-1]["next_cycle"] == 2
+    live = sorted(q.glob("*.cq4"))
+    assert len(live) == 3  # cycles 2, 3 and 4
+    live[0].unlink()  # cycle 2 deleted without being archived
+    with pytest.raises(Exception, match="neither archived nor in"):
+        spark.read.format("chronq").option("archive", str(arch)).load(str(q)).collect()
+
+
+def test_stream_starts_in_the_archive_and_follows_the_live_queue(tmp_path: Path, spark: Any) -> None:
+    q, arch, out, ckpt = tmp_path / "q", tmp_path / "arch", tmp_path / "out", tmp_path / "ckpt"
+    clock, written = make_queue(q, 5, 200)
+    archives.archive(q, arch, clock=clock, keep=1)  # cycles 0-2 archived, 3 and 4 live
+
+    def run() -> None:
+        stream = (spark.readStream.format("chronq").option("archive", str(arch))
+                  .option("maxRowsPerTrigger", "300").load(str(q)).select("index", "payload"))
+        query = (stream.writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    run()
+    # more messages, and cycle 3 moves to the archive between the two runs of the query
+    with chronq.open(q, clock=clock) as queue:
+        appender = queue.appender()
+        written += [(appender.write(b"late %d" % i), b"late %d" % i) for i in range(50)]
+    archives.archive(q, arch, clock=clock)
+    assert len(list(q.glob("*.cq4"))) == 1  # only the current cycle 4 is left in the queue
+    run()
+    got = sorted((r["index"], bytes(r["payload"])) for r in spark.read.parquet(str(out)).collect())
+    assert got == written  # each message once, in index order, archive first
+    batches = sorted(p.name for p in (ckpt / "offsets").iterdir() if p.name.isdigit())
+    assert len(batches) == 5  # 1000 rows at 300 a batch (4), then the 50 late ones (1)

@@ -7,6 +7,7 @@ Spark planned them, so a DataFrame is a consistent snapshot while writers go on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ DEFAULT_BATCH_ROWS = 65_536
 KNOWN_OPTIONS = (
     "path", "startIndex", "endIndex", "startCycle", "endCycle", "includeMetadata", "partitionRows",
     "batchRows", "decode", "pushFilters", "maxRowsPerTrigger", "startingOffsets", "interface", "type",
-    "sinkId", "checkpointLocation", "codecKeys",
+    "sinkId", "checkpointLocation", "codecKeys", "archive",
 )
 
 
@@ -65,6 +66,7 @@ class Options:
     dto_type: str | None = None
     storage: tuple[tuple[str, str], ...] = ()  # `storage.*` options: fsspec's, for an archive URL
     keys: str | None = None  # module:QualName of a function returning chronq.codecs.Keys (never the keys)
+    archive: str | None = None  # an archive URL read before the live queue at `path` (one union view)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -108,6 +110,7 @@ class Options:
             dto_type=_class_opt(options, "type"),
             storage=tuple(sorted(_archived.storage_options(options).items())),
             keys=_class_opt(options, "codecKeys"),
+            archive=options.get("archive") or None,
         )
 
 
@@ -310,7 +313,14 @@ class BatchReader(_Reading, DataSourceReader):
         if _archived.is_archive(self.opts.path, storage):
             return [InputPartition(r) for r in _archived.ranges(
                 self.opts.path, storage, self.first_cycle, self.last_cycle, self.lo_index, self.hi_index)]
-        for st in _plan.snapshot(self.opts.path, self.first_cycle, self.last_cycle):
+        live = _plan.snapshot(self.opts.path, self.first_cycle, self.last_cycle)
+        if self.opts.archive is not None:
+            # live cycles win: a cycle archived but not yet deleted from the queue is read once, there
+            skip = _archived.seam(self.opts.archive, storage, self.opts.path, live)
+            out.extend(InputPartition(r) for r in _archived.ranges(
+                self.opts.archive, storage, self.first_cycle, self.last_cycle, self.lo_index, self.hi_index,
+                skip=skip))
+        for st in live:
             lo, hi = 0, st.count
             if self.lo_index is not None:
                 lo = _seq_bound(self.lo_index, st)
@@ -379,8 +389,31 @@ def offset(cycle: int, seq: int) -> dict[str, int]:
     return {"cycle": int(cycle), "seq": int(seq)}
 
 
+@dataclass(frozen=True)
+class _StreamCycle:
+    """One cycle a stream can read: a live one (`state`) or an archived one (`archived`, whole)."""
+
+    cycle: int
+    count: int
+    shift: int
+    state: CycleState | None = None
+    archived: _archived.ArchivedRange | None = None
+
+    def ranges(self, lo: int, hi: int, rows: int) -> list[Range]:
+        if self.state is not None:
+            return _plan.ranges(self.state, lo, hi, rows)
+        assert self.archived is not None
+        return [dataclasses.replace(self.archived, lo=lo, hi=hi)] if lo < hi else []
+
+
 class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batches between queue positions; runs in one long-lived driver-side process per query."""
+    """Micro-batches between queue positions; runs in one long-lived driver-side process per query.
+
+    With option `archive`, the archived cycles come first: offsets are the same (cycle, seq) positions,
+    so the archive is only the earlier offsets. Both sides are listed afresh for every batch, the queue
+    before the manifest: a cycle archived and deleted meanwhile is then found in the manifest, and a
+    stream goes on while archiving runs.
+    """
 
     def __init__(self, opts: Options, schema: StructType) -> None:
         super().__init__(opts, schema)
@@ -391,19 +424,31 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
         first = max(from_cycle, self.opts.start_cycle if self.opts.start_cycle is not None else from_cycle)
         return _plan.snapshot(self.opts.path, first, self.opts.end_cycle)
 
+    def _cycles(self, from_cycle: int) -> list[_StreamCycle]:
+        live = self._states(from_cycle)
+        out = [_StreamCycle(st.cycle, st.count, st.layout.shift, state=st) for st in live]
+        if self.opts.archive is not None:
+            storage = dict(self.opts.storage)
+            skip = _archived.seam(self.opts.archive, storage, self.opts.path, live)
+            first = max(from_cycle, -1 if self.opts.start_cycle is None else self.opts.start_cycle)
+            out += [_StreamCycle(r.cycle, r.hi, r.shift, archived=r) for r in _archived.whole_cycles(
+                self.opts.archive, storage, first, self.opts.end_cycle, skip)]
+            out.sort(key=lambda c: c.cycle)
+        return out
+
     def _end(self) -> dict[str, int]:
-        states = self._states(-1)
-        if not states:
+        cycles = self._cycles(-1)
+        if not cycles:
             return offset(-1, 0)
-        return offset(states[-1].cycle, states[-1].count)
+        return offset(cycles[-1].cycle, cycles[-1].count)
 
     def initialOffset(self) -> dict[str, int]:
         if self.opts.starting == "latest":
             return self._end()
         if self.opts.start_index is not None:
-            states = self._states(-1)
-            if states:
-                shift = states[0].layout.shift
+            cycles = self._cycles(-1)
+            if cycles:
+                shift = cycles[0].shift
                 return offset(self.opts.start_index >> shift, self.opts.start_index & ((1 << shift) - 1))
         return offset(-1, 0)
 
@@ -423,7 +468,7 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         cap = self._available_now
         end = offset(start["cycle"], start["seq"])
-        for st in self._states(start["cycle"]):
+        for st in self._cycles(start["cycle"]):
             if cap is not None and st.cycle > cap["cycle"]:
                 break
             count = st.count if cap is None or st.cycle < cap["cycle"] else min(st.count, cap["seq"])
@@ -439,13 +484,13 @@ class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         out: list[InputPartition] = []
-        for st in self._states(start["cycle"]):
+        for st in self._cycles(start["cycle"]):
             if st.cycle > end["cycle"]:
                 break
             lo = start["seq"] if st.cycle == start["cycle"] else 0
             hi = end["seq"] if st.cycle == end["cycle"] else self._pinned.get(st.cycle, st.count)
             if lo < hi:
-                out.extend(InputPartition(r) for r in _plan.ranges(st, lo, hi, self.opts.partition_rows))
+                out.extend(InputPartition(r) for r in st.ranges(lo, hi, self.opts.partition_rows))
         return out
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -54,14 +54,22 @@ def _index(text: str) -> int:
     return value
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a count is not negative: {text}")
-    return value
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number no smaller than `minimum` (counts, sizes, how many to keep)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text}")
+        return value
+
+    return parse
+
+
+_count = _at_least(0)
 
 
 def _regex(text: str) -> re.Pattern[str]:
@@ -128,10 +136,10 @@ def _parser() -> argparse.ArgumentParser:
     k = sub.add_parser("retain", help="delete the oldest cycle files beyond a retention policy "
                        "(never the current cycle, one a named tailer or a replication sink still needs)")
     k.add_argument("path", type=Path)
-    k.add_argument("--keep-cycles", type=_positive, metavar="N", help="keep the newest N cycles")
+    k.add_argument("--keep-cycles", type=_at_least(1), metavar="N", help="keep the newest N cycles")
     k.add_argument("--max-age", type=_duration, metavar="DURATION",
                    help="keep cycles that ended less than this long ago (90s, 12h, 7d, 2w)")
-    k.add_argument("--max-bytes", type=_size, metavar="N",
+    k.add_argument("--max-bytes", type=_count, metavar="N",
                    help="keep the newest cycles within N bytes on disk")
     k.add_argument("--replication-source", action="store_true",
                    help="protect cycles sinks have not acknowledged even before anything was replicated")
@@ -154,26 +162,6 @@ def _entry_points(group: str) -> list[Any]:
     from importlib.metadata import entry_points
 
     return sorted(entry_points(group=group), key=lambda ep: ep.name)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
-    return value
-
-
-def _size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
-    return value
 
 
 def _duration(text: str) -> int:

@@ -120,25 +120,33 @@ def read_all(queue_path: Path | str, **open_kwargs: object) -> list[tuple[int, b
 def wait_line(proc: subprocess.Popen[bytes], expected: str, timeout: float) -> list[str]:
     """Block until ``proc`` prints the line ``expected``; fail clearly on exit or timeout.
 
-    Reads the pipe unbuffered (a buffered reader would swallow lines the selector then never
-    reports) and returns every line read, ``expected`` included.
+    Returns every line read, ``expected`` included, and reads nothing past it: the rest stays in the
+    pipe for ``communicate()``. (Reading ahead in chunks once lost what a fast child printed after
+    ``expected`` when the caller did not keep the returned lines, and split a line across the two
+    reads when it did.) One byte per read: the lines before ``expected`` are few.
     """
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     deadline = time.monotonic() + timeout
-    data = b""
+    lines: list[str] = []
+    line = bytearray()
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
-        while expected not in data.decode(errors="replace").splitlines():
+        while True:
             left = deadline - time.monotonic()
             if left <= 0 or not sel.select(left):
                 raise TimeoutError(f"{proc.args!r} did not print {expected!r} within {timeout} s")
-            chunk = os.read(fd, 65536)
-            if not chunk:
+            byte = os.read(fd, 1)
+            if not byte:
                 err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
                 raise RuntimeError(f"{proc.args!r} exited ({proc.wait()}) before {expected!r}: {err}")
-            data += chunk
-    return data.decode(errors="replace").splitlines()
+            if byte != b"\n":
+                line += byte
+                continue
+            lines.append(line.decode(errors="replace"))
+            line.clear()
+            if lines[-1] == expected:
+                return lines
 
 
 def finish(proc: subprocess.Popen[bytes], timeout: float) -> str:

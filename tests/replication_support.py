@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import chronq
+from chronq.tailer import Tailer
 
 Doc = tuple[int, bool, bytes]
 KEY = "a pre-shared key of the test cluster, long enough"
@@ -43,9 +44,9 @@ def write_config(folder: Path, hosts: int = 3, roll_cycle: str = "TEST_SECONDLY"
 
 
 def all_documents(path: Path) -> list[Doc]:
-    """Every document a plain chronq tailer reads, the store's own included."""
+    """Every document as stored (a codec queue's payloads not decoded), the store's own included."""
     with chronq.open(path, readonly=True) as q:
-        t = q.tailer()
+        t = Tailer(q)
         out = []
         while (ex := t.read(True)) is not None:
             out.append((ex.index, ex.metadata, ex.bytes()))

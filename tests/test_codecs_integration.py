@@ -78,3 +78,30 @@ def test_service_restarts_from_its_encrypted_output(tmp_path: Path) -> None:
     with chronq.open(outs_path, readonly=True) as raw:  # no keys: stored bytes only, encrypted
         with pytest.raises(chronq.ChronqError, match="key id 7"):
             raw.tailer().read()
+
+
+def test_replication_carries_stored_bytes_and_the_codec(tmp_path: Path) -> None:
+    """A sink of a compressed, encrypted queue holds the same stored bytes, learns the codec and its
+    dictionary from the source (not from a path sent over the network), and decodes with the same keys;
+    the replicating processes never hold a key."""
+    from chronq.codecs import dictionary_path, train_dictionary
+    from tests.replication_support import Host, excerpts, last_index, wait_until, write_config
+
+    config = write_config(tmp_path, hosts=2)
+    source, sink = tmp_path / "source/queue1", tmp_path / "sink2/queue1"
+    msgs = [b'{"sym":"S%03d","qty":%d,"side":"B"}' % (i % 50, i) for i in range(3000)]
+    with chronq.open(source, codec=Codec("zstd"), keys=KEYS) as q:
+        q.appender().write_many(msgs[:1000])
+        dict_id = train_dictionary(q, size=2048)
+        q.appender(codec=Codec("zstd", "aes-gcm", dictionary=dict_id)).write_many(msgs[1000:])
+        last = q.last_index
+    hosts = [Host(config, 1), Host(config, 2)]
+    try:
+        wait_until(lambda: last_index(sink) == last, 30, "the sink to catch up")
+    finally:
+        codes = [h.stop() for h in hosts]
+    assert codes == [0, 0], [h.text() for h in hosts]
+    assert excerpts(sink) == excerpts(source)
+    assert dictionary_path(sink, dict_id).read_bytes() == dictionary_path(source, dict_id).read_bytes()
+    with chronq.open(sink, readonly=True, keys=KEYS) as q:
+        assert [ex.bytes() for ex in q.tailer()] == msgs

@@ -337,14 +337,22 @@ def _batch_encoder(state: _State, codec: Codec, nonces: _Nonces,
     compress: Callable[[list[Buffer]], Any] | None = None
     if codec.compression == "zstd":
         cctx = state.compressor(codec)
-        compress = getattr(cctx, "multi_compress_to_buffer", None)  # the C backend's batch API
-        if compress is None:
-            compress = lambda items: list(map(cctx.compress, items))  # noqa: E731
+        batch = getattr(cctx, "multi_compress_to_buffer", None)  # the C backend's batch API
+
+        def compress(items: list[Buffer]) -> Any:
+            if batch is not None:
+                try:
+                    return batch(items)
+                except ValueError:  # it refuses a batch of only empty payloads
+                    pass
+            return list(map(cctx.compress, items))
     elif codec.compression == "lz4":
         import lz4.block
 
         lz4_one = functools.partial(lz4.block.compress, store_size=False)
-        compress = lambda items: list(map(lz4_one, items))  # noqa: E731
+
+        def compress(items: list[Buffer]) -> Any:
+            return list(map(lz4_one, items))
     frame_many = _codecs.frame_many
 
     def many(items: list[Buffer]) -> list[bytes]:

@@ -316,12 +316,14 @@ static int run_add(Run *r, PyObject *ex, const unsigned char *body, Py_ssize_t l
     return 0;
 }
 
+#ifdef CHRONQ_OPENSSL
 /* Take the last frame back out of the run (its body could not be decrypted). */
 static int run_pop(Run *r) {
     r->count--;
     r->len = (Py_ssize_t)r->segments[2 * r->count];
     return PyList_SetSlice(r->excerpts, r->count, r->count + 1, NULL);
 }
+#endif
 
 /* Decompress the run into `out`. 1: done; 0: zstd refused it (the run's documents go to `pending`);
  * -1: another error. The output of each frame is bounded by its plain length (python-zstandard fails a

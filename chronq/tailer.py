@@ -346,10 +346,10 @@ class Tailer(_native.TailerCore):
         return self, _native.DOCUMENT_SOURCE
 
     def read_many(self, max_count: int = 1024, max_bytes: int = 4 << 20) -> list[bytes]:
-        """The payloads of the next data documents, oldest first: up to `max_count` of them, stopping after
-        the one that brings their total to `max_bytes` (so at least one when there is one); empty when
-        there is nothing new. One call reads the batch in C instead of a Python step per message; each
-        payload is a copy, so it stays valid whatever the tailer does next."""
+        """The payloads of the next data documents in the tailer's direction: up to `max_count` of them,
+        stopping after the one that brings their total to `max_bytes` (so at least one when there is
+        one); empty when there is nothing new. Going forward, one call reads the batch in C instead of a
+        Python step per message. Each payload is a copy: it stays valid whatever the tailer does next."""
         out: list[bytes] = []
         if self.document_source() is None or self.direction != Direction.FORWARD:
             total = 0

@@ -405,10 +405,11 @@ PyDoc_STRVAR(read_frames_doc,
 "payloads to the list `out`. `max_size` < 0: the documents are not frames (their bytes are appended);\n"
 "otherwise the bound on a frame's plain length. `dctxs` maps dictionary ids (0: none) to zstd\n"
 "decompressors, `keys` key ids to AES keys (or None), `zstd` is (BufferWithSegments, ZstdError).\n"
-"Returns (pending, nbytes): the documents read but not decoded, in order after those in `out` (the\n"
-"first frame that is not a plain, zstd or AES-GCM frame of a known dictionary and key, or is damaged,\n"
-"and the rest of its zstd run; empty when all were decoded), and the plain bytes read (those of a run\n"
-"handed back included).");
+"Returns (pending, nbytes, error): the documents read but not decoded, in order after those in `out`\n"
+"(the first frame that is not a plain, zstd or AES-GCM frame of a known dictionary and key, or is\n"
+"damaged, and the rest of its zstd run; empty when all were decoded), the plain bytes read (those of a\n"
+"run handed back included), and None, or the exception the tailer raised when it could not read on\n"
+"(the documents read before it are in `out` and `pending`).");
 
 static PyObject *read_frames(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 9) {
@@ -440,12 +441,23 @@ static PyObject *read_frames(PyObject *mod, PyObject *const *args, Py_ssize_t na
     PyObject *ctx_key = NULL; /* the key ctx was set up with, compared by identity */
 #endif
     long long bytes = 0;
+    PyObject *error = NULL; /* what the tailer's read raised */
     for (Py_ssize_t i = 0; i < max_count && bytes < max_bytes; i++) {
         const char *doc;
         Py_ssize_t len;
         int metadata;
         PyObject *ex = src->read(tailer, &doc, &len, &metadata);
-        if (!ex) goto fail;
+        if (!ex) {
+            /* the tailer could not read on: what was read before is decoded and returned with the error */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (tb && value) PyException_SetTraceback(value, tb);
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            error = value ? value : Py_NewRef(Py_None);
+            break;
+        }
         if (ex == Py_None) {
             Py_DECREF(ex);
             break;
@@ -561,14 +573,14 @@ done:
     EVP_CIPHER_CTX_free(ctx);
     Py_XDECREF(ctx_key);
 #endif
-    PyObject *result = Py_BuildValue("(NL)", pending, bytes);
-    return result;
+    return Py_BuildValue("(NLN)", pending, bytes, error ? error : Py_NewRef(Py_None));
 fail:
     run_free(&run);
 #ifdef CHRONQ_OPENSSL
     EVP_CIPHER_CTX_free(ctx);
     Py_XDECREF(ctx_key);
 #endif
+    Py_XDECREF(error);
     Py_DECREF(pending);
     return NULL;
 }

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from chronq import _codecs, _native
 from chronq.appender import Appender
 from chronq.errors import ChronqError
-from chronq.tailer import Direction, Tailer
+from chronq.tailer import Direction, Tailer, _read_failed
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -478,7 +478,7 @@ def _batch_decoder(state: _State, one: Callable[[Buffer, int], bytes],
     key, dictionary or codec it was not given) comes back undecoded and goes through `one`, the
     tailer's one-message decoder, which loads what is missing or raises the error naming the index. The
     payloads decoded before a bad frame are returned first; the tailer stands before it, so the next
-    call raises."""
+    call raises. So for a queue error (`_read_failed`)."""
     import zstandard
 
     read_frames, source = _codecs.read_frames, _native.DOCUMENT_SOURCE
@@ -492,8 +492,8 @@ def _batch_decoder(state: _State, one: Callable[[Buffer, int], bytes],
         out: list[bytes] = []
         budget = max_bytes
         while len(out) < max_count and budget > 0:
-            pending, nbytes = read_frames(source, tailer, out, max_count - len(out), budget, max_size,
-                                          run_dctxs, keys, zstd)
+            pending, nbytes, error = read_frames(source, tailer, out, max_count - len(out), budget, max_size,
+                                                 run_dctxs, keys, zstd)
             budget -= nbytes
             for i, ex in enumerate(pending):
                 try:
@@ -506,6 +506,9 @@ def _batch_decoder(state: _State, one: Callable[[Buffer, int], bytes],
                         tailer.move_to_index(pending[i + 1].index)
                     raise
                 budget -= len(out[-1])
+            if error is not None:
+                _read_failed(error, out)
+                break
             if not pending:
                 break
         return out

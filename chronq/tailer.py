@@ -40,6 +40,14 @@ class TailerState(enum.Enum):
     BEFORE_START = "before_start"  # reading backward went past the first excerpt
 
 
+def _read_failed(error: BaseException, out: list[bytes]) -> None:
+    """`read_many` met `error` reading on: a queue error (`ChronqError`) after some payloads lets those
+    be returned, the tailer standing at the document it could not read, so the next call reports it;
+    anything else (an interrupt), or a queue error before any payload, is raised now."""
+    if not out or not isinstance(error, ChronqError):
+        raise error
+
+
 class Tailer(_native.TailerCore):
     """Reads excerpts in order without consuming them.
 
@@ -362,11 +370,15 @@ class Tailer(_native.TailerCore):
             return out
         budget = max_bytes
         while len(out) < max_count and budget > 0:
-            pending, nbytes = _codecs.read_frames(_native.DOCUMENT_SOURCE, self, out, max_count - len(out),
-                                                  budget, -1, {}, None, (None, None))
+            pending, nbytes, error = _codecs.read_frames(_native.DOCUMENT_SOURCE, self, out,
+                                                         max_count - len(out), budget, -1, {}, None,
+                                                         (None, None))
+            out += [ex.bytes() for ex in pending]  # only what the C reader could not take as an excerpt
+            if error is not None:
+                _read_failed(error, out)
+                break
             if not pending:
                 break
-            out += [ex.bytes() for ex in pending]  # only what the C reader could not take as an excerpt
             budget -= nbytes + sum(len(b) for b in out[-len(pending):])
         return out
 

@@ -356,3 +356,30 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
     with open_q(tmp_path / "q", keys=KEYS) as q:  # and this build reads what that one wrote
         assert read_all(q.tailer(), 100) == [b"m%d" % i for i in range(500)] + [b""]
+
+
+@pytest.mark.parametrize("codec", [None, Codec("zstd", "aes-gcm")], ids=["plain", "codec"])
+def test_queue_error_after_some_payloads(tmp_path: Path, codec: Codec | None) -> None:
+    """A queue error in the middle of a batch: the payloads before it are returned, the next call
+    raises it (nothing read is dropped)."""
+    clock = FixedClock(CLOCK_MS)
+    msgs = [trade(i) for i in range(50)]
+    with chronq.open(tmp_path, clock=clock, roll_cycle="FAST_HOURLY", codec=codec, keys=KEYS) as q:
+        a = q.appender()
+        a.write_many(msgs[:30])
+        clock.advance(3_600_000)
+        a.write_many(msgs[30:])
+        raw = Tailer(q, None)
+        ends = {ex.cycle: (ex.position + 4 + len(ex.payload) + 3) & ~3 for ex in raw}  # where each ends
+        raw.close()
+    assert len(ends) == 2
+    first = min(ends)
+    cycle_file = sorted(tmp_path.glob("*.cq4"))[0]
+    data = bytearray(cycle_file.read_bytes())
+    data[ends[first]:ends[first] + 4] = (0xC000_1000).to_bytes(4, "little")  # an EOF still "being written"
+    cycle_file.write_bytes(data)
+    with chronq.open(tmp_path, clock=clock, roll_cycle="FAST_HOURLY", keys=KEYS) as q:
+        t = q.tailer()
+        assert t.read_many(1000) == msgs[:30]
+        with pytest.raises(chronq.CorruptQueueError, match="without an EOF marker"):
+            t.read_many(1000)

@@ -177,6 +177,10 @@ static PyObject *frame_many(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_buffer item, comp;
         comp.obj = NULL;
+        if (i >= PyList_GET_SIZE(items)) {
+            PyErr_SetString(PyExc_RuntimeError, "frame_many: items changed size");
+            goto fail;
+        }
         if (PyObject_GetBuffer(PyList_GET_ITEM(items, i), &item, PyBUF_SIMPLE) < 0) goto fail;
         if ((unsigned long long)item.len > limit) {
             PyBuffer_Release(&item);
@@ -248,7 +252,7 @@ fail:
 /* ---- read_frames --------------------------------------------------------------------------------- */
 /* A run of zstd frames of one dictionary, decompressed in one call when it ends. */
 typedef struct {
-    PyObject *dctx;          /* borrowed from the caller's dict */
+    PyObject *dctx;          /* the decompressor of dict_id (a reference) */
     uint32_t dict_id;
     PyObject *excerpts;      /* list: the run's documents, handed back if the batch call fails */
     unsigned char *data;     /* the frames' compressed bodies, back to back */
@@ -259,6 +263,7 @@ typedef struct {
 } Run;
 
 static void run_free(Run *r) {
+    Py_CLEAR(r->dctx);
     Py_CLEAR(r->excerpts);
     PyMem_Free(r->data);
     PyMem_Free(r->segments);
@@ -392,9 +397,9 @@ done:
     Py_XDECREF(segs);
     Py_XDECREF(sizes);
     Py_CLEAR(r->excerpts);
+    Py_CLEAR(r->dctx);
     r->len = 0;
     r->count = 0;
-    r->dctx = NULL;
     return result;
 }
 
@@ -509,7 +514,7 @@ static PyObject *read_frames(PyObject *mod, PyObject *const *args, Py_ssize_t na
             if (!run.count) {
                 PyObject *k = PyLong_FromUnsignedLong(did);
                 if (!k) goto fail_ex;
-                run.dctx = PyDict_GetItemWithError(dctxs, k);
+                Py_XSETREF(run.dctx, Py_XNewRef(PyDict_GetItemWithError(dctxs, k)));
                 Py_DECREF(k);
                 if (!run.dctx && PyErr_Occurred()) goto fail_ex;
                 run.dict_id = did;

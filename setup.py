@@ -15,6 +15,19 @@ if os.environ.get("CHRONQ_SANITIZE") == "1":
     COMPILE += ["-O1", "-g", *SANITIZE]
     LINK += SANITIZE
 
+
+def openssl() -> dict[str, list[str]]:
+    """chronq._codecs seals AES-GCM batches with OpenSSL's EVP when its headers are here; without them it
+    builds without (chronq.codecs then uses `cryptography` per message). CHRONQ_OPENSSL=0 forces that."""
+    if os.environ.get("CHRONQ_OPENSSL") == "0":
+        return {}
+    prefix = os.environ.get("OPENSSL_DIR", "/usr")
+    if not os.path.exists(os.path.join(prefix, "include", "openssl", "evp.h")):
+        return {}
+    return {"define_macros": [("CHRONQ_OPENSSL", "1")], "libraries": ["crypto"],
+            "include_dirs": [os.path.join(prefix, "include")]}
+
+
 setup(
     ext_modules=[
         Extension(
@@ -23,6 +36,14 @@ setup(
             depends=["wire/_document_source.h"],
             extra_compile_args=COMPILE,
             extra_link_args=LINK,
+        ),
+        Extension(
+            "chronq._codecs",
+            ["chronq/_codecs.c"],
+            depends=["wire/_document_source.h"],
+            extra_compile_args=COMPILE,
+            extra_link_args=LINK,
+            **openssl(),  # type: ignore[arg-type]
         ),
         Extension(
             "wire._speedups",

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chronq import _native
+from chronq import _codecs, _native
 from chronq.appender import Appender
 from chronq.errors import ChronqError
-from chronq.tailer import Tailer
+from chronq.tailer import Direction, Tailer, _read_failed
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -237,11 +237,12 @@ def _too_big(n: int, limit: int) -> ChronqError:
     return ChronqError(f"a payload of {n} bytes exceeds the max_message_size {limit}")
 
 
-def _encoder(state: _State, codec: Codec) -> Callable[[Buffer], bytes]:
+def _encoder(state: _State, codec: Codec, nonces: _Nonces | None = None) -> Callable[[Buffer], bytes]:
     """A function framing one payload with `codec`: compress (kept only if smaller), then encrypt.
 
     Built once per appender (appenders are per thread, so the compressor and the nonce counter need no
-    lock), specialised so a write does only the work its codec needs."""
+    lock), specialised so a write does only the work its codec needs. An appender's batch encoder
+    (`_batch_encoder`) takes its nonces from the same `nonces`."""
     limit = min(codec.max_message_size, state.max_message_size, 0xFFFF_FFFF)
     head, keyed = _HEAD.pack, _KEYED.pack
     compress: Callable[[Buffer], bytes] | None = None
@@ -281,9 +282,7 @@ def _encoder(state: _State, codec: Codec) -> Callable[[Buffer], bytes]:
         return no_keys
     kid = keys.current
     encrypt = keys.aead(kid).encrypt
-    # nonce: 8 random bytes per encoder, then a 4-byte counter (NIST SP 800-38D's deterministic
-    # construction); a fresh random prefix before the counter would wrap
-    nonces = _nonces()
+    take = (nonces or _Nonces()).take
 
     def encrypted(data: Buffer) -> bytes:
         n = len(data)  # type: ignore[arg-type]
@@ -294,27 +293,88 @@ def _encoder(state: _State, codec: Codec) -> Callable[[Buffer], bytes]:
             cc = compress(data)
             if len(cc) < n:
                 body, c = cc, cid
-        nonce = next(nonces)
+        prefix, counter = take(1)
+        nonce = prefix + counter.to_bytes(4, "little")
         h = keyed(MAGIC, VERSION, c | 0x10, did if c else 0, n, kid, nonce)
         sealed: bytes = encrypt(nonce, body, h)
         return h + sealed
     return encrypted
 
 
-def _nonces() -> Iterator[bytes]:
-    while True:
-        prefix = os.urandom(8)
-        for i in range(1 << 32):
-            yield prefix + i.to_bytes(4, "little")
+class _Nonces:
+    """AES-GCM nonces of one appender: 8 random bytes, then a 4-byte little-endian counter (NIST SP
+    800-38D's deterministic construction); a fresh random prefix before the counter would wrap."""
+
+    __slots__ = ("next", "prefix")
+
+    def __init__(self) -> None:
+        self.prefix = os.urandom(8)
+        self.next = 0
+
+    def take(self, count: int) -> tuple[bytes, int]:
+        """(prefix, first counter) of `count` consecutive nonces, all under one prefix."""
+        start = self.next
+        if start + count > 1 << 32:
+            self.prefix, start = os.urandom(8), 0
+        self.next = start + count
+        return self.prefix, start
 
 
-def _decoder(state: _State) -> Callable[[Buffer, int], bytes]:
+def _batch_encoder(state: _State, codec: Codec, nonces: _Nonces,
+                   one: Callable[[Buffer], bytes]) -> Callable[[list[Buffer]], list[bytes]]:
+    """A function framing a list of payloads as `one` (the appender's one-message encoder) would, one
+    library call per batch: zstd's batch compression, then `chronq._codecs.frame_many` builds the frames
+    and seals them (AES-GCM through OpenSSL). Without OpenSSL in the build an encrypting codec frames
+    message by message (`one`)."""
+    limit = min(codec.max_message_size, state.max_message_size, 0xFFFF_FFFF)
+    keys = state.keys
+    if codec.encryption is not None and (keys is None or not _codecs.HAVE_AES):
+        return lambda items: list(map(one, items))
+    key = keys._keys[keys.current] if keys is not None and codec.encryption is not None else None
+    kid = keys.current if key is not None and keys is not None else 0
+    cid = COMPRESSIONS[codec.compression]
+    did = codec.dictionary if codec.compression == "zstd" else 0
+    compress: Callable[[list[Buffer]], Any] | None = None
+    if codec.compression == "zstd":
+        cctx = state.compressor(codec)
+        batch = getattr(cctx, "multi_compress_to_buffer", None)  # the C backend's batch API
+
+        def compress(items: list[Buffer]) -> Any:
+            if batch is not None:
+                try:
+                    return batch(items)
+                except ValueError:  # it refuses a batch of only empty payloads
+                    pass
+            return list(map(cctx.compress, items))
+    elif codec.compression == "lz4":
+        import lz4.block
+
+        lz4_one = functools.partial(lz4.block.compress, store_size=False)
+
+        def compress(items: list[Buffer]) -> Any:
+            return list(map(lz4_one, items))
+    frame_many = _codecs.frame_many
+
+    def many(items: list[Buffer]) -> list[bytes]:
+        if not items:
+            return []
+        prefix, counter = nonces.take(len(items)) if key is not None else (b"", 0)
+        frames = frame_many(items, compress(items) if compress is not None else None, cid, did, limit,
+                            key, kid, prefix, counter)
+        if isinstance(frames, int):
+            raise _too_big(memoryview(items[frames]).nbytes, limit)
+        return frames
+    return many
+
+
+def _decoder(state: _State, dctxs: dict[int, Any] | None = None) -> Callable[[Buffer, int], bytes]:
     """A function returning the plain payload of one stored frame, or raising CodecError naming the
-    index when it cannot be trusted. Made once per tailer (its zstd decompressors are not shared)."""
+    index when it cannot be trusted. Made once per tailer (its zstd decompressors, kept in `dctxs` by
+    dictionary id, are not shared with other threads)."""
     max_size = state.max_message_size
     unpack, keyed_unpack = _HEAD.unpack_from, _KEYED.unpack_from
     head_size, keyed_size = _HEAD.size, _KEYED.size
-    dctxs: dict[int, Any] = {}
+    dctxs = {} if dctxs is None else dctxs
     aeads: dict[int, Any] = {}
 
     def decompressor(dict_id: int, index: int) -> Any:
@@ -380,6 +440,8 @@ def _decoder(state: _State) -> Callable[[Buffer, int], bytes]:
         if n > max_size:
             raise MessageTooLargeError(index, f"payload would decode to {n} bytes, more than the maximum "
                                               f"message size {max_size}")
+        if comp and not n:
+            raise CodecError(index, "compressed frame of an empty payload (never written: damage)")
         if comp == 1:
             dctx = dctxs.get(dict_id) or decompressor(dict_id, index)
             try:
@@ -405,6 +467,52 @@ def _decoder(state: _State) -> Callable[[Buffer, int], bytes]:
     from zstandard import ZstdError
 
     return decode
+
+
+def _batch_decoder(state: _State, one: Callable[[Buffer, int], bytes],
+                   dctxs: dict[int, Any]) -> Callable[[Tailer, int, int], list[bytes]]:
+    """A function reading a batch of documents from a tailer and returning their plain payloads.
+
+    `chronq._codecs.read_frames` reads and decodes the common frames in C (zstd runs in one
+    python-zstandard batch call each, AES-GCM through OpenSSL); a frame it cannot take (damaged, or of a
+    key, dictionary or codec it was not given) comes back undecoded and goes through `one`, the
+    tailer's one-message decoder, which loads what is missing or raises the error naming the index. The
+    payloads decoded before a bad frame are returned first; the tailer stands before it, so the next
+    call raises. So for a queue error (`_read_failed`)."""
+    import zstandard
+
+    read_frames, source = _codecs.read_frames, _native.DOCUMENT_SOURCE
+    max_size = state.max_message_size
+    batch = hasattr(zstandard, "BufferWithSegments")  # the C backend's batch API (not the cffi one)
+    zstd = (getattr(zstandard, "BufferWithSegments", None), zstandard.ZstdError)
+    run_dctxs = dctxs if batch else {}
+    keys = state.keys._keys if state.keys is not None and _codecs.HAVE_AES else None
+
+    def many(tailer: Tailer, max_count: int, max_bytes: int) -> list[bytes]:
+        out: list[bytes] = []
+        budget = max_bytes
+        while len(out) < max_count and budget > 0:
+            pending, nbytes, error = read_frames(source, tailer, out, max_count - len(out), budget, max_size,
+                                                 run_dctxs, keys, zstd)
+            budget -= nbytes
+            for i, ex in enumerate(pending):
+                try:
+                    out.append(one(ex, ex.index))
+                except CodecError:
+                    if out:  # return what was decoded; this frame is read (and reported) next
+                        tailer.move_to_index(ex.index)
+                        return out
+                    if i + 1 < len(pending):  # as `read`: past the bad frame, not past the others
+                        tailer.move_to_index(pending[i + 1].index)
+                    raise
+                budget -= len(out[-1])
+            if error is not None:
+                _read_failed(error, out)
+                break
+            if not pending:
+                break
+        return out
+    return many
 
 
 def encode(state: _State, codec: Codec, data: Buffer) -> bytes:
@@ -476,6 +584,7 @@ class CodecAppender(Appender):
     def __init__(self, queue: Queue, state: _State, codec: Codec) -> None:
         super().__init__(queue)
         self._state = state
+        self._nonces = _Nonces()
         self.codec = codec
         self._doc_meta = False
 
@@ -486,13 +595,15 @@ class CodecAppender(Appender):
     @codec.setter
     def codec(self, codec: Codec) -> None:
         self._codec = codec
-        self._encode = _encoder(self._state, codec)
+        self._encode = _encoder(self._state, codec, self._nonces)
+        self._encode_many = _batch_encoder(self._state, codec, self._nonces, self._encode)
 
     def write(self, data: Buffer) -> int:
         return int(Appender.write(self, self._encode(data)))
 
     def write_many(self, items: Iterable[Buffer]) -> Any:
-        return Appender.write_many(self, list(map(self._encode, items)))
+        """Frames the whole batch in one call (see `_batch_encoder`), then writes it as one batch."""
+        return Appender.write_many(self, self._encode_many(list(items)))
 
     # writing_document goes through these two: metadata documents stay plain (Chronicle's own)
     def _begin(self, metadata: bool) -> int:
@@ -510,8 +621,18 @@ class CodecTailer(Tailer):
     `document_source()` is None and native consumers (rpc's fast path) take the decoded path."""
 
     def __init__(self, queue: Queue, name: str | None, state: _State) -> None:
-        self._decode = _decoder(state)
+        dctxs: dict[int, Any] = {}
+        self._decode = _decoder(state, dctxs)
+        self._decode_many = _batch_decoder(state, self._decode, dctxs)
         super().__init__(queue, name)
+
+    def read_many(self, max_count: int = 1024, max_bytes: int = 4 << 20) -> list[bytes]:
+        """As `Tailer.read_many`, with the payloads decoded: a batch of frames is decoded in a few
+        library calls instead of one per message (see `_batch_decoder`). A frame that cannot be trusted
+        raises its `CodecError` at the start of a batch; the payloads before it are returned first."""
+        if self.direction != Direction.FORWARD:
+            return super().read_many(max_count, max_bytes)
+        return self._decode_many(self, max_count, max_bytes)
 
     def _decoded(self, ex: Any) -> Any:
         if ex is None or type(ex) is DecodedExcerpt or ex.metadata:

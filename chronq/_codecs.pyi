@@ -1,0 +1,33 @@
+"""Batch framing and unframing of codec payloads (chronq/_codecs.c): chronq.codecs, Tailer.read_many."""
+
+from typing import Any
+
+from typing_extensions import Buffer
+
+HAVE_AES: bool
+"""True when built with OpenSSL: `frame_many` seals and `read_frames` opens AES-GCM frames."""
+
+def frame_many(
+    items: list[Buffer],
+    compressed: Any,
+    cid: int,
+    dict_id: int,
+    limit: int,
+    key: bytes | None,
+    key_id: int,
+    nonce_prefix: bytes,
+    counter: int,
+    /,
+) -> list[bytes] | int: ...
+def read_frames(
+    source: object,
+    tailer: object,
+    out: list[bytes],
+    max_count: int,
+    max_bytes: int,
+    max_size: int,
+    dctxs: dict[int, Any],
+    keys: dict[int, bytes] | None,
+    zstd: tuple[Any, Any],
+    /,
+) -> tuple[list[Any], int, BaseException | None]: ...

@@ -75,7 +75,7 @@ def _text_head(n: int) -> bytes:
 
 
 #: the exponents a Java BigDecimal holds: its scale (minus the exponent) is a Java int
-MIN_EXPONENT, MAX_EXPONENT = -(2**31 - 1), 2**31
+_MIN_EXPONENT, _MAX_EXPONENT = -(2**31 - 1), 2**31
 
 
 def _decimal_text(value: Decimal) -> str:
@@ -87,10 +87,10 @@ def _decimal_text(value: Decimal) -> str:
     if "E" in text:  # only a text in scientific notation can carry an exponent out of a Java int
         exponent = value.as_tuple().exponent
         assert isinstance(exponent, int)  # finite, checked above
-        if not MIN_EXPONENT <= exponent <= MAX_EXPONENT:
+        if not _MIN_EXPONENT <= exponent <= _MAX_EXPONENT:
             raise WireError(
                 f"{text} has no Java BigDecimal: its exponent {exponent} is outside "
-                f"{MIN_EXPONENT}..{MAX_EXPONENT} (a BigDecimal's scale is a Java int)"
+                f"{_MIN_EXPONENT}..{_MAX_EXPONENT} (a BigDecimal's scale is a Java int)"
             )
     return text
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import os
 import time
 import warnings
@@ -89,6 +90,15 @@ class DocumentContext:
     def getvalue(self) -> bytes:
         self._flush_wire()
         return bytes(self._buf)
+
+
+@functools.cache
+def _record_writer() -> type[RecordWriter]:
+    """wire.record's builder, imported on first use (a `from ... import` in `record()` itself would
+    cost more than the rest of a record)."""
+    from wire.record import RecordWriter
+
+    return RecordWriter
 
 
 class _DocumentBlock:
@@ -192,9 +202,7 @@ class Appender(_native.AppenderCore):
     def record(self) -> RecordWriter:
         """A builder of positional values (`wire.record`): `with appender.record() as r:
         r.int32(1).text("x")` appends them as one document on a clean exit, nothing on an exception."""
-        from wire.record import RecordWriter
-
-        return RecordWriter(self.write)
+        return _record_writer()(self.write)
 
     @property
     def queue(self) -> Queue:

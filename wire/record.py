@@ -285,6 +285,17 @@ class RecordReader:
     def decimal(self) -> Decimal:
         p = self.pos
         code = self.buf[p] if p < self.end else -1
+        if code >= 0xE0 and p + 1 + code - 0xE0 <= self.end:  # short text, as RecordWriter writes it
+            end = p + 1 + code - 0xE0
+            try:
+                value = Decimal(str(self.buf[p + 1 : end], "ascii"))
+            except (UnicodeDecodeError, InvalidOperation):
+                pass  # not ASCII, or not a decimal: the path below reads the text and says which
+            else:
+                if value.is_finite():
+                    self.pos = end
+                    self.index += 1
+                    return value
         kind = _kind_found(code) if code >= 0 else "the end of the record"
         if kind == "an integer":  # a BigDecimal Java wrote as a number: exact all the same
             return Decimal(self._integer("decimal", -(1 << 63), (1 << 63) - 1))

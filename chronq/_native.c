@@ -2673,10 +2673,21 @@ static void merge_entry_clear(MergeEntry *e) {
 /* (a < b) as Python compares the tuples (a.key, a.src, ...) and (b.key, b.src, ...): equality first (an
  * object equals itself), then `<` of the first pair that differs; sources are never equal. */
 static int merge_lt(MergeEntry *a, MergeEntry *b) {
-    int eq = PyObject_RichCompareBool(a->key, b->key, Py_EQ);
+    PyObject *x = a->key, *y = b->key;
+    /* 1-tuples (struct's unpack_from) compare as their items do; ints that fit compare as numbers */
+    if (PyTuple_CheckExact(x) && PyTuple_CheckExact(y) && PyTuple_GET_SIZE(x) == 1 && PyTuple_GET_SIZE(y) == 1) {
+        x = PyTuple_GET_ITEM(x, 0);
+        y = PyTuple_GET_ITEM(y, 0);
+    }
+    if (PyLong_CheckExact(x) && PyLong_CheckExact(y)) {
+        int ox, oy;
+        long long u = PyLong_AsLongLongAndOverflow(x, &ox), v = PyLong_AsLongLongAndOverflow(y, &oy);
+        if (!ox && !oy) return u == v ? a->src < b->src : u < v;
+    }
+    int eq = PyObject_RichCompareBool(x, y, Py_EQ);
     if (eq < 0) return -1;
     if (eq) return a->src < b->src;
-    return PyObject_RichCompareBool(a->key, b->key, Py_LT);
+    return PyObject_RichCompareBool(x, y, Py_LT);
 }
 
 /* heapq._siftdown and _siftup over self->heap; on an error the entry being moved is put back in the

@@ -2245,6 +2245,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *kinds; /* bytes, one kind per value */
     PyObject *decimal, *pack_slow, *unpack_slow;
+    int direct_new; /* `decimal` is a type whose __init__ is object's: its tp_new alone makes one */
 } RecordLayout;
 
 static int record_traverse(RecordLayout *self, visitproc visit, void *arg) {
@@ -2288,6 +2289,8 @@ static PyObject *record_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     self->decimal = Py_NewRef(decimal);
     self->pack_slow = Py_NewRef(pack_slow);
     self->unpack_slow = Py_NewRef(unpack_slow);
+    self->direct_new = PyType_Check(decimal) && ((PyTypeObject *)decimal)->tp_new &&
+                       ((PyTypeObject *)decimal)->tp_init == PyBaseObject_Type.tp_init;
     return (PyObject *)self;
 }
 
@@ -2455,7 +2458,16 @@ static PyObject *record_get(RecordLayout *self, int kind, const unsigned char *p
             if (!decimal_text_ok((const unsigned char *)s, n)) return NULL;
             PyObject *text = PyUnicode_DecodeASCII(s, n, NULL);
             if (!text) return NULL;
-            v = PyObject_CallOneArg(self->decimal, text);
+            if (self->direct_new) {
+                /* Decimal's constructor without the generic call of a type around it (a tenth of
+                 * a decimal record's unpack): its __init__ is object's, which does nothing */
+                PyObject *args = PyTuple_Pack(1, text);
+                PyTypeObject *t = (PyTypeObject *)self->decimal;
+                v = args ? t->tp_new(t, args, NULL) : NULL;
+                Py_XDECREF(args);
+            } else {
+                v = PyObject_CallOneArg(self->decimal, text);
+            }
             Py_DECREF(text);
         }
         if (!v) {

@@ -4,7 +4,8 @@ Baselines: a naive pure-Python mmap log (struct + slice assignment) and sqlite3 
 latency, the machine's floor: the same hand-off in C (latency_floor.c, built here with $CC or cc).
 Run: ``python benchmarks/bench_queue.py [--n 1000000] [--latency-samples 200000] [--replay-mb 256]``;
 ``--only batch`` runs only the comparison of write_many with a loop of write(); ``--only contended``
-only the writers contending for the write lock, with and without double buffering.
+only the writers contending for the write lock, with and without double buffering (``--writers 4,2``:
+the writer counts, each as threads and as processes, with where one block's time goes).
 Numbers depend on the machine and its load; the ratios are what to compare.
 """
 
@@ -425,11 +426,50 @@ def replay_rss(mb: int, tmp: Path) -> list[tuple[str, int, int, int, int]]:
     return out
 
 
-CONTENDED_THREADS = 4
+CONTENDED_WRITERS = 4  # default of --writers
 CONTENDED_ROUNDS = 3  # plain and double-buffered rounds alternate, so both see the same machine
 
 
-def contended(per_thread: int, tmp: Path) -> list[tuple[str, list[int], float]]:
+FIELDS = ("symbol", "side", "price", "qty", "venue", "account", "tag", "note")
+
+
+def lock_hold_parts(n: int, tmp: Path) -> list[tuple[str, float]]:
+    """Where the time of a contended writer's block goes, one writer alone (ns per document): building
+    the 8-field body, the `writing_document` block around a body already built, and `write(bytes)`.
+    Plain, the lock is held for the first two; double-buffered and busy, only for the third."""
+    from wire.binary import Writer
+
+    def body(w: Writer, i: int) -> None:
+        for f in FIELDS:
+            w.field(f)
+            w.text(f"{f}-0-{i}")
+
+    w = Writer()
+    body(w, 0)
+    data = w.getvalue()
+    best = [float("inf")] * 3
+    with chronq.open(tmp / "lock-hold") as q:
+        a = q.appender()
+        for _ in range(CONTENDED_ROUNDS):
+            t0 = time.perf_counter_ns()
+            for i in range(n):
+                body(Writer(), i)
+            t1 = time.perf_counter_ns()
+            for _ in range(n):
+                with a.writing_document() as dc:
+                    dc.write(data)
+            t2 = time.perf_counter_ns()
+            for _ in range(n):
+                a.write(data)
+            t3 = time.perf_counter_ns()
+            best = [min(b, x / n) for b, x in zip(best, (t1 - t0, t2 - t1, t3 - t2), strict=True)]
+    shutil.rmtree(tmp / "lock-hold", ignore_errors=True)
+    return [("build the 8-field body (Writer)", best[0]),
+            (f"writing_document around a built {len(data)} B body", best[1]),
+            (f"write({len(data)} B bytes): the lock held by a double-buffered document", best[2])]
+
+
+def contended(per_thread: int, tmp: Path, writers: int) -> list[tuple[str, list[int], float]]:
     """4 threads appending `writing_document`s whose bodies are built in pieces (8 wire fields), with
     the write lock held while the body is built (plain) or only while it is copied in when another
     writer holds the lock (double buffering). Per mode: every block's latency in ns, messages/s."""
@@ -437,9 +477,9 @@ def contended(per_thread: int, tmp: Path) -> list[tuple[str, list[int], float]]:
     for r in range(CONTENDED_ROUNDS):
         for double in (False, True):
             path = tmp / f"contended-{r}-{int(double)}"
-            lat: list[list[int]] = [[] for _ in range(CONTENDED_THREADS)]
+            lat: list[list[int]] = [[] for _ in range(writers)]
             with chronq.open(path) as q:
-                start = threading.Barrier(CONTENDED_THREADS + 1)
+                start = threading.Barrier(writers + 1)
 
                 def writer(k: int, q: chronq.Queue = q, double: bool = double,
                            lat: list[list[int]] = lat, start: threading.Barrier = start) -> None:
@@ -452,12 +492,12 @@ def contended(per_thread: int, tmp: Path) -> list[tuple[str, list[int], float]]:
                         t0 = clock()
                         with a.writing_document() as dc:
                             w = dc.wire
-                            for f in ("symbol", "side", "price", "qty", "venue", "account", "tag", "note"):
+                            for f in FIELDS:
                                 w.field(f)
                                 w.text(f"{f}-{k}-{i}")
                         mine.append(clock() - t0)
 
-                threads = [threading.Thread(target=writer, args=(k,)) for k in range(CONTENDED_THREADS)]
+                threads = [threading.Thread(target=writer, args=(k,)) for k in range(writers)]
                 for th in threads:
                     th.start()
                 t0 = time.perf_counter()
@@ -465,15 +505,15 @@ def contended(per_thread: int, tmp: Path) -> list[tuple[str, list[int], float]]:
                 for th in threads:
                     th.join()
                 elapsed = time.perf_counter() - t0
-                expected = CONTENDED_THREADS * per_thread
+                expected = writers * per_thread
                 got = sum(1 for _ in q.tailer())
                 assert got == expected, f"{got} documents, expected {expected}"
             shutil.rmtree(path, ignore_errors=True)
             samples, best = out[double]
             samples.extend(x for row in lat for x in row)
             out[double] = (samples, max(best, expected / elapsed))
-    return [("plain (lock held while the body is built)", *out[False]),
-            ("double buffer (body built aside when the lock is busy)", *out[True])]
+    return [(f"{writers} threads, plain (lock held while the body is built)", *out[False]),
+            (f"{writers} threads, double buffer (body built aside when the lock is busy)", *out[True])]
 
 
 CONTENDED_CHILD = """
@@ -502,8 +542,8 @@ with open(out, "wb") as f:
 """
 
 
-def contended_processes(per_process: int, tmp: Path) -> list[tuple[str, list[int], float]]:
-    """As `contended`, with 4 processes (truly parallel: no GIL between them)."""
+def contended_processes(per_process: int, tmp: Path, writers: int) -> list[tuple[str, list[int], float]]:
+    """As `contended`, with processes (truly parallel: no GIL between them)."""
     import array
 
     out: dict[bool, tuple[list[int], float]] = {False: ([], 0.0), True: ([], 0.0)}
@@ -512,10 +552,10 @@ def contended_processes(per_process: int, tmp: Path) -> list[tuple[str, list[int
             path = tmp / f"contended-p-{r}-{int(double)}"
             chronq.open(path).close()
             start_at = time.time() + 1.0
-            files = [tmp / f"lat-{k}.bin" for k in range(CONTENDED_THREADS)]
+            files = [tmp / f"lat-{k}.bin" for k in range(writers)]
             procs = [subprocess.Popen([sys.executable, "-c", CONTENDED_CHILD, str(path), str(k),
                                        str(per_process), str(int(double)), str(start_at), str(files[k])])
-                     for k in range(CONTENDED_THREADS)]
+                     for k in range(writers)]
             for pr in procs:
                 if pr.wait() != 0:
                     raise RuntimeError(f"contended writer exited with {pr.returncode}")
@@ -529,11 +569,11 @@ def contended_processes(per_process: int, tmp: Path) -> list[tuple[str, list[int
                 f.unlink()
             with chronq.open(path, readonly=True) as q:
                 got = sum(1 for _ in q.tailer())
-            expected = CONTENDED_THREADS * per_process
+            expected = writers * per_process
             assert got == expected, f"{got} documents, expected {expected}"
             shutil.rmtree(path, ignore_errors=True)
             out[double] = (samples, max(best, expected / elapsed))
-    return [("processes, plain", *out[False]), ("processes, double buffer", *out[True])]
+    return [(f"{writers} processes, plain", *out[False]), (f"{writers} processes, double buffer", *out[True])]
 
 
 def pct(sorted_ns: list[int], p: float) -> int:
@@ -551,6 +591,8 @@ def main() -> None:
     sections = ("throughput", "batch", "contended", "latency", "rss")
     p.add_argument("--skip", default="", help=f"comma list of: {','.join(sections)}")
     p.add_argument("--only", default="", help="comma list of the sections to run (the others are skipped)")
+    p.add_argument("--writers", type=lambda v: [int(x) for x in v.split(",")], default=[CONTENDED_WRITERS],
+                   help="contended section: comma list of writer counts (threads and processes each)")
     args = p.parse_args()
     skip = set(args.skip.split(","))
     if args.only:
@@ -581,18 +623,29 @@ def main() -> None:
                 print(f"| {name} | {loop / 1e6:.2f} M | {many / 1e6:.2f} M | {many / loop:.2f}x | >= 1.5x |")
         if "contended" not in skip:
             per = max(200, args.n // 100)
-            print(f"\n## {CONTENDED_THREADS} writers (threads, then processes) contending for the write "
-                  f"lock ({per:,} documents each, 8 fields built piecewise; {CONTENDED_ROUNDS} alternating "
-                  "rounds)\n")
-            print("| writers | p50 | p99 | p99.9 | max | documents/s (best round) |")
-            print("|---|---:|---:|---:|---:|---:|")
-            for name, samples, best in contended(per, tmp) + contended_processes(per, tmp):
+            print(f"\n## Writers contending for the write lock ({per:,} documents each, 8 fields built "
+                  f"piecewise; {CONTENDED_ROUNDS} alternating rounds; load before: "
+                  f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)\n")
+            print("| writers | p50 | p99 | p99 / plain's | p99.9 | max | documents/s (best round) |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
+            rows = []
+            for w in args.writers:
+                rows += contended(per, tmp, w) + contended_processes(per, tmp, w)
+            plain_p99 = 0
+            for name, samples, best in rows:
                 samples.sort()
-                print(f"| {name} | {us(pct(samples, 0.5))} | {us(pct(samples, 0.99))} | "
+                p99 = pct(samples, 0.99)
+                if "plain" in name:
+                    plain_p99 = p99
+                print(f"| {name} | {us(pct(samples, 0.5))} | {us(p99)} | {p99 / plain_p99:.2f} | "
                       f"{us(pct(samples, 0.999))} | {us(samples[-1])} | {best / 1e3:,.0f} k |")
             print("\n(latency: one `with writing_document()` block, from entering it to its end, in the "
                   "writer; threads share the GIL, so part of any wait is waiting for it; processes: "
-                  "documents/s is all documents over the slowest writer's summed block time)")
+                  "documents/s is all documents over the slowest writer's summed block time; "
+                  f"load after: {os.getloadavg()[0]:.1f})\n")
+            print("| one writer alone: where a block's time goes | ns per document |\n|---|---:|")
+            for name, ns in lock_hold_parts(max(2000, per), tmp):
+                print(f"| {name} | {ns:,.0f} |")
         if "latency" not in skip:
             print(
                 f"\n## One-way latency, 2 processes, 40 B at {args.latency_rate:,} msg/s, "

@@ -5,8 +5,8 @@ range and naturally aligned, or ``IndexError``/``ValueError`` is raised; writes 
 Loads are acquire, stores release, CAS/add/max are sequentially consistent read-modify-writes.
 """
 
-from collections.abc import Iterable
-from typing import overload
+from collections.abc import Callable, Iterable
+from typing import Any, overload
 
 from typing_extensions import Buffer
 
@@ -217,3 +217,14 @@ class TailerCore:
     def _seek_end(self) -> tuple[int, bool] | None: ...
     def _set_position(self, pos: int, seq: int, /) -> None: ...
     def _set_release(self, every_bytes: int, /) -> None: ...
+
+class Merge:
+    """`chronq.merge`'s iterator over finished inputs (see chronq/merge.py); `close()` (or dropping it)
+    moves each tailer back to just after the last item yielded from it."""
+
+    def __init__(
+        self, tailers: tuple[Any, ...], native: bytes, key: Callable[[Any], Any], copy: bool, /
+    ) -> None: ...
+    def __iter__(self) -> Merge: ...
+    def __next__(self) -> tuple[int, int, Any]: ...
+    def close(self) -> None: ...

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from chronq import _native
 from chronq.pausers import Pauser, SleepingPauser
 from chronq.queue import Queue
 from chronq.tailer import Excerpt, Tailer
@@ -84,49 +85,12 @@ def _entry(tailers: list[Tailer], key: Callable[[Excerpt], Any], copy: bool, src
 
 
 def _replay(tailers: list[Tailer], key: Callable[[Excerpt], Any], copy: bool) -> Iterator[Item]:
-    reads = [t.read for t in tailers]
-    heap: list[Any] = []
-    yielded = -1  # the source of the item at heap[0] that was yielded and not yet replaced
-    try:
-        for src, read in enumerate(reads):
-            ex = read()
-            if ex is not None:
-                heap.append(_entry(tailers, key, copy, src, ex))
-        heapq.heapify(heap)
-        replace, pop = heapq.heapreplace, heapq.heappop
-        # the loops, one per `copy`, are the whole cost per item: one read, one key, one heap step
-        if copy:
-            while heap:
-                item = heap[0][2]
-                src = yielded = item[0]
-                yield item
-                ex = reads[src]()
-                if ex is None:
-                    pop(heap)
-                else:
-                    try:
-                        replace(heap, (key(ex), src, (src, ex.index, ex.bytes())))
-                    except BaseException:  # a failing key: the item goes back to its tailer
-                        tailers[src].move_to_index(ex.index)
-                        raise
-                yielded = -1
-        else:
-            while heap:
-                item = heap[0][2]
-                src = yielded = item[0]
-                yield item
-                ex = reads[src]()
-                if ex is None:
-                    pop(heap)
-                else:
-                    try:
-                        replace(heap, (key(ex), src, (src, ex.index, ex)))
-                    except BaseException:  # a failing key: the item goes back to its tailer
-                        tailers[src].move_to_index(ex.index)
-                        raise
-                yielded = -1
-    finally:
-        _give_back(tailers, heap, yielded)
+    """The finished mode in C (`_native.Merge`): one read, one key call and one heap step per item,
+    without a Python frame; the same rules and heap algorithm as `_live` below (which waits, so stays
+    in Python). A tailer whose `read` is TailerCore's own is read without a Python call."""
+    native = bytes(t.document_source() is not None for t in tailers)
+    it: Iterator[Item] = _native.Merge(tuple(tailers), native, key, copy)
+    return it
 
 
 def _live(

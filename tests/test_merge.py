@@ -133,3 +133,93 @@ def test_a_key_that_fails_leaves_the_tailers_where_they_were(tmp_path):
         with pytest.raises(RuntimeError):
             next(it)
         assert [key(memoryview(p)) for _, _, p in chronq.merge(tailers, key)] == [2, 3]
+
+
+F64 = struct.Struct("<d")
+
+
+def heapq_reference(inputs: list[list[float]]) -> list[tuple[int, int]]:
+    """The merge as heapq runs it over (key, source, item) tuples: what chronq.merge gives item for
+    item, even for inputs out of order and keys such as NaN that order nothing."""
+    import heapq
+
+    pos = [0] * len(inputs)
+
+    def entry(src: int) -> tuple[float, int, tuple[int, int]] | None:
+        if pos[src] == len(inputs[src]):
+            return None
+        n = pos[src]
+        pos[src] += 1
+        return (F64.unpack(F64.pack(inputs[src][n]))[0], src, (src, n))
+
+    heap = [e for e in (entry(s) for s in range(len(inputs))) if e is not None]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        out.append(heap[0][2])
+        e = entry(heap[0][1])
+        if e is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, e)
+    return out
+
+
+class PythonReadTailer(chronq.Tailer):
+    """A tailer whose read() is Python's: the merge must call it rather than read natively."""
+
+    def read(self, metadata: bool = False) -> chronq.Excerpt | None:  # type: ignore[override]
+        return super().read(metadata)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    inputs=st.lists(
+        st.lists(st.floats() | st.integers(-3, 3).map(float), max_size=8), min_size=1, max_size=4
+    ),
+    python_read=st.lists(st.booleans(), min_size=4, max_size=4),
+)
+def test_any_keys_merge_as_heapq_merges_them(tmp_path_factory, inputs, python_read):
+    base = tmp_path_factory.mktemp("merge")
+    queues = [chronq.open(base / f"q{i}") for i in range(len(inputs))]
+    try:
+        for q, keys in zip(queues, inputs, strict=True):
+            a = q.appender()
+            for k in keys:
+                a.write(F64.pack(k))
+        tailers = [PythonReadTailer(q) if python_read[i] else q.tailer() for i, q in enumerate(queues)]
+        firsts = [q.tailer().read() for q in queues]
+        got = chronq.merge(tailers, lambda ex: F64.unpack_from(ex)[0])
+        # (source, position in its queue), as the reference numbers them
+        assert [(src, idx - firsts[src].index) for src, idx, _ in got] == heapq_reference(inputs)
+    finally:
+        for q in queues:
+            q.close()
+
+
+def test_a_merge_dropped_part_way_gives_back_what_it_read_ahead(tmp_path):
+    with chronq.open(tmp_path / "a") as a, chronq.open(tmp_path / "b") as b:
+        fill(a, [1, 3, 5])
+        fill(b, [2, 4])
+        tailers = [a.tailer(), b.tailer()]
+        it = chronq.merge(tailers, key)
+        assert [key(memoryview(next(it)[2])) for _ in range(3)] == [1, 2, 3]
+        del it  # no close(): dropping the iterator gives the read-ahead item back all the same
+        assert [key(memoryview(p)) for _, _, p in chronq.merge(tailers, key)] == [4, 5]
+
+
+def test_a_key_that_advances_its_own_merge_is_refused(tmp_path):
+    with chronq.open(tmp_path / "a") as a:
+        fill(a, [1, 2])
+        its: list = []
+
+        def reentrant(ex: chronq.Excerpt) -> int:
+            if len(its) == 2:
+                next(its[0])
+            return key(ex)
+
+        its.append(chronq.merge([a.tailer()], reentrant))
+        assert next(its[0])[0] == 0
+        its.append("now the key advances the merge")
+        with pytest.raises(ValueError, match="already advancing"):
+            next(its[0])

@@ -181,3 +181,136 @@ def test_java_reads_the_records_as_positional_values(tmp_path):
         [-7, 1 << 40, 0.1, "\u00e9t\u00e9", False, "-12345678901234567890.123456789"],
         [1, "1E+3", None],
     ]
+
+
+class _Dec(Decimal):
+    """A Decimal subclass: the writer takes it as a Decimal, the compiled paths hand it over."""
+
+
+def test_decimals_round_trip_with_sign_exponent_and_negative_zero():
+    layout = Layout("decimal")
+    for text in ("-0", "-0.00", "0E+5", "0.10", "-1.5E-7", "123456789012345678901234567890.5",
+                 "1E+2147483648", "1E-2147483647", "-9.99E+99"):
+        d = Decimal(text)
+        data = layout.pack(d)
+        assert data == RecordWriter().decimal(d).getvalue()
+        (got,) = layout.unpack(data)
+        assert got.as_tuple() == d.as_tuple() and str(got) == text
+        r = RecordReader(data)
+        assert r.decimal().as_tuple() == d.as_tuple()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (Decimal("NaN"), "NaN has no Java BigDecimal: a record decimal must be finite"),
+        (Decimal("NaN123"), "NaN123 has no Java BigDecimal"),
+        (Decimal("-sNaN"), "-sNaN has no Java BigDecimal"),
+        (Decimal("-Infinity"), "-Infinity has no Java BigDecimal"),
+        (Decimal("1E+2147483649"), r"exponent 2147483649 is outside -2147483647\.\.2147483648"),
+        (Decimal("1E-2147483648"), r"exponent -2147483648 is outside"),
+        (1.5, "a record decimal must be a decimal.Decimal, not float"),
+    ],
+)
+def test_decimals_a_big_decimal_cannot_hold_are_refused_clearly(value, message):
+    with pytest.raises(WireError, match=message):
+        RecordWriter().decimal(value)
+    with pytest.raises(WireError, match=message):
+        Layout("decimal").pack(value)
+    with pytest.raises(WireError, match=message):
+        Layout("int32", "decimal").pack(1, value)
+
+
+accelerated = pytest.mark.skipif(not Layout("int32").accelerated, reason="wire has no C accelerator")
+
+
+def _outcome(f, *args):
+    """What a call gives, comparable across paths: the values' types and reprs (a Decimal's repr
+    keeps its exponent, a float's the sign of zero), or the error's type and message."""
+    try:
+        got = f(*args)
+    except Exception as e:
+        return ("raised", type(e).__name__, str(e))
+    if isinstance(got, tuple):
+        return ("values", tuple((type(v).__name__, repr(v)) for v in got))
+    return ("bytes", got)
+
+
+wide = {
+    "int32": st.integers(-(2**33), 2**33) | st.booleans() | st.floats(),
+    "int64": st.integers(-(2**65), 2**65) | st.booleans(),
+    "float64": st.floats() | st.integers(-(2**64), 2**64) | st.text(max_size=2),
+    "text": st.none() | st.text(st.characters(blacklist_categories=()), max_size=40) | st.integers(),
+    "decimal": st.decimals()
+    | st.sampled_from(
+        [Decimal("-0"), Decimal("1E+2147483649"), Decimal("NaN7"), Decimal("-sNaN"), _Dec("2.50")]
+    )
+    | st.floats(),
+    "boolean": st.booleans() | st.integers(-1, 1) | st.none(),
+}
+wide_records = st.lists(st.sampled_from(KINDS), min_size=1, max_size=7).flatmap(
+    lambda kinds: st.tuples(st.just(tuple(kinds)), st.tuples(*(wide[k] for k in kinds)))
+)
+
+
+def _writer(kinds, vals):
+    w = RecordWriter()
+    for k, v in zip(kinds, vals, strict=True):
+        getattr(w, k)(v)
+    return w.getvalue()
+
+
+@accelerated
+@settings(max_examples=500, deadline=None)
+@given(record=wide_records)
+def test_c_pack_is_the_python_pack(record):
+    """The C `pack`, the compiled Python `pack` and the builder: the same bytes or the same error."""
+    kinds, vals = record
+    layout = Layout(*kinds)
+    c = _outcome(layout.pack, *vals)
+    assert c == _outcome(layout._compile_pack(), *vals) == _outcome(_writer, kinds, vals)
+
+
+def _reader(kinds, data):
+    r = RecordReader(data)
+    return tuple(getattr(r, k)() for k in kinds)
+
+
+decimal_texts = st.sampled_from(
+    ["1e3", "+1", " 1", "1_0", "\u0661", "NaN1", "nan", "-Infinity", "1E+9999999999", "1E+123456789", ".5",
+     "5.", "-", "E5", "1.2.3", "-0", "00.100", "1e", "1e+", "\u00e9"]
+)
+
+
+@st.composite
+def record_bytes(draw):
+    """Bytes a layout reads: a valid record of the layout's kinds, with a decimal text of any kind,
+    then maybe a byte overwritten, or cut short, or with bytes after it."""
+    kinds, vals = draw(records)
+    data = bytearray(_writer(kinds, vals))
+    if "decimal" in kinds and draw(st.booleans()):
+        text = draw(decimal_texts).encode()
+        data = bytearray(_writer(kinds[: kinds.index("decimal")], vals[: kinds.index("decimal")]))
+        data += bytes((0xE0 + len(text),)) + text
+        kinds = kinds[: kinds.index("decimal") + 1]
+    how = draw(st.sampled_from(["as is", "byte", "cut", "more"]))
+    if how == "byte" and data:
+        data[draw(st.integers(0, len(data) - 1))] = draw(st.integers(0, 255))
+    elif how == "cut":
+        data = data[: draw(st.integers(0, len(data)))]
+    elif how == "more":
+        data += draw(st.binary(max_size=4))
+    return kinds, bytes(data)
+
+
+@accelerated
+@settings(max_examples=500, deadline=None)
+@given(case=record_bytes())
+def test_c_unpack_is_the_python_unpack(case):
+    """The C `unpack`, the compiled Python `unpack` and the reader: the same values or the same error."""
+    kinds, data = case
+    layout = Layout(*kinds)
+    c = _outcome(layout.unpack, data)
+    assert c == _outcome(layout._compile_unpack(), data) == _outcome(layout.unpack, memoryview(data))
+    reader = _outcome(_reader, kinds, data)
+    assert c == reader

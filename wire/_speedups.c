@@ -2231,6 +2231,309 @@ static PyObject *history_hop(PyObject *module, PyObject *const *args, Py_ssize_t
     return out;
 }
 
+/* ------------------------------------------------------------------ records (wire.record.Layout) */
+/* RecordLayout(kinds, Decimal, pack_slow, unpack_slow): `pack(*values)` -> bytes and `unpack(buf)` ->
+ * tuple of one fixed sequence of record kinds, the bytes RecordWriter writes and RecordReader reads.
+ * The C path takes only what it is sure of: exact ints in range, exact floats, exact str (UTF-8),
+ * None as text, exact Decimals written in plain notation (no exponent), True/False; and the codes
+ * RecordWriter writes. Anything else (a subclass, a value out of range, NaN, an exponent, Java's compact
+ * numbers, bad bytes) goes to the Python slow path, which is the reference and reports the error.
+ * Kinds are the indexes of wire.record.KINDS. */
+enum { R_INT32 = 0, R_INT64 = 1, R_FLOAT64 = 2, R_TEXT = 3, R_DECIMAL = 4, R_BOOLEAN = 5 };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *kinds; /* bytes, one kind per value */
+    PyObject *decimal, *pack_slow, *unpack_slow;
+    int direct_new; /* `decimal` is a type whose __init__ is object's: its tp_new alone makes one */
+} RecordLayout;
+
+static int record_traverse(RecordLayout *self, visitproc visit, void *arg) {
+    Py_VISIT(self->kinds);
+    Py_VISIT(self->decimal);
+    Py_VISIT(self->pack_slow);
+    Py_VISIT(self->unpack_slow);
+    return 0;
+}
+
+static int record_clear(RecordLayout *self) {
+    Py_CLEAR(self->kinds);
+    Py_CLEAR(self->decimal);
+    Py_CLEAR(self->pack_slow);
+    Py_CLEAR(self->unpack_slow);
+    return 0;
+}
+
+static void record_dealloc(RecordLayout *self) {
+    PyObject_GC_UnTrack(self);
+    record_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *record_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *kinds, *decimal, *pack_slow, *unpack_slow;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "RecordLayout takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "SOOO:RecordLayout", &kinds, &decimal, &pack_slow, &unpack_slow)) return NULL;
+    const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(kinds);
+    for (Py_ssize_t i = 0; i < PyBytes_GET_SIZE(kinds); i++)
+        if (k[i] > R_BOOLEAN) {
+            PyErr_Format(PyExc_ValueError, "unknown record kind code %d", (int)k[i]);
+            return NULL;
+        }
+    RecordLayout *self = (RecordLayout *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->kinds = Py_NewRef(kinds);
+    self->decimal = Py_NewRef(decimal);
+    self->pack_slow = Py_NewRef(pack_slow);
+    self->unpack_slow = Py_NewRef(unpack_slow);
+    self->direct_new = PyType_Check(decimal) && ((PyTypeObject *)decimal)->tp_new &&
+                       ((PyTypeObject *)decimal)->tp_init == PyBaseObject_Type.tp_init;
+    return (PyObject *)self;
+}
+
+static inline int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+/* A decimal's text the fast path takes: [+-] digits [. digits] [(e|E) [+-] 1 to 9 digits], at least
+ * one digit before the exponent. Decimal() parses every such text to a finite value without a signal
+ * whatever the context (the exponent is far inside its limits); anything else goes to the reader. */
+static int decimal_text_ok(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0, digits = 0;
+    if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+    while (i < n && is_digit(s[i])) i++, digits++;
+    if (i < n && s[i] == '.') {
+        i++;
+        while (i < n && is_digit(s[i])) i++, digits++;
+    }
+    if (!digits) return 0;
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        Py_ssize_t e = 0;
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+        while (i < n && is_digit(s[i])) i++, e++;
+        if (e < 1 || e > 9) return 0;
+    }
+    return i == n;
+}
+
+/* the header of a text of n bytes: E0+n up to 31, else B8 and the stop-bit length */
+static int put_text_head(Out *o, Py_ssize_t n) {
+    if (n < 32) {
+        char *p = reserve(o, 1);
+        if (!p) return -1;
+        p[0] = (char)(0xE0 + n);
+        return 0;
+    }
+    return put_stop_bit(o, 0xB8, (int64_t)n);
+}
+
+#define RECORD_SLOW 1 /* the value is not the fast path's: hand the whole record to Python */
+
+static int record_put(Out *o, RecordLayout *self, int kind, PyObject *v) {
+    int overflow = 0;
+    switch (kind) {
+    case R_INT32:
+    case R_INT64: {
+        if (!PyLong_CheckExact(v)) return RECORD_SLOW;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow) return RECORD_SLOW;
+        if (kind == R_INT32) {
+            if (x < INT32_MIN || x > INT32_MAX) return RECORD_SLOW;
+            return put_code_le(o, 0xA6, (uint64_t)x, 4);
+        }
+        return put_code_le(o, 0xA7, (uint64_t)x, 8);
+    }
+    case R_FLOAT64: {
+        if (!PyFloat_CheckExact(v)) return RECORD_SLOW;
+        double d = PyFloat_AS_DOUBLE(v);
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        return put_code_le(o, 0x91, bits, 8);
+    }
+    case R_TEXT: {
+        if (v == Py_None) return put(o, "\xbb", 1);
+        if (!PyUnicode_CheckExact(v)) return RECORD_SLOW;
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+        if (!s) { /* a lone surrogate: the writer has Java's modified UTF-8 for it */
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) return -1;
+            PyErr_Clear();
+            return RECORD_SLOW;
+        }
+        if (put_text_head(o, n) < 0) return -1;
+        return put(o, s, n);
+    }
+    case R_DECIMAL: {
+        if (Py_TYPE(v) != (PyTypeObject *)self->decimal) return RECORD_SLOW;
+        PyObject *str = PyObject_Str(v);
+        if (!str) return -1;
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(str, &n);
+        int rc = RECORD_SLOW;
+        /* plain notation only: its scale is its count of digits after the point, always a Java int;
+         * an exponent (or NaN, an infinity) goes to the writer, which checks it */
+        if (s && decimal_text_ok((const unsigned char *)s, n) && !memchr(s, 'E', (size_t)n) && s[0] != '+')
+            rc = put_text_head(o, n) < 0 ? -1 : put(o, s, n);
+        else if (!s)
+            rc = -1;
+        Py_DECREF(str);
+        return rc;
+    }
+    default: /* R_BOOLEAN */
+        if (v == Py_True) return put(o, "\xb1", 1);
+        if (v == Py_False) return put(o, "\xb0", 1);
+        return RECORD_SLOW;
+    }
+}
+
+static PyObject *record_pack(RecordLayout *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t n = PyBytes_GET_SIZE(self->kinds);
+    if (nargs != n) {
+        PyErr_Format(PyExc_TypeError, "pack() takes %zd values (%zd given)", n, nargs);
+        return NULL;
+    }
+    const unsigned char *kinds = (const unsigned char *)PyBytes_AS_STRING(self->kinds);
+    Out o;
+    out_init(&o);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int rc = record_put(&o, self, kinds[i], args[i]);
+        if (rc < 0) {
+            out_free(&o);
+            return NULL;
+        }
+        if (rc == RECORD_SLOW) {
+            out_free(&o);
+            PyObject *values = PyTuple_New(n);
+            if (!values) return NULL;
+            for (Py_ssize_t j = 0; j < n; j++) PyTuple_SET_ITEM(values, j, Py_NewRef(args[j]));
+            PyObject *res = PyObject_CallOneArg(self->pack_slow, values);
+            Py_DECREF(values);
+            return res;
+        }
+    }
+    PyObject *res = PyBytes_FromStringAndSize(o.data, o.len);
+    out_free(&o);
+    return res;
+}
+
+/* the value of `kind` at *pos, advancing *pos; NULL with no error set: not the fast path's */
+static PyObject *record_get(RecordLayout *self, int kind, const unsigned char *p, Py_ssize_t len, Py_ssize_t *pos) {
+    Py_ssize_t at = *pos;
+    if (at >= len) return NULL;
+    unsigned char code = p[at];
+    switch (kind) {
+    case R_INT32: {
+        if (code != 0xA6 || len - at < 5) return NULL;
+        int32_t x;
+        memcpy(&x, p + at + 1, 4);
+        *pos = at + 5;
+        return PyLong_FromLong((long)x);
+    }
+    case R_INT64: {
+        if (code != 0xA7 || len - at < 9) return NULL;
+        int64_t x;
+        memcpy(&x, p + at + 1, 8);
+        *pos = at + 9;
+        return PyLong_FromLongLong((long long)x);
+    }
+    case R_FLOAT64: {
+        if (code != 0x91 || len - at < 9) return NULL;
+        double d;
+        memcpy(&d, p + at + 1, 8);
+        *pos = at + 9;
+        return PyFloat_FromDouble(d);
+    }
+    case R_TEXT:
+    case R_DECIMAL: {
+        if (code < 0xE0) return NULL;
+        Py_ssize_t n = code - 0xE0;
+        if (len - at - 1 < n) return NULL;
+        const char *s = (const char *)p + at + 1;
+        PyObject *v;
+        if (kind == R_TEXT) {
+            v = PyUnicode_DecodeUTF8(s, n, NULL);
+        } else {
+            if (!decimal_text_ok((const unsigned char *)s, n)) return NULL;
+            PyObject *text = PyUnicode_DecodeASCII(s, n, NULL);
+            if (!text) return NULL;
+            if (self->direct_new) {
+                /* Decimal's constructor without the generic call of a type around it (a tenth of
+                 * a decimal record's unpack): its __init__ is object's, which does nothing */
+                PyObject *args = PyTuple_Pack(1, text);
+                PyTypeObject *t = (PyTypeObject *)self->decimal;
+                v = args ? t->tp_new(t, args, NULL) : NULL;
+                Py_XDECREF(args);
+            } else {
+                v = PyObject_CallOneArg(self->decimal, text);
+            }
+            Py_DECREF(text);
+        }
+        if (!v) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL; /* KeyboardInterrupt and the like */
+            PyErr_Clear(); /* bad UTF-8 (the reader knows modified UTF-8) or a decimal it reports */
+            return NULL;
+        }
+        *pos = at + 1 + n;
+        return v;
+    }
+    default: /* R_BOOLEAN */
+        if (code != 0xB1 && code != 0xB0) return NULL;
+        *pos = at + 1;
+        return Py_NewRef(code == 0xB1 ? Py_True : Py_False);
+    }
+}
+
+static PyObject *record_unpack(RecordLayout *self, PyObject *buf) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* not a buffer: the reader says so */
+        return PyObject_CallOneArg(self->unpack_slow, buf);
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(self->kinds);
+    const unsigned char *kinds = (const unsigned char *)PyBytes_AS_STRING(self->kinds);
+    PyObject *out = PyTuple_New(n);
+    if (!out) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = record_get(self, kinds[i], (const unsigned char *)view.buf, view.len, &pos);
+        if (!v) {
+            PyBuffer_Release(&view);
+            Py_DECREF(out);
+            if (PyErr_Occurred()) return NULL;
+            return PyObject_CallOneArg(self->unpack_slow, buf);
+        }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef record_methods[] = {
+    {"pack", (PyCFunction)(void (*)(void))record_pack, METH_FASTCALL,
+     "pack(*values) -> bytes: the record's bytes (the slow path for anything unusual)"},
+    {"unpack", (PyCFunction)record_unpack, METH_O,
+     "unpack(buf) -> tuple: the record's values (the slow path for anything unusual)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RecordLayoutType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "wire._speedups.RecordLayout",
+    .tp_basicsize = sizeof(RecordLayout),
+    .tp_dealloc = (destructor)record_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)record_traverse,
+    .tp_clear = (inquiry)record_clear,
+    .tp_doc = "RecordLayout(kinds, Decimal, pack_slow, unpack_slow): wire.record.Layout's pack and unpack.",
+    .tp_methods = record_methods,
+    .tp_new = record_new,
+};
+
 static PyMethodDef module_methods[] = {
     {"history_hop", (PyCFunction)(void (*)(void))history_hop, METH_FASTCALL,
      "history_hop(payload, source, timings) -> bytearray | None: a history spliced with one more hop"},
@@ -2259,14 +2562,15 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     if (!str_metadata || !str_index || !int_zero) return NULL;
     if (!str_name || !str_buf || !str_pos || !str_end || !str_type || PyType_Ready(&PlanType) < 0 ||
         PyType_Ready(&DecodeType) < 0 || PyType_Ready(&ReadOneType) < 0 ||
-        PyType_Ready(&EncodeType) < 0)
+        PyType_Ready(&EncodeType) < 0 || PyType_Ready(&RecordLayoutType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) < 0 ||
         PyModule_AddObjectRef(m, "Decode", (PyObject *)&DecodeType) < 0 ||
         PyModule_AddObjectRef(m, "ReadOne", (PyObject *)&ReadOneType) < 0 ||
-        PyModule_AddObjectRef(m, "Encode", (PyObject *)&EncodeType) < 0) {
+        PyModule_AddObjectRef(m, "Encode", (PyObject *)&EncodeType) < 0 ||
+        PyModule_AddObjectRef(m, "RecordLayout", (PyObject *)&RecordLayoutType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -67,3 +67,18 @@ def event_value(
 def event_call(document: Any, table: dict[bytes, tuple[Any, ...]], /) -> Any: ...
 def generic(buf: Any, start: int, end: int, document: bool, depth: int, event_name: type, field_number: type,
             int64_hex: type, /) -> tuple[Any, int] | None: ...
+
+class RecordLayout:
+    """`wire.record.Layout`'s pack and unpack in one C call each; anything unusual goes to the slow
+    paths given (the Python builder and reader)."""
+
+    def __init__(
+        self,
+        kinds: bytes,
+        decimal: type,
+        pack_slow: Callable[[tuple[Any, ...]], bytes],
+        unpack_slow: Callable[[Any], tuple[Any, ...]],
+        /,
+    ) -> None: ...
+    def pack(self, *values: Any) -> bytes: ...
+    def unpack(self, buf: Any, /) -> tuple[Any, ...]: ...

@@ -39,6 +39,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from wire import binary as _b
+from wire._accel import speedups
 from wire.errors import WireError
 
 __all__ = ["KINDS", "Layout", "RecordReader", "RecordWriter"]
@@ -73,12 +74,25 @@ def _text_head(n: int) -> bytes:
     return bytes(out)
 
 
+#: the exponents a Java BigDecimal holds: its scale (minus the exponent) is a Java int
+_MIN_EXPONENT, _MAX_EXPONENT = -(2**31 - 1), 2**31
+
+
 def _decimal_text(value: Decimal) -> str:
     if not isinstance(value, Decimal):
         raise WireError(f"a record decimal must be a decimal.Decimal, not {type(value).__name__}")
     if not value.is_finite():
         raise WireError(f"{value} has no Java BigDecimal: a record decimal must be finite")
-    return str(value)
+    text = str(value)
+    if "E" in text:  # only a text in scientific notation can carry an exponent out of a Java int
+        exponent = value.as_tuple().exponent
+        assert isinstance(exponent, int)  # finite, checked above
+        if not _MIN_EXPONENT <= exponent <= _MAX_EXPONENT:
+            raise WireError(
+                f"{text} has no Java BigDecimal: its exponent {exponent} is outside "
+                f"{_MIN_EXPONENT}..{_MAX_EXPONENT} (a BigDecimal's scale is a Java int)"
+            )
+    return text
 
 
 class RecordWriter:
@@ -271,6 +285,17 @@ class RecordReader:
     def decimal(self) -> Decimal:
         p = self.pos
         code = self.buf[p] if p < self.end else -1
+        if code >= 0xE0 and p + 1 + code - 0xE0 <= self.end:  # short text, as RecordWriter writes it
+            end = p + 1 + code - 0xE0
+            try:
+                value = Decimal(str(self.buf[p + 1 : end], "ascii"))
+            except (UnicodeDecodeError, InvalidOperation):
+                pass  # not ASCII, or not a decimal: the path below reads the text and says which
+            else:
+                if value.is_finite():
+                    self.pos = end
+                    self.index += 1
+                    return value
         kind = _kind_found(code) if code >= 0 else "the end of the record"
         if kind == "an integer":  # a BigDecimal Java wrote as a number: exact all the same
             return Decimal(self._integer("decimal", -(1 << 63), (1 << 63) - 1))
@@ -327,8 +352,18 @@ class Layout:
             raise ValueError(f"unknown record kind {unknown[0]!r}; kinds are {', '.join(KINDS)}")
         self.kinds = kinds
         self._structs: dict[Any, struct.Struct] = {}
-        self.pack: Callable[..., bytes] = self._compile_pack()
-        self.unpack: Callable[[Buffer], tuple[Any, ...]] = self._compile_unpack()
+        self.pack: Callable[..., bytes]
+        self.unpack: Callable[[Buffer], tuple[Any, ...]]
+        self.accelerated = speedups is not None
+        """Whether `pack` and `unpack` are the C accelerator's (wire/_speedups.c) or compiled Python;
+        both give the same bytes, values and errors (WIRE_NO_SPEEDUPS=1 forces Python)."""
+        if speedups is not None:  # one C call per record; the same slow path for anything unusual
+            native = speedups.RecordLayout(
+                bytes(KINDS.index(k) for k in kinds), Decimal, self._pack_slow, self._unpack_slow
+            )
+            self.pack, self.unpack = native.pack, native.unpack
+        else:
+            self.pack, self.unpack = self._compile_pack(), self._compile_unpack()
 
     def _struct(self, lengths: Any) -> struct.Struct:
         """The whole record's struct for these text lengths (a tuple, or an int for one text)."""
@@ -374,10 +409,12 @@ class Layout:
                 if k == "text":
                     lines.append(f"        t{i} = v{i}.encode()")
                     lines.append(f"        n{i} = len(t{i})")
-                else:  # every finite Decimal's text ends in a digit; NaN and the infinities do not
+                else:  # NaN, the infinities and an exponent (which the writer checks) go value by value
+                    lines.append(f"        if type(v{i}) is not Decimal or not v{i}.is_finite():")
+                    lines.append(f"            return slow(({args},))")
                     lines.append(f"        t{i} = str(v{i}).encode()")
                     lines.append(f"        n{i} = len(t{i})")
-                    lines.append(f"        if type(v{i}) is not Decimal or t{i}[-1] > 57:")
+                    lines.append(f"        if 69 in t{i}:  # E")
                     lines.append(f"            return slow(({args},))")
                 lines.append(f"        if n{i} > 31:")
                 lines.append(f"            return slow(({args},))")
@@ -430,7 +467,7 @@ class Layout:
         else:
             ns["S"] = self._struct(())
             lines.append("        t = S.unpack_from(buf, 0)")
-        checks, out = [], []
+        checks, out, lines_after, checks_after = [], [], [], []
         j = 0
         for k in self.kinds:
             if k in _FIXED:
@@ -442,12 +479,19 @@ class Layout:
                 out.append(f"t[{j}] == 0xB1")
                 j += 1
             else:
-                if k == "decimal":  # NaN and the infinities (which end in a letter) have no BigDecimal
-                    checks.append(f"t[{j + 1}][-1:] > b'9'")
-                out.append(f"t[{j + 1}].decode()" if k == "text" else f"Decimal(t[{j + 1}].decode())")
+                if k == "decimal":  # NaN and the infinities have no BigDecimal: the reader refuses them
+                    lines_after.append(f"        d{j} = Decimal(t[{j + 1}].decode())")
+                    checks_after.append(f"not d{j}.is_finite()")
+                    out.append(f"d{j}")
+                else:
+                    out.append(f"t[{j + 1}].decode()")
                 j += 2
         if checks:
             lines.append(f"        if {' or '.join(checks)}:")
+            lines.append("            return slow(buf)")
+        lines += lines_after
+        if checks_after:
+            lines.append(f"        if {' or '.join(checks_after)}:")
             lines.append("            return slow(buf)")
         lines.append(f"        return ({', '.join(out)}{',' if len(out) == 1 else ''})")
         lines.append("    except Exception:  # short data, bad UTF-8 or decimal text: the reader says what")

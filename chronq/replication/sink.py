@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import chronq
+from chronq import _native
 from chronq.appender import Appender
 from chronq.replication.errors import ReplicationError
 from chronq.rollcycles import RollCycle, by_format
@@ -219,6 +220,28 @@ class SinkWriter:
                 start = index
                 run.append(body)
         flush()
+
+    def write_run(self, first_index: int, count: int, data: bytes | bytearray | memoryview) -> None:
+        """Write a run (`chronq.replication.protocol.Run`: `count` documents of one cycle from
+        `first_index`) in one native call, as `write` would write each document. The first index is
+        checked as `check` does; the documents' words are checked against the run's bounds before
+        anything is written (ReplicationError naming the document and offset)."""
+        if count < 1 or len(data) < 4:
+            raise ReplicationError(f"{self.path}: empty run at {first_index:#x}")
+        metadata = bool(data[0] & 0x80)
+        self.check(first_index, metadata)
+        cycle, seq = self._rc.split(first_index)
+        self._clock.set_cycle(cycle)
+        try:
+            written, trailing = _native.write_run(self._appender, data, 0, len(data), cycle, seq, count)
+        except ValueError as e:
+            raise ReplicationError(f"{self.path}: run of {count} at {first_index:#x}: {e}") from None
+        if written:
+            self.last_data_index = first_index + written - 1
+            self.position = Position(first_index + written, trailing)
+        else:
+            same = self.position.next_index == first_index
+            self.position = Position(first_index, (self.position.metadata if same else 0) + count)
 
     def close(self) -> None:
         self._appender.close()

@@ -34,6 +34,8 @@ Excerpt = tuple[int, bool, bytes]
 """(index, metadata, body) of one document as replicated: a metadata document has the index of the next
 data document of its cycle (as Chronicle's `dc.index()`)."""
 
+RELEASE_EVERY = 8 << 20  # bytes a sink writes before it drops its mapping of the pages behind them
+
 # The store's own metadata documents (each cycle file's header, index2index and index arrays): every
 # queue writes its own, so they are never replicated. Their bodies start with these BINARY wire fields.
 _HEADER = b"\xb9\x06header\xb6\x08SCQStore"
@@ -148,6 +150,8 @@ class SinkWriter:
             self._clock.set_cycle(max(self.queue._fresh_cycles(), default=0))
             # not Queue.appender(): that refuses sinks, and this is the one writer a sink has
             self._appender = Appender(self.queue)
+            self._released_map: object = None
+            self._released_to = 0
             self.position = read_position(self.queue)
         except BaseException:
             self.queue.close()
@@ -242,6 +246,22 @@ class SinkWriter:
         else:
             same = self.position.next_index == first_index
             self.position = Position(first_index, (self.position.metadata if same else 0) + count)
+        self._release_behind()
+
+    def _release_behind(self) -> None:
+        """Drop this process's mapping of what it wrote more than RELEASE_EVERY bytes ago: the pages stay
+        in the page cache (written back by the kernel as usual), so a sink catching up a backlog of
+        gigabytes keeps a flat RSS instead of mapping every page of the cycle file it wrote."""
+        m = self._appender._map
+        if m is None:
+            return
+        if m is not self._released_map:
+            self._released_map, self._released_to = m, 0
+        end = self._appender._end_position()
+        if end is not None and end[0] - self._released_to > RELEASE_EVERY:
+            upto = m.release_pages(self._released_to, end[0] - (RELEASE_EVERY >> 2))
+            if upto is not None:
+                self._released_to = upto
 
     def close(self) -> None:
         self._appender.close()

@@ -43,6 +43,8 @@ from chronq.replication.errors import ProtocolError
 __all__ = [
     "DEFAULT_MAX_FRAME",
     "NONCE_SIZE",
+    "RUN_HEAD",
+    "RUN_META",
     "VERSION",
     "Ack",
     "Auth",

@@ -2700,7 +2700,13 @@ static Py_ssize_t run_walk(const char *buf, Py_ssize_t start, Py_ssize_t end, Py
                          n, at, len, end);
             return -1;
         }
-        if (!(w & RUN_META)) data++;
+        if (!(w & RUN_META))
+            data++;
+        else if (run_store_doc(buf + at + 4, len)) {
+            PyErr_Format(PyExc_ValueError, "run document %zd at offset %zd is a store document (a cycle header or an "
+                         "index array): every queue writes its own", n, at);
+            return -1;
+        }
         at += 4 + len;
         n++;
     }
@@ -2834,6 +2840,11 @@ static PyObject *py_write_run(PyObject *m, PyObject *args) {
     if (self->g.cycle != cycle || self->next_seq != first_seq) {
         PyErr_Format(PyExc_ValueError, "the run starts at cycle %lld sequence %lld but the queue ends at cycle %lld "
                      "sequence %lld", cycle, first_seq, (long long)self->g.cycle, (long long)self->next_seq);
+        goto unlock;
+    }
+    if ((int64_t)data > ((int64_t)1 << self->g.shift) - first_seq) {
+        PyErr_Format(PyExc_ValueError, "%zd data documents from sequence %lld do not fit in cycle %lld (%d-bit sequences)",
+                     data, first_seq, cycle, self->g.shift);
         goto unlock;
     }
     Py_ssize_t at = start, trailing = 0;

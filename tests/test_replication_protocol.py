@@ -24,6 +24,7 @@ from chronq.replication.protocol import (
     Subscribe,
     encode,
 )
+from chronq.replication.sink import is_store_document
 
 MAX = 4096
 i64 = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -38,7 +39,9 @@ def _run(first: int, docs: list[tuple[bool, bytes]]) -> Run:
     return Run(first, len(docs), data)
 
 
-run_docs = st.lists(st.tuples(st.booleans(), st.binary(max_size=120)), min_size=1, max_size=8)
+# a store document (cycle header, index array) is never part of a run: every queue writes its own
+run_docs = st.lists(st.tuples(st.booleans(), st.binary(max_size=120)).filter(
+    lambda doc: not (doc[0] and is_store_document(doc[1]))), min_size=1, max_size=8)
 runs = st.builds(_run, st.integers(0, (1 << 63) - 1), run_docs)
 frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Hello, st.integers(0, 65535), text, u32, nonce),
@@ -138,6 +141,7 @@ HEAD = bytes(8) + (1).to_bytes(4, "big")  # first index 0, one document
     (HEAD + b"\x40\0\0\1x", "reserved bit"),
     (HEAD + b"\0\0\0\1x\0", "a 4-byte header needed"),
     (bytes(10), "frame truncated"),
+    (HEAD + b"\x80\0\0\x12" + b"\xb9\x06header\xb6\x08SCQStore", "is a store document"),
 ])
 def test_malformed_runs_are_refused(body: bytes, error: str) -> None:
     frame = b"\x0b" + body

@@ -104,6 +104,7 @@ def test_malformed_and_misplaced_runs_are_refused_and_not_written(tmp_path: Path
                 (nxt, 2, good + b"\0\0", "a 4-byte header needed"),
                 (nxt, 1, (0x40000000 | 3).to_bytes(4, "big") + b"abc", "reserved bit"),
                 (nxt, 1, _word(False, 0x3FFFFFFF) + b"abc", "run past the end of the run"),
+                (nxt, 1, _word(True, 8) + b"\xb9\x05index\x8d", "is a store document"),
                 (nxt - 1, 1, good, "duplicate"),
                 (nxt + 1, 1, good, "gap"),
             ]

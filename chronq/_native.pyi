@@ -63,7 +63,8 @@ def gather(buf: Buffer, positions: bytes, lengths: bytes, /) -> tuple[bytes, byt
 def check_run(buf: Buffer, start: int, end: int, /) -> tuple[int, int]:
     """Check the replication run in ``buf[start:end]`` (documents, each a big-endian uint32 word: bit 31
     metadata, bits 0-29 body length, bit 30 zero; then the body): ``(documents, data documents)``,
-    ValueError naming the document and offset that leave the run."""
+    ValueError naming the document and offset that leave the run or are a store document (a cycle
+    header or index array: every queue writes its own)."""
 
 def read_run(
     tailer: TailerCore, out: Buffer, start: int, limit: int, max_count: int, /

@@ -21,6 +21,12 @@ Cases (40-byte messages throughout):
   (/proc/self/status) from before it connects to when it holds the last message; the figure is the
   growth (most RSS seen - RSS before), which should stay flat (independent of the backlog).
 
+A stable comparison on a noisy machine: the data path alone in one process (source read, frame encode,
+decode, sink write; no TCP) under callgrind, per message = (path - setup) / N instructions:
+
+    valgrind --tool=callgrind python benchmarks/bench_replication.py --role data-path runs 100000
+    (the same with `excerpts`: a Python object per message, as back-fill still sends; and `setup`)
+
 Targets: plain >= 5,000,000 msg/s, ack >= 3,000,000, TLS >= 2,000,000; lag p50 <= 25 us, p99 <= 100 us
 (busy-spinning); RSS growth <= 64 MB for a multi-GB backlog.
 """
@@ -164,6 +170,41 @@ def role_sink_clock(cfg: str, last: int, acked: int) -> None:
         done.set()
         sampler.join()
         print(secs, rss0[0], rss0[1], peak[0], peak[1], flush=True)
+
+
+def role_data_path(kind: str, n: int) -> None:
+    """Replicate `n` messages from a source to a sink queue in this process, without TCP: as Run frames
+    (`runs`), as Excerpts frames (`excerpts`), or only create both queues (`setup`)."""
+    import chronq
+    from chronq.replication import protocol as p
+    from chronq.replication.sink import Position, SinkWriter
+    from chronq.replication.source import SourceReader
+
+    with tempfile.TemporaryDirectory() as d:
+        last = _fill(Path(d) / "src", n)
+        with chronq.open(Path(d) / "src") as q:
+            reader = SourceReader(q, Position(None))
+            writer = SinkWriter(Path(d) / "sink", q.roll_cycle, q.epoch, source_host=1)
+            decoder = p.FrameDecoder()
+            if kind == "excerpts":
+                while items := reader.read_batch(4096, p.DEFAULT_MAX_FRAME // 2):
+                    for f in decoder.feed(p.encode(p.Excerpts(items))):
+                        assert isinstance(f, p.Excerpts)
+                        writer.write_all(f.items)
+            elif kind == "runs":
+                frame = bytearray(4 + p.DEFAULT_MAX_FRAME)
+                while True:
+                    docs, _, end, first = reader.read_run(frame, p.RUN_HEAD.size, len(frame), 1 << 20)
+                    if not docs:
+                        break
+                    p.run_head(frame, end, first, docs)
+                    for f in decoder.feed(memoryview(frame)[:end]):
+                        assert isinstance(f, p.Run)
+                        writer.write_run(f.first_index, f.count, f.data)
+            if kind != "setup" and writer.last_data_index != last:
+                raise SystemExit(f"the sink ends at {writer.last_data_index:#x}, not {last:#x}")
+            reader.close()
+            writer.close()
 
 
 def role_writer(path: str, rate: int, seconds: float) -> None:
@@ -368,6 +409,8 @@ def main() -> None:
             role_host(args[0], int(args[1]))
         elif r == "sink-clock":
             role_sink_clock(args[0], int(args[1]), int(args[2]))
+        elif r == "data-path":
+            role_data_path(args[0], int(args[1]))
         elif r == "writer":
             role_writer(args[0], int(args[1]), float(args[2]))
         elif r == "reader":

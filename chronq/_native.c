@@ -2799,6 +2799,11 @@ static PyObject *py_read_run(PyObject *m, PyObject *args) {
         }
         docs++;
     }
+    if (self->release_every && self->g.map && self->pos - self->released_to > self->release_every) {
+        /* as read(): drop the pages behind what was copied (release_pages_every) */
+        Py_ssize_t released = release_range(self->g.base, self->g.size, self->released_to, self->pos);
+        if (released > 0) self->released_to = released;
+    }
     res = Py_BuildValue("nnnLn", docs, data, at, (long long)first, blocked);
 done:
     put_buf(&b);

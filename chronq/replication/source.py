@@ -7,7 +7,7 @@ from typing import Any
 import chronq
 from chronq import _native
 from chronq.replication.errors import ReplicationError
-from chronq.replication.sink import Excerpt, Position, is_store_document
+from chronq.replication.sink import RELEASE_EVERY, Excerpt, Position, is_store_document
 
 __all__ = ["SourceReader"]
 
@@ -19,6 +19,7 @@ class SourceReader:
     def __init__(self, queue: chronq.Queue, position: Position) -> None:
         self.queue = queue
         self._tailer: Any = queue.tailer()
+        self._tailer.release_pages_every(RELEASE_EVERY)  # flat RSS while a sink catches up a backlog
         self._seek(position)
 
     def _seek(self, position: Position) -> None:

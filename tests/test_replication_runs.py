@@ -10,6 +10,7 @@ import pytest
 
 import chronq
 from chronq.replication import protocol as p
+from chronq.replication.config import DEFAULT_BUSY_SPIN_US, parse_config
 from chronq.replication.errors import ReplicationError
 from chronq.replication.sink import Position, SinkWriter
 from chronq.replication.source import SourceReader
@@ -122,3 +123,10 @@ def test_a_document_bigger_than_a_frame_is_reported(tmp_path: Path) -> None:
         src.appender().write(bytes(5000))
         with pytest.raises(ReplicationError, match="a document of 5000 bytes does not fit"):
             read_runs(src, Position(None), 4096)
+
+
+def test_busy_spin_setting(tmp_path: Path) -> None:
+    (tmp_path / "k").write_text("sixteen bytes or more\n")
+    text = "cluster: {context: {keyFile: k%s}, h: {hostId: 1, connectUri: 'a:1'}}\nqueues: {q: {masterId: 1}}"
+    assert parse_config(text % "", tmp_path).busy_spin_us == DEFAULT_BUSY_SPIN_US == 100
+    assert parse_config(text % ", busySpinMicros: 0", tmp_path).busy_spin_us == 0

@@ -141,6 +141,8 @@ class SinkWriter:
         self._rc = by_format(roll_cycle.format, roll_cycle.length_ms, roll_cycle.index_count,
                              roll_cycle.index_spacing)
         self._clock = CycleClock(self._rc, epoch)
+        self._released_map: object = None  # the mapping `_release_behind` works on, and how far it got
+        self._released_to = 0
         self.queue = _open_sink(self.path, self._rc, epoch, self._clock)
         try:
             table = self.queue.table
@@ -150,8 +152,6 @@ class SinkWriter:
             self._clock.set_cycle(max(self.queue._fresh_cycles(), default=0))
             # not Queue.appender(): that refuses sinks, and this is the one writer a sink has
             self._appender = Appender(self.queue)
-            self._released_map: object = None
-            self._released_to = 0
             self.position = read_position(self.queue)
         except BaseException:
             self.queue.close()
@@ -198,33 +198,6 @@ class SinkWriter:
         self.position = Position(index + 1, 0)
         self.last_data_index = index
 
-    def write_all(self, excerpts: Iterable[Excerpt]) -> None:
-        """Write excerpts in order. A run of consecutive data excerpts of one cycle is checked once and
-        written by one `write_many` call (per-excerpt checks were the sink's limit): its first excerpt
-        goes through `write` (checked, and its written index verified), the rest follow it under the
-        appender's lock with the cycle clock fixed, so they land at the next indexes."""
-        run: list[bytes] = []
-        start = 0
-
-        def flush() -> None:
-            if len(run) > 1:
-                self._appender.write_many(run[1:])
-                self.position = Position(start + len(run), 0)
-                self.last_data_index = start + len(run) - 1
-            run.clear()
-
-        split = self._rc.split
-        for index, metadata, body in excerpts:
-            if run and not metadata and index == start + len(run) and split(index)[0] == split(start)[0]:
-                run.append(body)
-                continue
-            flush()
-            self.write(index, metadata, body)
-            if not metadata:
-                start = index
-                run.append(body)
-        flush()
-
     def write_run(self, first_index: int, count: int, data: bytes | bytearray | memoryview) -> None:
         """Write a run (`chronq.replication.protocol.Run`: `count` documents of one cycle from
         `first_index`) in one native call, as `write` would write each document. The first index is
@@ -262,6 +235,33 @@ class SinkWriter:
             upto = m.release_pages(self._released_to, end[0] - (RELEASE_EVERY >> 2))
             if upto is not None:
                 self._released_to = upto
+
+    def write_all(self, excerpts: Iterable[Excerpt]) -> None:
+        """Write excerpts in order. A run of consecutive data excerpts of one cycle is checked once and
+        written by one `write_many` call (per-excerpt checks were the sink's limit): its first excerpt
+        goes through `write` (checked, and its written index verified), the rest follow it under the
+        appender's lock with the cycle clock fixed, so they land at the next indexes."""
+        run: list[bytes] = []
+        start = 0
+
+        def flush() -> None:
+            if len(run) > 1:
+                self._appender.write_many(run[1:])
+                self.position = Position(start + len(run), 0)
+                self.last_data_index = start + len(run) - 1
+            run.clear()
+
+        split = self._rc.split
+        for index, metadata, body in excerpts:
+            if run and not metadata and index == start + len(run) and split(index)[0] == split(start)[0]:
+                run.append(body)
+                continue
+            flush()
+            self.write(index, metadata, body)
+            if not metadata:
+                start = index
+                run.append(body)
+        flush()
 
     def close(self) -> None:
         self._appender.close()

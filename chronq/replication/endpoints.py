@@ -66,7 +66,7 @@ log = logging.getLogger("chronq.replication")
 
 BATCH_COUNT = 4096  # excerpts per back-fill frame
 RUN_COUNT = 1 << 20  # documents per Run frame at most (the frame size bounds it first)
-RECV_SIZE = 1 << 20
+RECV_SIZE = 1 << 20  # bytes a connection takes off its socket per recv (a 4 MiB frame in four)
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 POSITIONS_EVERY = 0.05  # s between looks at the source's replicated named tailers
 IDLE_POLL = 0.002  # s a source sleeps at most between looks for new excerpts once it stopped spinning

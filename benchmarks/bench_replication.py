@@ -1,35 +1,54 @@
 """Replication between two processes on 127.0.0.1 (`chronq replicate` source and sink), beside a floor
 measured in the same run: the same bytes over one plain TCP socket by a minimal sender and receiver.
 
-    python benchmarks/bench_replication.py [--n 1000000] [--rate 100000] [--seconds 2]
+    python benchmarks/bench_replication.py --quick       # under a minute
+    python benchmarks/bench_replication.py               # full: 5,000,000 messages, a 4 GB backlog
+    python benchmarks/bench_replication.py --cases plain,lag --n 2000000 --rate 100000 --seconds 2
 
-* throughput: `--n` 40-byte messages already in the source queue; a sink process connects and the clock
-  runs until its queue holds the last one (no acknowledgement waited for). Floor: n * 40 bytes through
-  one socket, counted by the receiver.
-* lag: a writer process appends 40-byte messages at `--rate` msg/s (paced, busy-waiting), each holding
-  its `time.perf_counter_ns()` (CLOCK_MONOTONIC, one clock for every process of the machine); a reader
-  process busy-tails the sink queue and records now - stamp: the one-way lag from append at the source to
-  readable at the sink. Floor: the same stamped 40-byte messages, paced the same, through one socket
+Cases (40-byte messages throughout):
+
+* plain / ack / tls (msg/s): `--n` messages already in the source queue; a sink process connects and
+  the clock runs until it wrote the last one to its queue (plain, TLS), or until the source's table store
+  records the sink's acknowledgement of it (ack: the queue has `acknowledge: true`). Floor: n * 40 bytes
+  through one plain socket, counted by the receiver.
+* lag (us): a writer process appends at `--rate` msg/s (paced, busy-waiting), each message holding its
+  `time.perf_counter_ns()` (CLOCK_MONOTONIC, one clock for every process of the machine); a reader
+  process busy-tails the sink queue and records now - stamp: the one-way lag from append at the source
+  to readable at the sink. Measured with the links sleeping when idle (`busySpinMicros: 0`) and
+  busy-spinning (`--spin-us`). Floor: the same stamped messages, paced the same, through one socket
   with TCP_NODELAY.
+* rss (MB): a backlog of `--backlog-mb` is caught up by a sink process that samples its own RSS
+  (/proc/self/status) from before it connects to when it holds the last message; the figure is the
+  growth (most RSS seen - RSS before), which should stay flat (independent of the backlog).
 
-Targets: >= 5,000,000 msg/s; lag p50 <= 25 us, p99 <= 100 us.
+A stable comparison on a noisy machine: the data path alone in one process (source read, frame encode,
+decode, sink write; no TCP) under callgrind, per message = (path - setup) / N instructions:
+
+    valgrind --tool=callgrind python benchmarks/bench_replication.py --role data-path runs 100000
+    (the same with `excerpts`: a Python object per message, as back-fill still sends; and `setup`)
+
+Targets: plain >= 5,000,000 msg/s, ack >= 3,000,000, TLS >= 2,000,000; lag p50 <= 25 us, p99 <= 100 us
+(busy-spinning); RSS growth <= 64 MB for a multi-GB backlog.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 MSG = 40
 STAMP = struct.Struct("<q")
-TARGET_RATE = 5_000_000
 KEY = "benchmark cluster key, long enough"
+TARGETS = {"plain": 5_000_000, "ack": 3_000_000, "tls": 2_000_000}
+LAG_P50, LAG_P99, RSS_GROWTH_MB = 25, 100, 64
 
 
 def _free_port() -> int:
@@ -38,20 +57,55 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _config(folder: Path) -> Path:
+def _openssl(folder: Path, *args: str) -> None:
+    subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=60)
+
+
+def _tls_files(folder: Path) -> None:
+    """ca.pem and host1/host2 certificates for 127.0.0.1 (as the TLS tests make them)."""
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    _openssl(folder, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj",
+             "/CN=ca", "-addext", "basicConstraints=critical,CA:TRUE", "-addext",
+             "keyUsage=critical,keyCertSign")
+    for h in ("host1", "host2"):
+        _openssl(folder, "req", *ec, "-keyout", f"{h}.key", "-out", f"{h}.csr", "-subj", f"/CN={h}")
+        (folder / f"{h}.ext").write_text("subjectAltName=IP:127.0.0.1\n"
+                                         "extendedKeyUsage=serverAuth,clientAuth\n")
+        _openssl(folder, "x509", "-req", "-in", f"{h}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", f"{h}.pem", "-days", "2", "-extfile", f"{h}.ext")
+
+
+def _config(folder: Path, ack: bool = False, tls: bool = False, spin_us: int | None = None) -> Path:
     (folder / "key").write_text(KEY + "\n")
+    extra = ""
+    host_tls = {1: "", 2: ""}
+    if tls:
+        _tls_files(folder)
+        extra += " tlsCaFile: ca.pem,"
+        host_tls = {h: f", tlsCertFile: host{h}.pem, tlsKeyFile: host{h}.key" for h in (1, 2)}
+    if spin_us is not None:
+        extra += f" busySpinMicros: {spin_us},"
     cfg = folder / "cluster.yaml"
+    hosts = "".join(f'  host{h}: {{ hostId: {h}, connectUri: "127.0.0.1:{_free_port()}", '
+                    f"baseSinkPath: sink{h}{host_tls[h]} }},\n" for h in (1, 2))
     cfg.write_text(
         "!QueueReplicationCfg {\n cluster: {\n  context: !QueueClusterContext { heartbeatIntervalMs: 500,"
-        " heartbeatTimeoutMs: 5000, baseSourcePath: source, keyFile: key },\n"
-        f'  host1: {{ hostId: 1, connectUri: "127.0.0.1:{_free_port()}", baseSinkPath: sink1 }},\n'
-        f'  host2: {{ hostId: 2, connectUri: "127.0.0.1:{_free_port()}", baseSinkPath: sink2 }},\n'
-        " },\n queues: { q: { path: q, masterId: 1, rollCycle: DAILY } }\n}\n")
+        f" heartbeatTimeoutMs: 5000, baseSourcePath: source, keyFile: key,{extra} }},\n{hosts} }},\n"
+        f" queues: {{ q: {{ path: q, masterId: 1, rollCycle: DAILY, acknowledge: {'true' if ack else 'false'}"
+        " } }\n}\n")
     return cfg
 
 
 def _spawn(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
+
+
+def _host(cfg: Path, host_id: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, __file__, "--role", "host", str(cfg), str(host_id)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    if _line(proc) != "running":
+        raise SystemExit(f"replication host {host_id} did not start")
+    return proc
 
 
 def _line(proc: subprocess.Popen[str]) -> str:
@@ -60,11 +114,6 @@ def _line(proc: subprocess.Popen[str]) -> str:
     if not line:
         raise SystemExit(f"benchmark process {proc.args} ended without an answer")
     return line.strip()
-
-
-def _finish(proc: subprocess.Popen[str]) -> None:
-    proc.terminate()
-    proc.communicate(timeout=30)
 
 
 # -- roles run in child processes ----------------------------------------------------------------------
@@ -77,21 +126,85 @@ def role_host(cfg: str, host_id: int) -> None:
         sys.stdin.read()
 
 
-def role_sink_clock(cfg: str, last: int) -> None:
-    """Start host 2's sink and print the seconds until its queue holds index `last`."""
+def _rss_kb() -> tuple[int, int]:
+    """(VmRSS, RssAnon) of this process in kB."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon"):
+            out[key] = int(value.split()[0])
+    return out.get("VmRSS", 0), out.get("RssAnon", 0)
+
+
+def role_sink_clock(cfg: str, last: int, acked: int) -> None:
+    """Start host 2's sink; print the seconds until its queue holds index `last` (with `acked`: until
+    the source records the acknowledgement of it), the RSS before it started and the most RSS seen
+    (VmRSS and RssAnon, kB)."""
     import chronq
-    from chronq.replication import ReplicatedQueue
+    from chronq.replication import ReplicatedQueue, last_acknowledged_index
 
     rq = ReplicatedQueue(cfg, 2)
-    path = rq.sink_path("q")
+    rss0 = _rss_kb()
+    peak = list(rss0)
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            now = _rss_kb()
+            peak[0], peak[1] = max(peak[0], now[0]), max(peak[1], now[1])
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     t0 = time.perf_counter()
     with rq:
-        while not (path / "metadata.cq4t").exists():
-            time.sleep(0.0005)
-        with chronq.open(path, readonly=True) as q:
-            while q.last_index != last:  # only the arrival of `last` matters, not reading each message
-                time.sleep(0.0005)
-        print(time.perf_counter() - t0, flush=True)
+        if acked:
+            with chronq.open(rq.config.source_path(rq.config.queues["q"], 1), readonly=True) as src:
+                while last_acknowledged_index(src) < last:
+                    time.sleep(0.002)
+        else:
+            # the sink's link says what it wrote to its queue: no mapping of the queue in this process
+            # beside the sink's own (the RSS measured is the sink's)
+            while not any(s.acknowledged_index >= last for s in rq.status()):
+                time.sleep(0.002)
+        secs = time.perf_counter() - t0
+        done.set()
+        sampler.join()
+        print(secs, rss0[0], rss0[1], peak[0], peak[1], flush=True)
+
+
+def role_data_path(kind: str, n: int) -> None:
+    """Replicate `n` messages from a source to a sink queue in this process, without TCP: as Run frames
+    (`runs`), as Excerpts frames (`excerpts`), or only create both queues (`setup`)."""
+    import chronq
+    from chronq.replication import protocol as p
+    from chronq.replication.sink import Position, SinkWriter
+    from chronq.replication.source import SourceReader
+
+    with tempfile.TemporaryDirectory() as d:
+        last = _fill(Path(d) / "src", n)
+        with chronq.open(Path(d) / "src") as q:
+            reader = SourceReader(q, Position(None))
+            writer = SinkWriter(Path(d) / "sink", q.roll_cycle, q.epoch, source_host=1)
+            decoder = p.FrameDecoder()
+            if kind == "excerpts":
+                while items := reader.read_batch(4096, p.DEFAULT_MAX_FRAME // 2):
+                    for f in decoder.feed(p.encode(p.Excerpts(items))):
+                        assert isinstance(f, p.Excerpts)
+                        writer.write_all(f.items)
+            elif kind == "runs":
+                frame = bytearray(4 + p.DEFAULT_MAX_FRAME)
+                while True:
+                    docs, _, end, first = reader.read_run(frame, p.RUN_HEAD.size, len(frame), 1 << 20)
+                    if not docs:
+                        break
+                    p.run_head(frame, end, first, docs)
+                    for f in decoder.feed(memoryview(frame)[:end]):
+                        assert isinstance(f, p.Run)
+                        writer.write_run(f.first_index, f.count, f.data)
+            if kind != "setup" and writer.last_data_index != last:
+                raise SystemExit(f"the sink ends at {writer.last_data_index:#x}, not {last:#x}")
+            reader.close()
+            writer.close()
 
 
 def role_writer(path: str, rate: int, seconds: float) -> None:
@@ -192,26 +305,36 @@ def _pct(lags: list[int], p: float) -> float:
     return s[min(len(s) - 1, int(len(s) * p))] / 1000
 
 
-def replication_throughput(folder: Path, n: int) -> float:
+def _fill(path: Path, n: int) -> int:
+    """`n` 40-byte messages in a new source queue (in batches); its last index."""
     import chronq
 
-    cfg = _config(folder)
-    with chronq.open(folder / "source/q", roll_cycle="DAILY") as q:
+    with chronq.open(path, roll_cycle="DAILY") as q:
         a = q.appender()
-        body = bytes(MSG)
-        for _ in range(n):
-            a.write(body)
+        batch = [bytes(MSG)] * min(n, 1 << 20)
+        left = n
+        while left:
+            k = min(left, len(batch))
+            a.write_many(batch[:k])
+            left -= k
         last = q.last_index
-    src = subprocess.Popen([sys.executable, __file__, "--role", "host", str(cfg), "1"], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True)
+        assert last is not None
+        return last
+
+
+def replication_catch_up(folder: Path, n: int, ack: bool = False,
+                         tls: bool = False) -> tuple[float, int, int]:
+    """(msg/s, RSS growth in kB, RssAnon growth in kB) of a sink catching up `n` messages."""
+    cfg = _config(folder, ack=ack, tls=tls)
+    last = _fill(folder / "source/q", n)
+    src = _host(cfg, 1)
     try:
-        assert _line(src) == "running"
-        sink = _spawn("--role", "sink-clock", str(cfg), str(last))
-        secs = float(_line(sink))
-        sink.communicate(timeout=30)
+        sink = _spawn("--role", "sink-clock", str(cfg), str(last), str(int(ack)))
+        secs, rss0, anon0, rss, anon = (float(x) for x in _line(sink).split())
+        sink.communicate(timeout=60)
     finally:
-        src.communicate("", timeout=30)
-    return n / secs
+        src.communicate("", timeout=60)
+    return n / secs, int(rss - rss0), int(anon - anon0)
 
 
 def floor_throughput(n: int) -> float:
@@ -225,18 +348,15 @@ def floor_throughput(n: int) -> float:
     return n / secs
 
 
-def replication_lag(folder: Path, rate: int, seconds: float) -> list[int]:
+def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int) -> list[int]:
     import chronq
 
-    cfg = _config(folder)
+    cfg = _config(folder, spin_us=spin_us)
     with chronq.open(folder / "source/q", roll_cycle="DAILY"):
         pass
     count = int(rate * seconds)
-    hosts = [subprocess.Popen([sys.executable, __file__, "--role", "host", str(cfg), str(h)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for h in (1, 2)]
+    hosts = [_host(cfg, h) for h in (1, 2)]
     try:
-        for h in hosts:
-            assert _line(h) == "running"
         with chronq.open(folder / "source/q") as q:  # one message makes the sink create its queue
             q.appender().write(STAMP.pack(time.perf_counter_ns()) + bytes(MSG - STAMP.size))
         reader = _spawn("--role", "reader", str(folder / "sink2/q"), str(count + 1))
@@ -245,10 +365,10 @@ def replication_lag(folder: Path, rate: int, seconds: float) -> list[int]:
         _line(writer)
         writer.communicate(timeout=60)
         lags = [int(x) for x in _line(reader).split()][1:]
-        reader.communicate(timeout=30)
+        reader.communicate(timeout=60)
     finally:
         for h in hosts:
-            h.communicate("", timeout=30)
+            h.communicate("", timeout=60)
     return lags
 
 
@@ -264,11 +384,22 @@ def floor_lag(rate: int, seconds: float) -> list[int]:
     return lags
 
 
+def _row(case: str, figure: float, target: str, floor: float | None, met: bool, fmt: str = ",.0f") -> str:
+    ratio = f"{figure / floor:.3f}" if floor else "-"
+    fl = format(floor, fmt) if floor is not None else "-"
+    return f"{case:<40}{format(figure, fmt):>14}{target:>14}{fl:>14}{ratio:>10}{'yes' if met else 'NO':>6}"
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--rate", type=int, default=100_000)
-    ap.add_argument("--seconds", type=float, default=2.0)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes: runs in under a minute")
+    ap.add_argument("--cases", default="plain,ack,tls,lag,rss", help="comma-separated subset")
+    ap.add_argument("--n", type=int, help="messages per throughput case (5,000,000; quick 1,000,000)")
+    ap.add_argument("--rate", type=int, default=100_000, help="msg/s of the lag case")
+    ap.add_argument("--seconds", type=float, help="length of the lag case (5; quick 1)")
+    ap.add_argument("--spin-us", type=int, default=100_000,
+                    help="busySpinMicros of the busy-spinning lag case")
+    ap.add_argument("--backlog-mb", type=int, help="backlog of the rss case (4096; quick 256)")
     ap.add_argument("--role")
     ap.add_argument("args", nargs="*")
     a = ap.parse_args()
@@ -277,7 +408,9 @@ def main() -> None:
         if r == "host":
             role_host(args[0], int(args[1]))
         elif r == "sink-clock":
-            role_sink_clock(args[0], int(args[1]))
+            role_sink_clock(args[0], int(args[1]), int(args[2]))
+        elif r == "data-path":
+            role_data_path(args[0], int(args[1]))
         elif r == "writer":
             role_writer(args[0], int(args[1]), float(args[2]))
         elif r == "reader":
@@ -287,18 +420,48 @@ def main() -> None:
         elif r == "floor-tx":
             role_floor_sender(int(args[0]), int(args[1]), int(args[2]), float(args[3]))
         return
-    with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
-        rep_rate = replication_throughput(Path(d1), a.n)
-        floor_rate = floor_throughput(a.n)
-        rep_lag = replication_lag(Path(d2), a.rate, a.seconds)
-        fl_lag = floor_lag(a.rate, a.seconds)
-    print(f"{MSG}-byte messages, source and sink in separate processes on 127.0.0.1")
-    print(f"{'case':<44}{'replication':>14}{'TCP floor':>14}{'target':>14}")
-    print(f"{'throughput, no ack (msg/s)':<44}{rep_rate:>14,.0f}{floor_rate:>14,.0f}{TARGET_RATE:>14,}")
-    print(f"{f'lag p50 at {a.rate:,} msg/s (us)':<44}{_pct(rep_lag, 0.5):>14.1f}{_pct(fl_lag, 0.5):>14.1f}"
-          f"{25:>14}")
-    print(f"{f'lag p99 at {a.rate:,} msg/s (us)':<44}{_pct(rep_lag, 0.99):>14.1f}{_pct(fl_lag, 0.99):>14.1f}"
-          f"{100:>14}")
+    n = a.n or (1_000_000 if a.quick else 5_000_000)
+    seconds = a.seconds or (1.0 if a.quick else 5.0)
+    backlog = (a.backlog_mb or (256 if a.quick else 4096)) << 20
+    cases = set(a.cases.split(","))
+    if "tls" in cases and shutil.which("openssl") is None:
+        print("no openssl command: the tls case is left out", file=sys.stderr)
+        cases.discard("tls")
+    rows = []
+    floor = floor_throughput(n) if cases & {"plain", "ack", "tls"} else None
+    for case in ("plain", "ack", "tls"):
+        if case in cases:
+            with tempfile.TemporaryDirectory() as d:
+                rate, _, _ = replication_catch_up(Path(d), n, ack=case == "ack", tls=case == "tls")
+            rows.append(_row(f"throughput {case} (msg/s)", rate, f">= {TARGETS[case]:,}", floor,
+                             rate >= TARGETS[case]))
+    if "lag" in cases:
+        fl = floor_lag(a.rate, seconds)
+        for spin in (0, a.spin_us):
+            with tempfile.TemporaryDirectory() as d:
+                lags = replication_lag(Path(d), a.rate, seconds, spin)
+            how = f"spin {spin} us" if spin else "sleeping"
+            p50, p99 = _pct(lags, 0.5), _pct(lags, 0.99)
+            rows.append(_row(f"lag p50 at {a.rate:,} msg/s, {how} (us)", p50, f"<= {LAG_P50}",
+                             _pct(fl, 0.5), p50 <= LAG_P50, ".1f"))
+            rows.append(_row(f"lag p99 at {a.rate:,} msg/s, {how} (us)", p99, f"<= {LAG_P99}",
+                             _pct(fl, 0.99), p99 <= LAG_P99, ".1f"))
+    if "rss" in cases:
+        count = backlog // (MSG + 4)
+        with tempfile.TemporaryDirectory() as d:
+            rate, rss, anon = replication_catch_up(Path(d), count)
+        mb = f"{backlog >> 20:,} MB"
+        rows.append(_row(f"catch-up of {mb} (msg/s)", rate, f">= {TARGETS['plain']:,}", floor,
+                         rate >= TARGETS["plain"]))
+        rows.append(_row(f"sink RSS growth over {mb} (MB)", rss / 1024, f"<= {RSS_GROWTH_MB}", None,
+                         rss / 1024 <= RSS_GROWTH_MB, ".1f"))
+        rows.append(_row(f"sink RssAnon growth over {mb} (MB)", anon / 1024, f"<= {RSS_GROWTH_MB}", None,
+                         anon / 1024 <= RSS_GROWTH_MB, ".1f"))
+    print(f"{MSG}-byte messages, source and sink in separate processes on 127.0.0.1; "
+          f"floor: one plain TCP socket, same run")
+    print(f"{'case':<40}{'figure':>14}{'target':>14}{'floor':>14}{'ratio':>10}{'met':>6}")
+    for row in rows:
+        print(row)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,27 @@ def gather(buf: Buffer, positions: bytes, lengths: bytes, /) -> tuple[bytes, byt
     """Copy the bodies named by a ``scan`` result into one buffer; returns ``(data, offsets)`` with
     ``len(rows)+1`` int32 offsets (Arrow binary layout)."""
 
+def check_run(buf: Buffer, start: int, end: int, /) -> tuple[int, int]:
+    """Check the replication run in ``buf[start:end]`` (documents, each a big-endian uint32 word: bit 31
+    metadata, bits 0-29 body length, bit 30 zero; then the body): ``(documents, data documents)``,
+    ValueError naming the document and offset that leave the run or are a store document (a cycle
+    header or index array: every queue writes its own)."""
+
+def read_run(
+    tailer: TailerCore, out: Buffer, start: int, limit: int, max_count: int, /
+) -> tuple[int, int, int, int, int]:
+    """Copy the tailer's ready documents of one cycle (the store's own left out) into ``out[start:limit]``
+    as a run, at most ``max_count``: ``(documents, data documents, end offset, index of the first,
+    blocked)``; ``blocked`` is the size a first document too big for the room would need (else 0)."""
+
+def write_run(
+    appender: AppenderCore, buf: Buffer, start: int, end: int, cycle: int, first_seq: int, count: int, /
+) -> tuple[int, int]:
+    """Append the run of ``count`` documents in ``buf[start:end]`` as ``write``/``write_meta`` would,
+    starting at sequence ``first_seq`` of ``cycle``, which must be where the queue ends: ``(data
+    documents, metadata documents after the last data one)``. Nothing is written for a malformed run
+    (ValueError)."""
+
 class Map:
     """A MAP_SHARED mapping of a file; unmapped only when the last reference (excerpt, view) dies."""
 

@@ -69,8 +69,8 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.replication.protocol": [
         "Ack", "Auth", "Challenge", "DEFAULT_MAX_FRAME", "Error", "Excerpts", "Frame", "FrameDecoder",
-        "Heartbeat", "Hello", "NONCE_SIZE", "QueueInfo", "Subscribe", "TailerPositions", "VERSION", "encode",
-        "proof",
+        "Heartbeat", "Hello", "NONCE_SIZE", "QueueInfo", "RUN_HEAD", "RUN_META", "Run", "Subscribe",
+        "TailerPositions", "VERSION", "encode", "proof", "run_head",
     ],
     "chronq.replication.sink": [
         "CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position",

@@ -135,6 +135,8 @@ def test_in_process_api_and_acknowledged_index(tmp_path: Path, caplog: pytest.Lo
      "holds 5 bytes"),
     ("cluster: {context: {keyFile: k}, h: {hostId: 1, connectUri: 'a:1'}}\nqueues: {'a/b': {masterId: 1}}",
      "a queue name is"),
+    ("cluster: {context: {keyFile: k, busySpinMicros: -1}, h: {hostId: 1, connectUri: 'a:1'}}\n"
+     "queues: {q: {masterId: 1}}", "busySpinMicros must be an integer >= 0"),
     ("cluster: {context: {keyFile: missing}}", "missing: .*No such file"),
     ("cluster: [1, 2]", "cluster: expected a map"),
 ])

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from chronq.replication.errors import ProtocolError
 from chronq.replication.protocol import (
     NONCE_SIZE,
+    RUN_META,
     Ack,
     Auth,
     Challenge,
@@ -19,9 +20,11 @@ from chronq.replication.protocol import (
     Heartbeat,
     Hello,
     QueueInfo,
+    Run,
     Subscribe,
     encode,
 )
+from chronq.replication.sink import is_store_document
 
 MAX = 4096
 i64 = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -29,6 +32,17 @@ u32 = st.integers(0, (1 << 32) - 1)
 i32 = st.integers(-(1 << 31), (1 << 31) - 1)
 text = st.text(max_size=40)
 nonce = st.binary(min_size=NONCE_SIZE, max_size=NONCE_SIZE)
+
+
+def _run(first: int, docs: list[tuple[bool, bytes]]) -> Run:
+    data = b"".join(((RUN_META if meta else 0) | len(body)).to_bytes(4, "big") + body for meta, body in docs)
+    return Run(first, len(docs), data)
+
+
+# a store document (cycle header, index array) is never part of a run: every queue writes its own
+run_docs = st.lists(st.tuples(st.booleans(), st.binary(max_size=120)).filter(
+    lambda doc: not (doc[0] and is_store_document(doc[1]))), min_size=1, max_size=8)
+runs = st.builds(_run, st.integers(0, (1 << 63) - 1), run_docs)
 frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Hello, st.integers(0, 65535), text, u32, nonce),
     st.builds(Challenge, nonce, st.binary(min_size=32, max_size=32)),
@@ -39,6 +53,7 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.just(Heartbeat()),
     st.builds(Ack, i64),
     st.builds(Error, text),
+    runs,
 )
 
 
@@ -101,3 +116,34 @@ def test_a_frame_announcing_more_excerpts_than_it_holds() -> None:
     body = b"\x06" + (0xFFFFFFFF).to_bytes(4, "big")
     with pytest.raises(ProtocolError, match="announces 4294967295 excerpts"):
         FrameDecoder(MAX).feed(len(body).to_bytes(4, "big") + body)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 1 << 62), run_docs)
+def test_run_items_are_the_documents_at_their_indexes(first: int, docs: list[tuple[bool, bytes]]) -> None:
+    (got,) = FrameDecoder(MAX).feed(encode(_run(first, docs), MAX))
+    assert isinstance(got, Run)
+    expected, index = [], first
+    for meta, body in docs:  # a metadata document has the index of the next data document
+        expected.append((index, meta, body))
+        index += 0 if meta else 1
+    assert got.items() == expected
+
+
+HEAD = bytes(8) + (1).to_bytes(4, "big")  # first index 0, one document
+
+
+@pytest.mark.parametrize(("body", "error"), [
+    (bytes(12), "empty run"),
+    (b"\xff" * 8 + (1).to_bytes(4, "big") + b"\0\0\0\1x", "negative index"),
+    (bytes(8) + (2).to_bytes(4, "big") + b"\0\0\0\1x", "announces 2 documents but holds 1"),
+    (HEAD + b"\0\0\0\5x", "document 0 at offset 0: 5 bytes run past the end"),
+    (HEAD + b"\x40\0\0\1x", "reserved bit"),
+    (HEAD + b"\0\0\0\1x\0", "a 4-byte header needed"),
+    (bytes(10), "frame truncated"),
+    (HEAD + b"\x80\0\0\x12" + b"\xb9\x06header\xb6\x08SCQStore", "is a store document"),
+])
+def test_malformed_runs_are_refused(body: bytes, error: str) -> None:
+    frame = b"\x0b" + body
+    with pytest.raises(ProtocolError, match=error):
+        FrameDecoder(MAX).feed(len(frame).to_bytes(4, "big") + frame)

@@ -8,6 +8,7 @@
           baseSourcePath: replica/source,
           baseSinkPath: replica/sink,
           keyFile: replication.key,          # chronq: the pre-shared key
+          busySpinMicros: 100,               # chronq: an idle link spins this long before sleeping
           tlsCaFile: ca.pem,                 # chronq: TLS (optional): the CA that signs every host,
           tlsCertFile: host.pem,             #   this host's certificate (a host may override both)
           tlsKeyFile: host.key,
@@ -44,6 +45,7 @@ from chronq.rollcycles import by_name
 __all__ = ["HostCfg", "QueueCfg", "ReplicationConfig", "load_config", "parse_config"]
 
 MIN_KEY_BYTES = 16
+DEFAULT_BUSY_SPIN_US = 100
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
@@ -78,6 +80,7 @@ class ReplicationConfig:
     max_frame: int
     tls_ca: Path | None = None
     backfill_timeout_ms: int = 0  # 0: no back-fill (a sink ahead of its source is refused)
+    busy_spin_us: int = DEFAULT_BUSY_SPIN_US  # how long an idle link spins before it sleeps
 
     def host(self, host_id: int) -> HostCfg:
         try:
@@ -157,6 +160,7 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
                           f"({interval})")
     max_frame = _int(ctx, "maxFrameSize", where, DEFAULT_MAX_FRAME, MIN_MAX_FRAME)
     backfill = _int(ctx, "backfillTimeoutMs", where, 0, 0)
+    spin = _int(ctx, "busySpinMicros", where, DEFAULT_BUSY_SPIN_US, 0)
     src_base = _str(ctx, "baseSourcePath", where, "replica/source")
     sink_base = _str(ctx, "baseSinkPath", where, "replica/sink")
     tls_ca = _path(ctx, "tlsCaFile", where, base)
@@ -217,7 +221,7 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
         queues[name] = QueueCfg(name, _relative(_str(q, "path", where, name), where), master, ack, roll)
     if not queues:
         raise ConfigError("queues: no queue to replicate")
-    return ReplicationConfig(hosts, queues, interval, timeout, key, max_frame, tls_ca, backfill)
+    return ReplicationConfig(hosts, queues, interval, timeout, key, max_frame, tls_ca, backfill, spin)
 
 
 def load_config(path: str | os.PathLike[str]) -> ReplicationConfig:

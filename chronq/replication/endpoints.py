@@ -64,10 +64,13 @@ __all__ = ["ReplicatedQueue"]
 
 log = logging.getLogger("chronq.replication")
 
-BATCH_COUNT = 4096
+BATCH_COUNT = 4096  # excerpts per back-fill frame
+RUN_COUNT = 1 << 20  # documents per Run frame at most (the frame size bounds it first)
+RECV_SIZE = 1 << 20  # bytes a connection takes off its socket per recv (a 4 MiB frame in four)
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 POSITIONS_EVERY = 0.05  # s between looks at the source's replicated named tailers
-IDLE_POLL = 0.002  # s a source waits for new excerpts (or an ack) when its tailer is at the end
+IDLE_POLL = 0.002  # s a source sleeps at most between looks for new excerpts once it stopped spinning
+IDLE_POLL_MIN = 0.00005  # s of its first sleep (doubling up to IDLE_POLL while nothing comes)
 RETRY_MIN, RETRY_MAX = 0.05, 2.0  # s between a sink's reconnection attempts (doubling)
 
 
@@ -81,33 +84,52 @@ class _Conn:
         self.timeout = timeout
         self._decoder = p.FrameDecoder(max_frame)
         self._pending: list[p.Frame] = []
+        self._rbuf = bytearray(RECV_SIZE)
         self.last_recv = self.last_send = time.monotonic()
         sock.settimeout(timeout)  # a peer that stops reading makes sendall fail, not hang
+        with contextlib.suppress(OSError):  # a frame goes out when it is sent, not with the next one
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def send(self, frame: p.Frame) -> None:
         # MSG_NOSIGNAL: a peer gone mid-send is an OSError for this connection, never a SIGPIPE that
         # kills the process (`chronq replicate` also ignores SIGPIPE, for TLS: an SSL socket takes no
         # flags, OpenSSL writes to the descriptor itself)
-        data = p.encode(frame, self.max_frame)
+        self.send_bytes(p.encode(frame, self.max_frame))
+
+    def send_bytes(self, data: bytes | bytearray | memoryview) -> None:
+        """Send whole encoded frames (`p.encode`, or a Run built in place)."""
         if isinstance(self.sock, ssl.SSLSocket):
             self.sock.sendall(data)
         else:
             self.sock.sendall(data, _NOSIGNAL)
         self.last_send = time.monotonic()
 
-    def poll(self, wait: float) -> list[p.Frame]:
+    def _readable(self, wait: float) -> bool:
+        # TLS may hold decrypted bytes that select() on the descriptor cannot see
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0:
+            return True
+        return bool(select.select([self.sock], [], [], wait)[0])
+
+    def poll(self, wait: float, spin: float = 0.0) -> list[p.Frame]:
         """Frames received within `wait` seconds (none on a timeout); ReplicationError if the peer closed
-        or sent an Error frame."""
+        or sent an Error frame. The first `spin` seconds of the wait look without sleeping (a sleeping
+        thread takes tens of microseconds to wake when data comes, a spinning one a few)."""
         if not self._pending:
-            # TLS may hold decrypted bytes that select() on the descriptor cannot see
-            buffered = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
-            ready = buffered or select.select([self.sock], [], [], wait)[0]
+            ready = self._readable(0)
+            if not ready and wait > 0:
+                start = time.monotonic()
+                until = start + min(spin, wait)
+                while not ready and time.monotonic() < until:
+                    ready = self._readable(0)
+                if not ready:
+                    ready = self._readable(max(0.0, wait - (time.monotonic() - start)))
             if ready:
-                data = self.sock.recv(1 << 16)
-                if not data:
+                n = self.sock.recv_into(self._rbuf)
+                if not n:
                     raise ReplicationError(f"{self.peer} closed the connection")
                 self.last_recv = time.monotonic()
-                self._pending = self._decoder.feed(data)
+                with memoryview(self._rbuf) as view:
+                    self._pending = self._decoder.feed(view[:n])
         frames, self._pending = self._pending, []
         for f in frames:
             if isinstance(f, p.Error):
@@ -368,41 +390,54 @@ class _Source:
             if start.next_index is not None:  # what the sink already holds counts as acknowledged
                 link.acked(start.next_index - 1)
             interval = cfg.heartbeat_interval_ms / 1000
-            batch_bytes = cfg.max_frame // 2
+            spin = cfg.busy_spin_us / 1e6
+            # one frame buffer for the connection, reused: the documents are copied into it by one native
+            # call per frame (`read_run`), and sent from it
+            frame = bytearray(4 + cfg.max_frame)
+            frame_view = memoryview(frame)
+            head = p.RUN_HEAD.size
             sent_upto = -1 if start.next_index is None else start.next_index - 1  # the sink has up to here
             positions_sent: dict[str, tuple[int, int]] = {}
             positions_at = 0.0
+            idle_at, sleep = 0.0, IDLE_POLL_MIN
             try:
                 while not stop.is_set():
                     # positions are read before the batch: when the batch comes back empty, every
                     # position read is at or before what the sink has been sent
                     snap = None
-                    if time.monotonic() >= positions_at:
+                    now = time.monotonic()
+                    if now >= positions_at:
                         snap = _tailer_positions(table)
-                        positions_at = time.monotonic() + POSITIONS_EVERY
-                    items = reader.read_batch(BATCH_COUNT, batch_bytes)
-                    if items:
-                        for _, _, body in items:
-                            if len(body) > batch_bytes - 64:
-                                raise ReplicationError(f"{q.path}: an excerpt of {len(body)} bytes exceeds "
-                                                       f"half the maximum frame size {cfg.max_frame}")
+                        positions_at = now + POSITIONS_EVERY
+                    docs, data, end, first = reader.read_run(frame, head, len(frame), RUN_COUNT)
+                    if docs:
                         read_at = time.time()
-                        conn.send(p.Excerpts(items))
-                        data = [i for i, meta, _ in items if not meta]
+                        p.run_head(frame, end, first, docs)
+                        conn.send_bytes(frame_view[:end])
                         if data:
-                            table.set_max(LAST_INDEX_REPLICATED, data[-1])
-                            link.sent(data[-1], read_at)
-                            sent_upto = data[-1]
-                    elif time.monotonic() - conn.last_send >= interval:
-                        conn.send(p.Heartbeat())
+                            sent_upto = first + data - 1
+                            table.set_max(LAST_INDEX_REPLICATED, sent_upto)
+                            link.sent(sent_upto, read_at)
+                        idle_at = 0.0
+                        wait = 0.0
+                    else:
+                        if now - conn.last_send >= interval:
+                            conn.send(p.Heartbeat())
+                        # idle: look again at once while spinning, then sleep ever longer (to IDLE_POLL)
+                        if not idle_at:
+                            idle_at, sleep = now, IDLE_POLL_MIN
+                        if now - idle_at < spin:
+                            wait = 0.0
+                        else:
+                            wait, sleep = sleep, min(sleep * 2, IDLE_POLL)
                     if snap:
                         # a tailer's index is the next one it reads: the sink must hold all before it
                         moved = [(n, i, v) for n, (i, v) in sorted(snap.items())
-                                 if positions_sent.get(n) != (i, v) and (not items or i <= sent_upto + 1)]
+                                 if positions_sent.get(n) != (i, v) and (not docs or i <= sent_upto + 1)]
                         if moved:
                             conn.send(p.TailerPositions(moved))
                             positions_sent.update((n, (i, v)) for n, i, v in moved)
-                    for f in conn.poll(0 if items else IDLE_POLL):
+                    for f in conn.poll(wait):
                         if isinstance(f, p.Ack):
                             link.acked(f.index)
                             self._rq._acked(qc, f.index, table)
@@ -555,9 +590,15 @@ class _Sink:
             link.acked(writer.last_data_index)
             self.subscribed = True
             interval = cfg.heartbeat_interval_ms / 1000
+            spin = cfg.busy_spin_us / 1e6
             while not stop.is_set():
-                for f in conn.poll(min(interval, 0.1)):
-                    if isinstance(f, p.Excerpts):
+                for f in conn.poll(min(interval, 0.1), spin):
+                    if isinstance(f, p.Run):
+                        writer.write_run(f.first_index, f.count, f.data)
+                        conn.send(p.Ack(writer.last_data_index))
+                        link.sent(writer.last_data_index, time.time())
+                        link.acked(writer.last_data_index)
+                    elif isinstance(f, p.Excerpts):
                         writer.write_all(f.items)
                         conn.send(p.Ack(writer.last_data_index))
                         link.sent(writer.last_data_index, time.time())

@@ -12,7 +12,8 @@ Conversation (the sink connects to the source host):
     source -> QueueInfo(roll cycle, epoch, source host id)
     sink   -> Subscribe(next index, metadata documents already there,     (the sink's `Position`)
                      last data index, sha256 of its bytes)          (split-brain check; -1 and b"")
-    source -> Excerpts([(index, metadata, bytes), ...]) ... | Heartbeat
+    source -> Run(first index, count, documents) ... | Heartbeat      (the stream of the queue)
+            | Excerpts([(index, metadata, bytes), ...])   (back-fill, sink -> source, the same way)
             | TailerPositions([(name, index, version), ...])   (replicated named tailers that moved)
     sink   -> Ack(last data index written) | Heartbeat
     either -> Error(text) before closing on a refusal
@@ -20,6 +21,13 @@ Conversation (the sink connects to the source host):
 Both sides prove they hold the pre-shared key before any queue data moves, each over the other's fresh
 nonce (no replay) with the direction in the message (a proof cannot be reflected back). The queue is
 named, never given as a path: the source looks the name up in its own configuration.
+
+A `Run` carries consecutive documents of one cycle as they are in the cycle file, without the store's own
+(header, index arrays): per document a uint32 word (bit 31: metadata, bits 0-29: body length, bit 30:
+zero) and the body. The first has index `first_index` (a metadata document has the index of the next
+data document of its cycle), each data document the next. Both ends handle a run in one native call
+(`chronq._native.read_run` / `write_run`), never a Python object per document; the decoder checks every
+word against the frame's bounds (`check_run`) before anything is written.
 """
 
 from __future__ import annotations
@@ -29,11 +37,14 @@ import hmac
 import struct
 from dataclasses import dataclass, field
 
+from chronq import _native
 from chronq.replication.errors import ProtocolError
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
     "NONCE_SIZE",
+    "RUN_HEAD",
+    "RUN_META",
     "VERSION",
     "Ack",
     "Auth",
@@ -45,19 +56,23 @@ __all__ = [
     "Heartbeat",
     "Hello",
     "QueueInfo",
+    "Run",
     "Subscribe",
     "TailerPositions",
     "encode",
     "proof",
+    "run_head",
 ]
 
-VERSION = 2  # 2: Subscribe carries the sink's last excerpt and its hash
+VERSION = 3  # 2: Subscribe carries the sink's last excerpt and its hash; 3: Run frames
 DEFAULT_MAX_FRAME = 4 << 20
 MIN_MAX_FRAME = 1024
 NONCE_SIZE = 32
 MAX_TEXT = 1024  # queue names, roll cycle formats and error texts
 _LEN = struct.Struct(">I")
 _EXCERPT = struct.Struct(">qBI")  # index, flags (bit 0: metadata), body length
+RUN_HEAD = struct.Struct(">IBqI")  # a Run frame up to its documents: length, type, first index, count
+RUN_META = 0x80000000  # a Run document word: metadata bit (bits 0-29 are the body length)
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,27 @@ class Excerpts:
 
 
 @dataclass(frozen=True)
+class Run:
+    """`count` consecutive documents of one cycle from `first_index` (see the module docstring)."""
+
+    first_index: int
+    count: int
+    data: bytes
+
+    def items(self) -> list[tuple[int, bool, bytes]]:
+        """The documents as (index, metadata, body): for tests and tools, not the data path."""
+        out, at, index, d = [], 0, self.first_index, self.data
+        for _ in range(self.count):
+            (word,) = _LEN.unpack_from(d, at)
+            n = word & 0x3FFFFFFF
+            meta = bool(word & RUN_META)
+            out.append((index, meta, d[at + 4:at + 4 + n]))
+            at += 4 + n
+            index += 0 if meta else 1
+        return out
+
+
+@dataclass(frozen=True)
 class TailerPositions:
     """Positions of the source's replicated named tailers (`replicated:NAME`): (name, index, version)."""
 
@@ -125,10 +161,10 @@ class Error:
 
 
 Frame = (Hello | Challenge | Auth | QueueInfo | Subscribe | Excerpts | Heartbeat | Ack | Error
-         | TailerPositions)
+         | TailerPositions | Run)
 
 _TYPES: dict[type, int] = {Hello: 1, Challenge: 2, Auth: 3, QueueInfo: 4, Subscribe: 5, Excerpts: 6,
-                           Heartbeat: 7, Ack: 8, Error: 9, TailerPositions: 10}
+                           Heartbeat: 7, Ack: 8, Error: 9, TailerPositions: 10, Run: 11}
 
 
 def proof(key: bytes, role: bytes, first: bytes, second: bytes, queue: str) -> bytes:
@@ -181,6 +217,9 @@ def encode(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     elif isinstance(frame, TailerPositions):
         body = struct.pack(">I", len(frame.items)) + b"".join(
             _text(name) + struct.pack(">qq", index, version) for name, index, version in frame.items)
+    elif isinstance(frame, Run):
+        _check_run(frame.first_index, frame.count, frame.data)
+        body = RUN_HEAD.pack(0, 0, frame.first_index, frame.count)[5:] + frame.data
     else:
         body = _text(frame.text[:MAX_TEXT // 4])
     n = 1 + len(body)
@@ -245,6 +284,26 @@ class _Body:
         return len(self._d) - self._i
 
 
+def run_head(frame: bytearray, end: int, first_index: int, count: int) -> None:
+    """Make `frame[:end]` a whole Run frame: its documents are at `frame[RUN_HEAD.size:end]` (where
+    `chronq._native.read_run` put them), the head goes before them."""
+    RUN_HEAD.pack_into(frame, 0, end - 4, _TYPES[Run], first_index, count)
+
+
+def _check_run(first_index: int, count: int, data: bytes | bytearray | memoryview) -> None:
+    """ProtocolError unless `data` holds exactly `count` (at least one) well-formed run documents."""
+    if first_index < 0:
+        raise ProtocolError(f"run starts at a negative index {first_index}")
+    if count < 1:
+        raise ProtocolError("empty run")
+    try:
+        docs, _data = _native.check_run(data, 0, len(data))
+    except ValueError as e:
+        raise ProtocolError(f"malformed run: {e}") from None
+    if docs != count:
+        raise ProtocolError(f"run announces {count} documents but holds {docs}")
+
+
 def _decode(kind: int, b: _Body) -> Frame:
     frame: Frame
     if kind == 1:
@@ -285,6 +344,11 @@ def _decode(kind: int, b: _Body) -> Frame:
             index, version = b.unpack(">qq")
             positions.append((name, index, version))
         frame = TailerPositions(positions)
+    elif kind == 11:
+        first, count = b.unpack(">qI")
+        data = b.take(b.left)
+        _check_run(first, count, data)
+        frame = Run(first, count, data)
     else:
         raise ProtocolError(f"unknown frame type {kind}")
     b.end()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import chronq
+from chronq import _native
 from chronq.appender import Appender
 from chronq.replication.errors import ReplicationError
 from chronq.rollcycles import RollCycle, by_format
@@ -32,6 +33,8 @@ __all__ = ["CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document
 Excerpt = tuple[int, bool, bytes]
 """(index, metadata, body) of one document as replicated: a metadata document has the index of the next
 data document of its cycle (as Chronicle's `dc.index()`)."""
+
+RELEASE_EVERY = 8 << 20  # bytes a sink writes before it drops its mapping of the pages behind them
 
 # The store's own metadata documents (each cycle file's header, index2index and index arrays): every
 # queue writes its own, so they are never replicated. Their bodies start with these BINARY wire fields.
@@ -138,6 +141,8 @@ class SinkWriter:
         self._rc = by_format(roll_cycle.format, roll_cycle.length_ms, roll_cycle.index_count,
                              roll_cycle.index_spacing)
         self._clock = CycleClock(self._rc, epoch)
+        self._released_map: object = None  # the mapping `_release_behind` works on, and how far it got
+        self._released_to = 0
         self.queue = _open_sink(self.path, self._rc, epoch, self._clock)
         try:
             table = self.queue.table
@@ -192,6 +197,44 @@ class SinkWriter:
                                    "was written by something else than replication")
         self.position = Position(index + 1, 0)
         self.last_data_index = index
+
+    def write_run(self, first_index: int, count: int, data: bytes | bytearray | memoryview) -> None:
+        """Write a run (`chronq.replication.protocol.Run`: `count` documents of one cycle from
+        `first_index`) in one native call, as `write` would write each document. The first index is
+        checked as `check` does; the documents' words are checked against the run's bounds before
+        anything is written (ReplicationError naming the document and offset)."""
+        if count < 1 or len(data) < 4:
+            raise ReplicationError(f"{self.path}: empty run at {first_index:#x}")
+        metadata = bool(data[0] & 0x80)
+        self.check(first_index, metadata)
+        cycle, seq = self._rc.split(first_index)
+        self._clock.set_cycle(cycle)
+        try:
+            written, trailing = _native.write_run(self._appender, data, 0, len(data), cycle, seq, count)
+        except ValueError as e:
+            raise ReplicationError(f"{self.path}: run of {count} at {first_index:#x}: {e}") from None
+        if written:
+            self.last_data_index = first_index + written - 1
+            self.position = Position(first_index + written, trailing)
+        else:
+            same = self.position.next_index == first_index
+            self.position = Position(first_index, (self.position.metadata if same else 0) + count)
+        self._release_behind()
+
+    def _release_behind(self) -> None:
+        """Drop this process's mapping of what it wrote more than RELEASE_EVERY bytes ago: the pages stay
+        in the page cache (written back by the kernel as usual), so a sink catching up a backlog of
+        gigabytes keeps a flat RSS instead of mapping every page of the cycle file it wrote."""
+        m = self._appender._map
+        if m is None:
+            return
+        if m is not self._released_map:
+            self._released_map, self._released_to = m, 0
+        end = self._appender._end_position()
+        if end is not None and end[0] - self._released_to > RELEASE_EVERY:
+            upto = m.release_pages(self._released_to, end[0] - (RELEASE_EVERY >> 2))
+            if upto is not None:
+                self._released_to = upto
 
     def write_all(self, excerpts: Iterable[Excerpt]) -> None:
         """Write excerpts in order. A run of consecutive data excerpts of one cycle is checked once and

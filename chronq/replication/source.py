@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import chronq
+from chronq import _native
 from chronq.replication.errors import ReplicationError
-from chronq.replication.sink import Excerpt, Position, is_store_document
+from chronq.replication.sink import RELEASE_EVERY, Excerpt, Position, is_store_document
 
 __all__ = ["SourceReader"]
 
@@ -18,6 +19,7 @@ class SourceReader:
     def __init__(self, queue: chronq.Queue, position: Position) -> None:
         self.queue = queue
         self._tailer: Any = queue.tailer()
+        self._tailer.release_pages_every(RELEASE_EVERY)  # flat RSS while a sink catches up a backlog
         self._seek(position)
 
     def _seek(self, position: Position) -> None:
@@ -62,6 +64,16 @@ class SourceReader:
             out.append((ex.index, meta, body))
             size += len(body) + 16
         return out
+
+    def read_run(self, out: bytearray, start: int, limit: int, max_count: int) -> tuple[int, int, int, int]:
+        """Copy the ready documents of one cycle (at most `max_count`) into `out[start:limit]` as a run
+        (`chronq.replication.protocol.Run`) in one native call: (documents, data documents, end offset,
+        index of the first). ReplicationError if the next document alone does not fit."""
+        docs, data, end, first, blocked = _native.read_run(self._tailer, out, start, limit, max_count)
+        if blocked:
+            raise ReplicationError(f"{self.queue.path}: a document of {blocked - 4} bytes does not fit in a "
+                                   f"frame of at most {limit - start} bytes of documents (maxFrameSize)")
+        return docs, data, end, first
 
     def close(self) -> None:
         self._tailer.close()

@@ -43,9 +43,11 @@ __all__ = [
     "MissingKeyError",
     "TamperedMessageError",
     "decode",
+    "dictionary_ids",
     "dictionary_path",
     "encode",
     "payload_decoder",
+    "store_dictionary",
     "train_dictionary",
 ]
 
@@ -178,6 +180,32 @@ class Codec:
 
 def dictionary_path(queue_dir: str | os.PathLike[str], dict_id: int) -> Path:
     return Path(queue_dir) / f"codec-dictionary-{dict_id}{DICTIONARY_SUFFIX}"
+
+
+def dictionary_ids(queue_dir: str | os.PathLike[str]) -> list[int]:
+    """The ids of the zstd dictionaries stored beside a queue (what a copy of the queue must carry
+    along for its readers to decode)."""
+    prefix, ids = "codec-dictionary-", []
+    for name in os.listdir(queue_dir):
+        if name.startswith(prefix) and name.endswith(DICTIONARY_SUFFIX):
+            digits = name[len(prefix):-len(DICTIONARY_SUFFIX)]
+            if digits.isdigit():
+                ids.append(int(digits))
+    return sorted(ids)
+
+
+def store_dictionary(queue_dir: str | os.PathLike[str], dict_id: int, data: bytes) -> Path:
+    """Store a dictionary beside a queue, whole or not at all; one already there must hold the same
+    bytes (a dictionary id names one dictionary for good)."""
+    path = dictionary_path(queue_dir, dict_id)
+    if path.exists():
+        if path.read_bytes() != data:
+            raise ChronqError(f"{path}: holds another dictionary than the one given for id {dict_id}")
+        return path
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)  # readers see the whole dictionary or none
+    return path
 
 
 class _State:
@@ -727,9 +755,6 @@ def train_dictionary(queue: Queue, size: int = 16 << 10, samples: int = 20_000) 
         d = zstandard.train_dictionary(size, msgs)
     except zstandard.ZstdError as e:
         raise ChronqError(f"{queue.path}: zstd could not train a dictionary: {e}") from e
-    dict_id = d.dict_id()
-    path = dictionary_path(queue.path, dict_id)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(d.as_bytes())
-    os.replace(tmp, path)  # readers see the whole dictionary or none
-    return int(dict_id)
+    dict_id = int(d.dict_id())
+    store_dictionary(queue.path, dict_id, d.as_bytes())
+    return dict_id

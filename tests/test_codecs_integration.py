@@ -105,3 +105,23 @@ def test_replication_carries_stored_bytes_and_the_codec(tmp_path: Path) -> None:
     assert dictionary_path(sink, dict_id).read_bytes() == dictionary_path(source, dict_id).read_bytes()
     with chronq.open(sink, readonly=True, keys=KEYS) as q:
         assert [ex.bytes() for ex in q.tailer()] == msgs
+
+
+def test_a_sink_refuses_a_codec_or_dictionary_it_holds_otherwise(tmp_path: Path) -> None:
+    """What a source tells of its codec never silently replaces what a sink already holds."""
+    from chronq.codecs import CODEC_KEY, dictionary_path
+    from chronq.replication import ReplicationError
+    from chronq.replication.sink import record_codec
+
+    with chronq.open(tmp_path / "q") as q:
+        record_codec(q, CODEC.pack(), 0, b"")
+        record_codec(q, CODEC.pack(), 9, b"dictionary bytes")
+        record_codec(q, CODEC.pack(), 9, b"dictionary bytes")  # told again on a new connection
+        assert q.table is not None and q.table.get(CODEC_KEY) == CODEC.pack()
+        assert dictionary_path(q.path, 9).read_bytes() == b"dictionary bytes"
+        with pytest.raises(ReplicationError, match="is not its source's"):
+            record_codec(q, Codec("lz4").pack(), 0, b"")
+        with pytest.raises(ReplicationError, match="another dictionary"):
+            record_codec(q, CODEC.pack(), 9, b"other bytes")
+        with pytest.raises(ReplicationError, match="unusable codec"):
+            record_codec(q, 0xFF, 0, b"")

@@ -19,6 +19,7 @@ from chronq.replication.protocol import (
     FrameDecoder,
     Heartbeat,
     Hello,
+    QueueCodec,
     QueueInfo,
     Run,
     Subscribe,
@@ -54,6 +55,8 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.builds(Ack, i64),
     st.builds(Error, text),
     runs,
+    st.builds(QueueCodec, i64),
+    st.builds(QueueCodec, i64, st.integers(1, (1 << 32) - 1), st.binary(min_size=1, max_size=200)),
 )
 
 
@@ -147,3 +150,15 @@ def test_malformed_runs_are_refused(body: bytes, error: str) -> None:
     frame = b"\x0b" + body
     with pytest.raises(ProtocolError, match=error):
         FrameDecoder(MAX).feed(len(frame).to_bytes(4, "big") + frame)
+
+
+@pytest.mark.parametrize(("dict_id", "data", "error"), [
+    (0, b"x", "dictionary id 0 with 1 bytes"),
+    (5, b"", "dictionary id 5 with 0 bytes"),
+])
+def test_a_codec_frame_names_a_dictionary_with_its_bytes(dict_id: int, data: bytes, error: str) -> None:
+    body = b"\x0c" + (1).to_bytes(8, "big") + dict_id.to_bytes(4, "big") + data
+    with pytest.raises(ProtocolError, match=error):
+        FrameDecoder(MAX).feed(len(body).to_bytes(4, "big") + body)
+    with pytest.raises(ProtocolError, match=error):
+        encode(QueueCodec(1, dict_id, data), MAX)

@@ -35,8 +35,8 @@ from chronq.replication.errors import (
     SplitBrainError,
 )
 from chronq.replication.failover import NOT_A_SINK, check_same_history, last_excerpt, promote
-from chronq.replication.sink import Position, SinkWriter, read_position
-from chronq.replication.source import SourceReader
+from chronq.replication.sink import Position, SinkWriter, read_position, record_codec
+from chronq.replication.source import CodecState, SourceReader
 from chronq.replication.status import (
     AUTHENTICATING,
     CONNECTING,
@@ -384,6 +384,7 @@ class _Source:
                 self._reported(qc.name, hello.host_id)
             start = Position(None if sub.next_index < 0 else sub.next_index, sub.metadata)
             reader = SourceReader(q, start)
+            codec = CodecState(q, cfg.max_frame - 64)
             log.info("replication: %s (host %d) follows %s from %s", conn.peer, hello.host_id, qc.name, start)
             link = self._rq._link("source", qc.name, conn.peer, hello.host_id)
             link.set_state(REPLICATING, conn.peer)
@@ -412,6 +413,8 @@ class _Source:
                     docs, data, end, first = reader.read_run(frame, head, len(frame), RUN_COUNT)
                     if docs:
                         read_at = time.time()
+                        for value, dict_id, dictionary in codec.news():
+                            conn.send(p.QueueCodec(value, dict_id, dictionary))
                         p.run_head(frame, end, first, docs)
                         conn.send_bytes(frame_view[:end])
                         if data:
@@ -609,6 +612,8 @@ class _Sink:
                         table = writer.queue.table
                         assert table is not None
                         _apply_tailer_positions(table, f.items)
+                    elif isinstance(f, p.QueueCodec):
+                        record_codec(writer.queue, f.codec, f.dictionary_id, f.dictionary)
                     elif not isinstance(f, p.Heartbeat):
                         raise ProtocolError(f"unexpected {type(f).__name__} from a source")
                 if time.monotonic() - conn.last_send >= interval:

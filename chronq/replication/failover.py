@@ -17,6 +17,7 @@ from pathlib import Path
 import chronq
 from chronq.replication.errors import ReplicationError, SplitBrainError
 from chronq.table import REPLICATION_SINK
+from chronq.tailer import Tailer
 
 __all__ = ["NOT_A_SINK", "PROMOTED_AT", "PROMOTED_FROM", "check_same_history", "excerpt_hash",
            "last_excerpt", "promote"]
@@ -38,7 +39,7 @@ def last_excerpt(queue: chronq.Queue) -> tuple[int, bytes]:
     last = queue.last_index
     if last is None:
         return -1, b""
-    t = queue.tailer()
+    t = Tailer(queue)  # stored bytes: a codec queue's copies compare what they hold
     try:
         if not t.move_to_index(last) or (ex := t.read()) is None:
             raise ReplicationError(f"{queue.path}: last excerpt {last:#x} cannot be read back")
@@ -54,7 +55,7 @@ def check_same_history(queue: chronq.Queue, name: str, index: int, digest: bytes
     index (the two histories differ), and a sink ahead of its source otherwise (back-fill, not built)."""
     if index < 0:
         return
-    t = queue.tailer()
+    t = Tailer(queue)  # stored bytes: a codec queue's copies compare what they hold
     try:
         ex = t.read() if t.move_to_index(index) else None
         have = None if ex is None or ex.index != index else excerpt_hash(ex.bytes())

@@ -15,6 +15,9 @@ Conversation (the sink connects to the source host):
     source -> Run(first index, count, documents) ... | Heartbeat      (the stream of the queue)
             | Excerpts([(index, metadata, bytes), ...])   (back-fill, sink -> source, the same way)
             | TailerPositions([(name, index, version), ...])   (replicated named tailers that moved)
+            | QueueCodec(codec, dictionary id, dictionary)   (a codec queue's `chronq.codec` key and each
+                                                              zstd dictionary, before the first run
+                                                              that may need them)
     sink   -> Ack(last data index written) | Heartbeat
     either -> Error(text) before closing on a refusal
 
@@ -55,6 +58,7 @@ __all__ = [
     "FrameDecoder",
     "Heartbeat",
     "Hello",
+    "QueueCodec",
     "QueueInfo",
     "Run",
     "Subscribe",
@@ -64,7 +68,7 @@ __all__ = [
     "run_head",
 ]
 
-VERSION = 3  # 2: Subscribe carries the sink's last excerpt and its hash; 3: Run frames
+VERSION = 4  # 2: Subscribe carries the sink's last excerpt and its hash; 3: Run frames; 4: QueueCodec
 DEFAULT_MAX_FRAME = 4 << 20
 MIN_MAX_FRAME = 1024
 NONCE_SIZE = 32
@@ -146,6 +150,17 @@ class TailerPositions:
 
 
 @dataclass(frozen=True)
+class QueueCodec:
+    """A codec queue's `chronq.codec` table-store value and one of its zstd dictionaries (id 0 and no
+    bytes: none). The sink records both so its readers decode what it holds; the dictionary's file name
+    is made by the sink from the number, never taken from the network."""
+
+    codec: int
+    dictionary_id: int = 0
+    dictionary: bytes = b""
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     pass
 
@@ -161,10 +176,11 @@ class Error:
 
 
 Frame = (Hello | Challenge | Auth | QueueInfo | Subscribe | Excerpts | Heartbeat | Ack | Error
-         | TailerPositions | Run)
+         | TailerPositions | Run | QueueCodec)
 
 _TYPES: dict[type, int] = {Hello: 1, Challenge: 2, Auth: 3, QueueInfo: 4, Subscribe: 5, Excerpts: 6,
-                           Heartbeat: 7, Ack: 8, Error: 9, TailerPositions: 10, Run: 11}
+                           Heartbeat: 7, Ack: 8, Error: 9, TailerPositions: 10, Run: 11,
+                           QueueCodec: 12}
 
 
 def proof(key: bytes, role: bytes, first: bytes, second: bytes, queue: str) -> bytes:
@@ -220,6 +236,9 @@ def encode(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     elif isinstance(frame, Run):
         _check_run(frame.first_index, frame.count, frame.data)
         body = RUN_HEAD.pack(0, 0, frame.first_index, frame.count)[5:] + frame.data
+    elif isinstance(frame, QueueCodec):
+        _check_codec(frame.dictionary_id, len(frame.dictionary))
+        body = struct.pack(">qI", frame.codec, frame.dictionary_id) + frame.dictionary
     else:
         body = _text(frame.text[:MAX_TEXT // 4])
     n = 1 + len(body)
@@ -304,6 +323,13 @@ def _check_run(first_index: int, count: int, data: bytes | bytearray | memoryvie
         raise ProtocolError(f"run announces {count} documents but holds {docs}")
 
 
+def _check_codec(dictionary_id: int, size: int) -> None:
+    if not 0 <= dictionary_id < 1 << 32:
+        raise ProtocolError(f"dictionary id {dictionary_id} is out of range")
+    if (dictionary_id == 0) != (size == 0):
+        raise ProtocolError(f"dictionary id {dictionary_id} with {size} bytes")
+
+
 def _decode(kind: int, b: _Body) -> Frame:
     frame: Frame
     if kind == 1:
@@ -349,6 +375,10 @@ def _decode(kind: int, b: _Body) -> Frame:
         data = b.take(b.left)
         _check_run(first, count, data)
         frame = Run(first, count, data)
+    elif kind == 12:
+        codec, dict_id = b.unpack(">qI")
+        _check_codec(dict_id, b.left)
+        frame = QueueCodec(codec, dict_id, b.take(b.left))
     else:
         raise ProtocolError(f"unknown frame type {kind}")
     b.end()

@@ -22,11 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import chronq
+from chronq.codecs import CODEC_KEY, Codec, store_dictionary
+from chronq.errors import ChronqError
 from chronq import _native
 from chronq.appender import Appender
 from chronq.replication.errors import ReplicationError
 from chronq.rollcycles import RollCycle, by_format
 from chronq.table import REPLICATION_SINK
+from chronq.tailer import Tailer
 
 __all__ = ["CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position"]
 
@@ -89,7 +92,7 @@ def read_position(queue: chronq.Queue) -> Position:
     rc = queue.roll_cycle
     cycle = cycles[-1]
     count = queue._count_in(cycle)
-    t = queue.tailer()
+    t = Tailer(queue)  # stored bytes: a codec queue's payloads are not decoded
     try:
         if count:
             if not t.move_to_index(rc.to_index(cycle, count - 1)):
@@ -124,6 +127,27 @@ def _open_sink(path: Path, roll_cycle: RollCycle, epoch: int, clock: CycleClock)
             f"{roll_cycle.name} (epoch {epoch}): indexes would not match"
         )
     return q
+
+
+def record_codec(queue: chronq.Queue, codec: int, dictionary_id: int, dictionary: bytes) -> None:
+    """Keep what the source told of its codec: the `chronq.codec` key (so the sink's readers decode,
+    given the keys) and a zstd dictionary, stored under a name made from its number."""
+    try:
+        Codec.unpack(codec)
+    except ChronqError as e:
+        raise ReplicationError(f"{queue.path}: the source sent an unusable codec: {e}") from None
+    table = queue.table
+    assert table is not None
+    have = table.get(CODEC_KEY)
+    if have is None:
+        table.set(CODEC_KEY, codec)
+    elif have != codec:
+        raise ReplicationError(f"{queue.path}: the sink's codec {have:#x} is not its source's {codec:#x}")
+    if dictionary_id:
+        try:
+            store_dictionary(queue.path, dictionary_id, dictionary)
+        except ChronqError as e:
+            raise ReplicationError(str(e)) from None
 
 
 class SinkWriter:

@@ -6,10 +6,12 @@ from typing import Any
 
 import chronq
 from chronq import _native
+from chronq.codecs import CODEC_KEY, dictionary_ids, dictionary_path
 from chronq.replication.errors import ReplicationError
 from chronq.replication.sink import RELEASE_EVERY, Excerpt, Position, is_store_document
+from chronq.tailer import Tailer
 
-__all__ = ["SourceReader"]
+__all__ = ["CodecState", "SourceReader"]
 
 
 class SourceReader:
@@ -18,7 +20,7 @@ class SourceReader:
 
     def __init__(self, queue: chronq.Queue, position: Position) -> None:
         self.queue = queue
-        self._tailer: Any = queue.tailer()
+        self._tailer: Any = Tailer(queue)  # the stored bytes: a codec queue's payloads are not decoded
         self._tailer.release_pages_every(RELEASE_EVERY)  # flat RSS while a sink catches up a backlog
         self._seek(position)
 
@@ -77,3 +79,39 @@ class SourceReader:
 
     def close(self) -> None:
         self._tailer.close()
+
+
+class CodecState:
+    """What a sink must learn of a codec queue before it holds documents that need it: the queue's
+    `chronq.codec` key and each zstd dictionary stored beside the queue, each told once per connection.
+
+    Call `news()` after reading documents and before sending them: whatever a document needs was in
+    place before it was written, so it is seen then."""
+
+    def __init__(self, queue: chronq.Queue, max_dictionary: int) -> None:
+        self.queue = queue
+        self.max_dictionary = max_dictionary
+        self.codec: int | None = None
+        self._told: set[int] = set()
+
+    def news(self) -> list[tuple[int, int, bytes]]:
+        """(codec, dictionary id, dictionary) to tell the sink (id 0: the codec key alone)."""
+        if self.codec is None:
+            table = self.queue.table
+            value = table.get(CODEC_KEY) if table is not None else None
+            if value is None:
+                return []  # a plain queue: one table-store lookup per batch
+            self.codec = value
+            out = [(value, 0, b"")]
+        else:
+            out = []
+        for dict_id in dictionary_ids(self.queue.path):
+            if dict_id in self._told or not 0 < dict_id < 1 << 32:
+                continue
+            data = dictionary_path(self.queue.path, dict_id).read_bytes()
+            if len(data) > self.max_dictionary:
+                raise ReplicationError(f"{self.queue.path}: dictionary {dict_id} ({len(data)} bytes) does not "
+                                       f"fit in a frame of at most {self.max_dictionary} bytes (maxFrameSize)")
+            out.append((self.codec, dict_id, data))
+            self._told.add(dict_id)
+        return out

@@ -103,3 +103,35 @@ class Host:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(20)
+
+
+def first_file_difference(source: Path, sink: Path) -> str | None:
+    """None if every cycle file of `sink` equals the source's byte for byte (names, sizes and bytes), else
+    where they first differ.
+
+    A chronq or Chronicle 5 cycle file holds nothing that depends on the time or the process writing it:
+    the SCQStore header has `writePosition` and its sequence hint, the indexing (`indexCount`,
+    `indexSpacing`, `index2Index`, `lastIndex`) and `dataFormat`, all functions of the documents written
+    (4.x's `recovery: TimedStoreRecovery { timeStamp }` is gone in 5.x). So whole files are compared. The
+    table store `metadata.cq4t` is not: it holds the write lock's pid, each side's replication keys
+    (`chronq.replication.sinkOf`, the replicated indexes) and the modification count of each host's own
+    listing.
+    """
+    names = cycle_files(source)
+    if cycle_files(sink) != names:
+        return f"cycle files {cycle_files(sink)} in the sink, {names} in the source"
+    for name in names:
+        with open(source / name, "rb") as a, open(sink / name, "rb") as b:
+            offset = 0
+            while True:
+                x, y = a.read(1 << 20), b.read(1 << 20)
+                if x != y:
+                    at = offset + next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q),
+                                       min(len(x), len(y)))
+                    return (f"{name}: first difference at offset {at} (source {x[at - offset:at - offset + 16].hex()}, "
+                            f"sink {y[at - offset:at - offset + 16].hex()}); sizes "
+                            f"{os.path.getsize(source / name)} and {os.path.getsize(sink / name)}")
+                if not x:
+                    break
+                offset += len(x)
+    return None

@@ -121,3 +121,79 @@ def test_java_lists_the_same_documents(tmp_path: Path) -> None:
                        for d in map(json.loads, out.read_text().splitlines())])
     assert listed[0] == listed[1]
     assert len([d for d in listed[1] if not d[1]]) == 53
+
+
+def _copy_queue(src: Path, dst: Path) -> None:
+    """A copy of a queue folder, its sparse cycle files kept sparse."""
+    import subprocess
+
+    subprocess.run(["cp", "-r", "--sparse=always", str(src), str(dst)], check=True)
+
+
+def _kill_states(sink: Path, seq: int) -> list[tuple[str, list[tuple[int, int]]]]:
+    """The steps of the append of data document `seq`, the newest document of `sink`'s only cycle file,
+    in the order the appender takes them, each with the (offset, length) ranges it writes."""
+    from chronq import _native
+    from chronq.store import documents, read_layout
+
+    (name,) = cycle_files(sink)
+    buf = (sink / name).read_bytes()
+    lay = read_layout(buf, name)
+    docs = list(documents(buf, lay.header_end, aligned=True, file=name))
+    data = [d for d in docs if not d.metadata]
+    doc = data[-1]
+    assert len(data) == seq + 1
+    count, spacing = lay.index_count, lay.index_spacing
+    steps: list[tuple[str, list[tuple[int, int]]]] = [
+        ("body", [(doc.position + 4, doc.end - doc.position - 4)]), ("header", [(doc.position, 4)])]
+    after = docs[docs.index(doc) + 1:]
+    i2i = _native.index_array(buf, lay.index2index, count)
+    index2 = seq // (count * spacing)
+    if after:  # the index array written for this boundary
+        steps.append(("index document", [(after[0].position, after[0].end - after[0].position)]))
+    steps += [("writePosition", [(lay.write_position_offset, 8)]),
+              ("sequence hint", [(lay.write_position_offset + 8, 8)])]
+    if seq % spacing == 0:
+        if after:
+            steps.append(("index2index slot", [(i2i + 16 + 8 * index2, 8), (i2i + 8, 8)]))
+        arr = _native.index_array(buf, _native.load64(buf, i2i + 16 + 8 * index2), count)
+        index1 = (seq // spacing) % count
+        steps += [("index slot", [(arr + 16 + 8 * index1, 8), (arr + 8, 8)]),
+                  ("lastIndex", [(lay.last_index_offset, 8)])]
+    return steps
+
+
+@pytest.mark.parametrize("seq", [128, 4, 130])  # a new index array, an index slot, no index entry
+def test_sink_killed_at_any_step_of_an_append_ends_byte_for_byte_as_its_source(tmp_path: Path, seq: int) -> None:
+    """A sink process killed between any two steps of an append, restarted and caught up: its cycle file is
+    the source's byte for byte (the restart finishes the dead append's bookkeeping, and writes the index
+    array a boundary document must be followed by if the kill came before it)."""
+    from tests.replication_support import first_file_difference
+
+    clock = FixedClock(1_000)
+    with chronq.open(tmp_path / "src", "TEST4_SECONDLY", clock=clock) as src:
+        a = src.appender()
+        for i in range(300):
+            a.write(b"message %d" % i)
+        items = SourceReader(src, Position(None)).read_batch(1000, 1 << 30)
+        before, after = tmp_path / "before", tmp_path / "after"
+        with SinkWriter(before, src.roll_cycle, src.epoch, source_host=1) as w:
+            w.write_all(items[:seq])
+        _copy_queue(before, after)
+        with SinkWriter(after, src.roll_cycle, src.epoch, source_host=1) as w:
+            w.write_all(items[seq:seq + 1])
+        steps = _kill_states(after, seq)
+        (name,) = cycle_files(after)
+        old = (before / name).read_bytes()
+        for k in range(1, len(steps)):  # killed after step k - 1: the later steps' bytes are as before
+            killed = tmp_path / f"killed{k}"
+            _copy_queue(after, killed)
+            with open(killed / name, "r+b") as f:
+                for _what, ranges in steps[k:]:
+                    for off, n in ranges:
+                        f.seek(off)
+                        f.write(old[off:off + n])
+            replicate(src, killed).close()
+            assert first_file_difference(tmp_path / "src", killed) is None, \
+                f"killed after {steps[k - 1][0]}: {first_file_difference(tmp_path / 'src', killed)}"
+            assert all_documents(killed) == all_documents(tmp_path / "src")

@@ -12,7 +12,7 @@ from chronq.replication.errors import ReplicationError
 from chronq.replication.sink import Position, SinkWriter, is_store_document, read_position
 from chronq.replication.source import SourceReader
 from chronq.rollcycles import FixedClock
-from tests.replication_support import all_documents, cycle_files
+from tests.replication_support import all_documents, cycle_files, excerpts, last_index
 
 
 def make_source(path: Path) -> chronq.Queue:
@@ -197,3 +197,51 @@ def test_sink_killed_at_any_step_of_an_append_ends_byte_for_byte_as_its_source(t
             assert first_file_difference(tmp_path / "src", killed) is None, \
                 f"killed after {steps[k - 1][0]}: {first_file_difference(tmp_path / 'src', killed)}"
             assert all_documents(killed) == all_documents(tmp_path / "src")
+
+
+def _kill_sink_at_random(tmp_path: Path, kills: int, seed: int) -> None:
+    import random
+    import subprocess
+    import sys
+    import time
+
+    from tests.replication_support import first_file_difference
+
+    rng = random.Random(seed)
+    clock = FixedClock(1_000)
+    src, sink = tmp_path / "src", tmp_path / "sink"
+    with chronq.open(src, "TEST4_SECONDLY", clock=clock) as q:  # a new index array every 128 messages
+        a = q.appender()
+        for i in range(2_700 * kills):
+            if i % 3_000 == 0:
+                clock.advance(2_000)
+                a.write_meta(b"cycle from message %d" % i)
+            a.write(b"message %d " % i + bytes(i % 61))
+    loop = [sys.executable, str(Path(__file__).resolve().parent / "procs" / "repl_sink_loop.py"), str(src),
+            str(sink)]
+    killed = mid_stream = 0
+    end = last_index(src)
+    while killed < kills:
+        proc = subprocess.Popen(loop, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "started", proc.communicate()
+        time.sleep(rng.uniform(0, 0.03))
+        proc.kill()
+        proc.wait(20)
+        proc.stdout.close()
+        killed += 1
+        mid_stream += last_index(sink) != end
+    out = subprocess.run(loop, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["started", "done"], out.stderr
+    assert mid_stream > kills // 2, f"only {mid_stream} of {kills} kills came before the sink had everything"
+    assert excerpts(sink) == excerpts(src)
+    assert first_file_difference(src, sink) is None, first_file_difference(src, sink)
+
+
+def test_sink_process_killed_at_random_points_ends_byte_for_byte_as_its_source(tmp_path: Path) -> None:
+    _kill_sink_at_random(tmp_path, 15, seed=1)
+
+
+@pytest.mark.slow
+def test_sink_process_killed_at_random_points_many_times(tmp_path: Path) -> None:
+    _kill_sink_at_random(tmp_path, 100, seed=2)

@@ -53,9 +53,8 @@ def all_documents(path: Path) -> list[Doc]:
 
 
 def excerpts(path: Path) -> list[Doc]:
-    """Every data and user-metadata document: what replication copies. Each queue writes its own store
-    header and index documents; a sink killed while it wrote one can leave an extra index document,
-    unlinked from its index, which readers skip and which holds no excerpt."""
+    """Every data and user-metadata document: what replication copies (each queue writes its own store
+    header and index documents; `first_file_difference` compares those too)."""
     from chronq.replication.sink import is_store_document
 
     return [d for d in all_documents(path) if not (d[1] and is_store_document(d[2]))]
@@ -126,11 +125,11 @@ def first_file_difference(source: Path, sink: Path) -> str | None:
             while True:
                 x, y = a.read(1 << 20), b.read(1 << 20)
                 if x != y:
-                    at = offset + next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q),
-                                       min(len(x), len(y)))
-                    return (f"{name}: first difference at offset {at} (source {x[at - offset:at - offset + 16].hex()}, "
-                            f"sink {y[at - offset:at - offset + 16].hex()}); sizes "
-                            f"{os.path.getsize(source / name)} and {os.path.getsize(sink / name)}")
+                    n = min(len(x), len(y))
+                    i = next((i for i in range(n) if x[i] != y[i]), n)
+                    return (f"{name}: first difference at offset {offset + i} (source {x[i:i + 16].hex()}, "
+                            f"sink {y[i:i + 16].hex()}); sizes {os.path.getsize(source / name)} and "
+                            f"{os.path.getsize(sink / name)}")
                 if not x:
                     break
                 offset += len(x)

@@ -164,7 +164,7 @@ def _kill_states(sink: Path, seq: int) -> list[tuple[str, list[tuple[int, int]]]
 
 
 @pytest.mark.parametrize("seq", [128, 4, 130])  # a new index array, an index slot, no index entry
-def test_sink_killed_at_any_step_of_an_append_ends_byte_for_byte_as_its_source(tmp_path: Path, seq: int) -> None:
+def test_sink_killed_at_any_step_of_an_append_ends_as_its_source(tmp_path: Path, seq: int) -> None:
     """A sink process killed between any two steps of an append, restarted and caught up: its cycle file is
     the source's byte for byte (the restart finishes the dead append's bookkeeping, and writes the index
     array a boundary document must be followed by if the kill came before it)."""

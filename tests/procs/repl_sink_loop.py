@@ -14,13 +14,13 @@ from chronq.replication.source import SourceReader
 
 
 def main() -> None:
-    with chronq.open(sys.argv[1], readonly=True) as src:
-        with SinkWriter(sys.argv[2], src.roll_cycle, src.epoch, source_host=1) as w:
-            reader = SourceReader(src, w.position)
-            print("started", flush=True)
-            while items := reader.read_batch(1, 1 << 20):
-                w.write_all(items)
-            reader.close()
+    with chronq.open(sys.argv[1], readonly=True) as src, \
+            SinkWriter(sys.argv[2], src.roll_cycle, src.epoch, source_host=1) as w:
+        reader = SourceReader(src, w.position)
+        print("started", flush=True)
+        while items := reader.read_batch(1, 1 << 20):
+            w.write_all(items)
+        reader.close()
     print("done", flush=True)
 
 

@@ -15,10 +15,11 @@ refuses such a queue, so nothing but this writer appends to it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +31,7 @@ from chronq.rollcycles import RollCycle, by_format
 from chronq.store import Document, _index_doc, documents
 from chronq.table import REPLICATION_SINK
 
-__all__ = ["CycleClock", "Excerpt", "Position", "SinkWriter", "finish_interrupted_write", "is_store_document",
-           "read_position"]
+__all__ = ["CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position"]
 
 log = logging.getLogger("chronq.replication")
 
@@ -115,7 +115,7 @@ def read_position(queue: chronq.Queue) -> Position:
         t.close()
 
 
-def finish_interrupted_write(queue: chronq.Queue) -> int:
+def _finish_interrupted_write(queue: chronq.Queue) -> int:
     """Complete the store's own bookkeeping that a writer killed mid-append left undone in the newest cycle
     file; returns how many data documents needed it.
 
@@ -259,7 +259,7 @@ class SinkWriter:
             assert table is not None
             if mark:
                 table.set(REPLICATION_SINK, source_host)
-            finish_interrupted_write(self.queue)  # before appending: a killed sink's last append
+            _finish_interrupted_write(self.queue)  # before appending: a killed sink's last append
             self._clock.set_cycle(max(self.queue._fresh_cycles(), default=0))
             # not Queue.appender(): that refuses sinks, and this is the one writer a sink has
             self._appender = Appender(self.queue)
@@ -335,6 +335,17 @@ class SinkWriter:
                 start = index
                 run.append(body)
         flush()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[Position]:
+        """Hold the queue's write lock for a block of writes; yields where the queue ends, read under the
+        lock: not `position` if something else appended since this writer last wrote. For back-fill into
+        a source queue, which an appender opened before the source was locked may still write to."""
+        self._appender._lock()
+        try:
+            yield read_position(self.queue)
+        finally:
+            self._appender._unlock()
 
     def close(self) -> None:
         self._appender.close()

@@ -404,6 +404,9 @@ class _Source:
                             positions_sent.update((n, (i, v)) for n, i, v in moved)
                     for f in conn.poll(0 if items else IDLE_POLL):
                         if isinstance(f, p.Ack):
+                            if f.index > sent_upto:  # an acknowledgement promises the writer a copy
+                                raise ProtocolError(f"host {hello.host_id} acknowledged {f.index:#x}, beyond "
+                                                    f"the last excerpt sent to it ({sent_upto:#x})")
                             link.acked(f.index)
                             self._rq._acked(qc, f.index, table)
                         elif not isinstance(f, p.Heartbeat):

@@ -239,7 +239,7 @@ def _kill_sink_at_random(tmp_path: Path, kills: int, seed: int) -> None:
 
 
 def test_sink_process_killed_at_random_points_ends_byte_for_byte_as_its_source(tmp_path: Path) -> None:
-    _kill_sink_at_random(tmp_path, 15, seed=1)
+    _kill_sink_at_random(tmp_path, 8, seed=1)
 
 
 @pytest.mark.slow

@@ -125,9 +125,10 @@ def _finish_interrupted_write(queue: chronq.Queue) -> int:
     any two steps leaves the excerpt readable but the bookkeeping short, and the next writer used to carry
     on from the end: the excerpts still matched the source's while the cycle file did not (an index array
     written again, unlinked, after the next boundary; or none at all after a document that should be
-    followed by one). A sink is its queue's only writer, so before it appends again it finishes those
-    steps for every data document from `writePosition` on, exactly as the append would have: the file is
-    then byte for byte what the source's is after the same documents. A data document that should be
+    followed by one). Holding the write lock (a killed writer's is taken over), a sink finishes those
+    steps before it appends again, for every data document from `writePosition` on, as the append would
+    have: the file is then byte for byte what the source's is after the same documents (and a live
+    writer, whose lock it waits for, has nothing left to finish). A data document that should be
     followed by a new index array but is followed by another document (a sink written before this
     repair existed) cannot be mended in place: it is logged and left, readers find it by a scan.
 
@@ -259,10 +260,15 @@ class SinkWriter:
             assert table is not None
             if mark:
                 table.set(REPLICATION_SINK, source_host)
-            _finish_interrupted_write(self.queue)  # before appending: a killed sink's last append
             self._clock.set_cycle(max(self.queue._fresh_cycles(), default=0))
             # not Queue.appender(): that refuses sinks, and this is the one writer a sink has
             self._appender = Appender(self.queue)
+            # before appending, under the write lock (a source being back-filled may have local appenders)
+            self._appender._lock()
+            try:
+                _finish_interrupted_write(self.queue)
+            finally:
+                self._appender._unlock()
             self.position = read_position(self.queue)
         except BaseException:
             self.queue.close()

@@ -208,13 +208,14 @@ def _kill_sink_at_random(tmp_path: Path, kills: int, seed: int) -> None:
     from tests.replication_support import first_file_difference
 
     rng = random.Random(seed)
-    clock = FixedClock(1_000)
+    clock = FixedClock(0)
     src, sink = tmp_path / "src", tmp_path / "sink"
-    with chronq.open(src, "TEST4_SECONDLY", clock=clock) as q:  # a new index array every 128 messages
+    # TEST8_DAILY: an index entry every 8 messages, a new index array every 1,024, 131,072 per cycle
+    with chronq.open(src, "TEST8_DAILY", clock=clock) as q:
         a = q.appender()
-        for i in range(2_700 * kills):
-            if i % 3_000 == 0:
-                clock.advance(2_000)
+        for i in range(20_000 * kills):
+            if i % 120_000 == 0:
+                clock.advance(2 * q.roll_cycle.length_ms)
                 a.write_meta(b"cycle from message %d" % i)
             a.write(b"message %d " % i + bytes(i % 61))
     loop = [sys.executable, str(Path(__file__).resolve().parent / "procs" / "repl_sink_loop.py"), str(src),
@@ -225,7 +226,7 @@ def _kill_sink_at_random(tmp_path: Path, kills: int, seed: int) -> None:
         proc = subprocess.Popen(loop, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "started", proc.communicate()
-        time.sleep(rng.uniform(0, 0.03))
+        time.sleep(rng.uniform(0, 0.02))
         proc.kill()
         proc.wait(20)
         proc.stdout.close()

@@ -73,6 +73,7 @@ def test_fail_over_catch_up_and_split_brain(tmp_path: Path) -> None:
         hosts.append(h1)
         wait_until(lambda: last_index(q1) == last, 20, "host 1 to catch up")
         assert excerpts(q1) == excerpts(q2)
+        assert first_file_difference(q2, q1) is None, first_file_difference(q2, q1)
         with chronq.open(q1) as q, pytest.raises(chronq.ChronqError, match="replication sink"):
             q.appender()
         assert h1.stop() == 0

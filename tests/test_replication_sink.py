@@ -246,3 +246,33 @@ def test_sink_process_killed_at_random_points_ends_byte_for_byte_as_its_source(t
 @pytest.mark.slow
 def test_sink_process_killed_at_random_points_many_times(tmp_path: Path) -> None:
     _kill_sink_at_random(tmp_path, 100, seed=2)
+
+
+def test_what_a_dead_write_left_past_the_end_is_cleared(tmp_path: Path) -> None:
+    """A sink killed while it copied a body (its header still 0) leaves those bytes past its end: the
+    restarted sink clears them, so the free space reads as the source's whatever is written there next
+    (the same excerpt again, or, once promoted, another one)."""
+    from chronq.store import read_layout, stop_header
+    from tests.replication_support import first_file_difference
+
+    with make_source(tmp_path / "src") as src:
+        w = SinkWriter(tmp_path / "sink", src.roll_cycle, src.epoch, source_host=1)
+        w.write_all(SourceReader(src, Position(None)).read_batch(20, 1 << 30))
+        w.close()
+        (name,) = cycle_files(tmp_path / "sink")
+        path = tmp_path / "sink" / name
+        data = path.read_bytes()
+        lay = read_layout(data, name)
+        end, header = stop_header(data, lay.header_end, aligned=True, file=name)
+        assert header == 0
+        junk = bytes(range(1, 256)) * 400  # a 100 kB body whose header was never published
+        with open(path, "r+b") as f:
+            f.seek(end + 4)
+            f.write(junk)
+        SinkWriter(tmp_path / "sink", src.roll_cycle, src.epoch, source_host=1).close()
+        with open(path, "rb") as f:
+            f.seek(end)
+            assert f.read(4 + len(junk) + 4096) == bytes(4 + len(junk) + 4096)
+        replicate(src, tmp_path / "sink").close()
+    assert first_file_difference(tmp_path / "src", tmp_path / "sink") is None
+    assert all_documents(tmp_path / "sink") == all_documents(tmp_path / "src")

@@ -28,7 +28,7 @@ from chronq import _native
 from chronq.appender import Appender
 from chronq.replication.errors import ReplicationError
 from chronq.rollcycles import RollCycle, by_format
-from chronq.store import Document, _index_doc, documents
+from chronq.store import Document, _index_doc, documents, stop_header
 from chronq.table import REPLICATION_SINK
 
 __all__ = ["CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position"]
@@ -132,7 +132,8 @@ def _finish_interrupted_write(queue: chronq.Queue) -> int:
     followed by a new index array but is followed by another document (a sink written before this
     repair existed) cannot be mended in place: it is logged and left, readers find it by a scan.
 
-    Nothing is ever removed: a published excerpt may already have been read on the sink's host.
+    Nothing published is ever removed (it may already have been read on the sink's host); what the
+    dead write left past the end, under a header it never published, is cleared.
     """
     cycles = queue._fresh_cycles()
     if not cycles:
@@ -199,10 +200,32 @@ def _finish_interrupted_write(queue: chronq.Queue) -> int:
         if lay.has_sequence_hint and _native.load64(buf, wp_off + 8) & _U64 != hint:
             _native.store64(buf, wp_off + 8, hint - (1 << 64) if hint >> 63 else hint)
             repaired += last[0] == wp  # only the hint was missing
-    if repaired:
-        log.warning("replication: %s: finished the bookkeeping of %d excerpt(s) an interrupted write left",
-                    name, repaired)
+    end, header = stop_header(buf, start, aligned=aligned, file=name)
+    cleared = _clear_past_end(buf, end) if header == 0 else 0
+    if repaired or cleared:
+        log.warning("replication: %s: finished the bookkeeping of %d excerpt(s) an interrupted write left, "
+                    "cleared %d bytes it left past the end", name, repaired, cleared)
     return repaired
+
+
+def _clear_past_end(buf: memoryview, end: int) -> int:
+    """Zero what a dead write left past the end of the documents (the body of a document whose header it
+    never published): the next write covers it when it is the same document again, as on a sink, but
+    not when another one is written there (a promoted sink), and the free space must read as the
+    source's does. Bytes are read 64 KiB at a time up to the first run that is all zeros; only non-zero
+    spans are written (the rest of a cycle file is sparse). Returns the bytes cleared."""
+    chunk, size = 1 << 16, len(buf)
+    pos = cleared_to = end + 4  # the header at `end` is 0
+    while pos < size:
+        part = bytes(buf[pos:min(pos + chunk, size)])
+        used = len(part.rstrip(b"\0"))
+        if not used:
+            break
+        cleared_to = pos + used
+        pos += len(part)
+    if cleared_to > end + 4:
+        buf[end + 4:cleared_to] = bytes(cleared_to - end - 4)
+    return cleared_to - end - 4
 
 
 def _new_index_doc(buf: memoryview, docs: list[Document], i: int, count: int, aligned: bool) -> int | None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import chronq
+from tests.procs.qhelp import child_env
 
 Doc = tuple[int, bool, bytes]
 KEY = "a pre-shared key of the test cluster, long enough"
@@ -87,7 +88,7 @@ class Host:
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", str(host_id), *args],
-                stdout=out, stderr=subprocess.STDOUT)
+                stdout=out, stderr=subprocess.STDOUT, env=child_env())
         wait_until(lambda: "running" in self.text() or self.proc.poll() is not None, 20, f"host {host_id}")
         assert self.proc.poll() is None, self.text()
 

@@ -14,6 +14,7 @@ import pytest
 import chronq
 from chronq.replication import ConfigError, ReplicatedQueue, load_config, parse_config
 from chronq.replication import protocol as p
+from tests.procs.qhelp import child_env
 from tests.replication_support import (
     Host,
     cycle_files,
@@ -29,7 +30,8 @@ PROCS = Path(__file__).resolve().parent / "procs"
 
 def write(source: Path, first: int, count: int, per_cycle: int) -> int:
     out = subprocess.run([sys.executable, str(PROCS / "repl_writer.py"), str(source), str(first), str(count),
-                          str(per_cycle)], check=True, capture_output=True, text=True, timeout=120)
+                          str(per_cycle)], check=True, capture_output=True, text=True, timeout=120,
+                         env=child_env())
     return int(out.stdout.strip())
 
 
@@ -45,7 +47,8 @@ def _two_sinks_late_join_and_restart(tmp_path: Path, total: int) -> None:
         last = write(source, 0, first, per_cycle)
         wait_until(lambda: last_index(sink2) == last, 30 + total / 10_000, "sink 2 to catch up")
         writer = subprocess.Popen([sys.executable, str(PROCS / "repl_writer.py"), str(source), str(first),
-                                   str(total - first), str(per_cycle)], stdout=subprocess.PIPE, text=True)
+                                   str(total - first), str(per_cycle)], stdout=subprocess.PIPE, text=True,
+                                  env=child_env())
         wait_until(lambda: (last_index(sink2) or 0) > last, 30, "sink 2 to follow live")
         hosts[1].kill()  # mid-stream: the writer may still be writing
         out, _ = writer.communicate(timeout=120 + total / 5_000)

@@ -28,7 +28,7 @@ from chronq import _native
 from chronq.appender import Appender
 from chronq.replication.errors import ReplicationError
 from chronq.rollcycles import RollCycle, by_format
-from chronq.store import Document, _index_doc, documents, stop_header
+from chronq.store import Document, StoreLayout, _index_doc, documents, stop_header
 from chronq.table import REPLICATION_SINK
 
 __all__ = ["CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position"]
@@ -144,7 +144,16 @@ def _finish_interrupted_write(queue: chronq.Queue) -> int:
     lay = cf.layout
     if lay.headerless or lay.index2index_offset < 0 or lay.last_index_offset < 0:
         return 0
-    buf, name, aligned = memoryview(cf.map), str(cf.path), lay.aligned
+    buf = memoryview(cf.map)
+    try:
+        return _finish(buf, lay, str(cf.path))
+    finally:
+        buf.release()
+
+
+def _finish(buf: memoryview, lay: StoreLayout, name: str) -> int:
+    """`_finish_interrupted_write` on the mapping of the newest cycle file `name`."""
+    aligned = lay.aligned
     count, spacing = lay.index_count, lay.index_spacing
     count_bits, spacing_bits, shift = count.bit_length() - 1, spacing.bit_length() - 1, lay.cycle_shift
     wp_off, li_off = lay.write_position_offset, lay.last_index_offset
@@ -212,8 +221,8 @@ def _clear_past_end(buf: memoryview, end: int) -> int:
     """Zero what a dead write left past the end of the documents (the body of a document whose header it
     never published): the next write covers it when it is the same document again, as on a sink, but
     not when another one is written there (a promoted sink), and the free space must read as the
-    source's does. Bytes are read 64 KiB at a time up to the first run that is all zeros; only non-zero
-    spans are written (the rest of a cycle file is sparse). Returns the bytes cleared."""
+    source's does. Bytes are read 64 KiB at a time up to the first 64 KiB that are all zeros and written
+    up to the last non-zero one only (the rest of a cycle file is sparse). Returns the bytes cleared."""
     chunk, size = 1 << 16, len(buf)
     pos = cleared_to = end + 4  # the header at `end` is 0
     while pos < size:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import chronq
 from chronq.tailer import Tailer
+from tests.procs.qhelp import child_env
 
 Doc = tuple[int, bool, bytes]
 KEY = "a pre-shared key of the test cluster, long enough"
@@ -54,9 +55,8 @@ def all_documents(path: Path) -> list[Doc]:
 
 
 def excerpts(path: Path) -> list[Doc]:
-    """Every data and user-metadata document: what replication copies. Each queue writes its own store
-    header and index documents; a sink killed while it wrote one can leave an extra index document,
-    unlinked from its index, which readers skip and which holds no excerpt."""
+    """Every data and user-metadata document: what replication copies (each queue writes its own store
+    header and index documents; `first_file_difference` compares those too)."""
     from chronq.replication.sink import is_store_document
 
     return [d for d in all_documents(path) if not (d[1] and is_store_document(d[2]))]
@@ -89,7 +89,7 @@ class Host:
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", str(host_id), *args],
-                stdout=out, stderr=subprocess.STDOUT)
+                stdout=out, stderr=subprocess.STDOUT, env=child_env())
         wait_until(lambda: "running" in self.text() or self.proc.poll() is not None, 20, f"host {host_id}")
         assert self.proc.poll() is None, self.text()
 
@@ -104,3 +104,35 @@ class Host:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(20)
+
+
+def first_file_difference(source: Path, sink: Path) -> str | None:
+    """None if every cycle file of `sink` equals the source's byte for byte (names, sizes and bytes), else
+    where they first differ.
+
+    A chronq or Chronicle 5 cycle file holds nothing that depends on the time or the process writing it:
+    the SCQStore header has `writePosition` and its sequence hint, the indexing (`indexCount`,
+    `indexSpacing`, `index2Index`, `lastIndex`) and `dataFormat`, all functions of the documents written
+    (4.x's `recovery: TimedStoreRecovery { timeStamp }` is gone in 5.x). So whole files are compared. The
+    table store `metadata.cq4t` is not: it holds the write lock's pid, each side's replication keys
+    (`chronq.replication.sinkOf`, the replicated indexes) and the modification count of each host's own
+    listing.
+    """
+    names = cycle_files(source)
+    if cycle_files(sink) != names:
+        return f"cycle files {cycle_files(sink)} in the sink, {names} in the source"
+    for name in names:
+        with open(source / name, "rb") as a, open(sink / name, "rb") as b:
+            offset = 0
+            while True:
+                x, y = a.read(1 << 20), b.read(1 << 20)
+                if x != y:
+                    n = min(len(x), len(y))
+                    i = next((i for i in range(n) if x[i] != y[i]), n)
+                    return (f"{name}: first difference at offset {offset + i} (source {x[i:i + 16].hex()}, "
+                            f"sink {y[i:i + 16].hex()}); sizes {os.path.getsize(source / name)} and "
+                            f"{os.path.getsize(sink / name)}")
+                if not x:
+                    break
+                offset += len(x)
+    return None

@@ -75,9 +75,8 @@ def test_service_restarts_from_its_encrypted_output(tmp_path: Path) -> None:
     again = run()
     assert again.out.dropped == 5  # replayed silently from the input, state rebuilt
     assert totals(outs_path) == [1, 3, 6, 10, 15, 25, 45]
-    with chronq.open(outs_path, readonly=True) as raw:  # no keys: stored bytes only, encrypted
-        with pytest.raises(chronq.ChronqError, match="key id 7"):
-            raw.tailer().read()
+    with chronq.open(outs_path, readonly=True) as raw, pytest.raises(chronq.ChronqError, match="key id 7"):
+        raw.tailer().read()  # no keys: the stored bytes are encrypted
 
 
 def test_replication_carries_stored_bytes_and_the_codec(tmp_path: Path) -> None:

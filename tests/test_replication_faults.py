@@ -1,6 +1,15 @@
 """Replication under faults: a proxy that cuts, stalls and resets connections between the source and two
 sinks, and SIGKILL of the source and sink processes at random moments. After every round both sinks hold
-exactly the source's documents: same indexes, same bytes, no gap, no duplicate, no corrupt excerpt."""
+exactly the source's documents (same indexes, same bytes, no gap, no duplicate, no corrupt excerpt) and
+cycle files equal to the source's byte for byte.
+
+The writer also waits for acknowledgements now and then (`wait_acknowledged`, the appender-side wait of
+a queue with `acknowledge: true`). An acknowledgement promises that a sink wrote the excerpt to its
+cycle file (its mapping: a SIGKILL of the sink process loses nothing written there), so every index a
+wait returned must be found, with the source's bytes, in at least one sink at every later moment: right
+after a sink is killed, after it restarts, and before the sinks caught up at the end of a round, not
+only once everything converged (when every sink holds everything anyway).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +20,10 @@ from pathlib import Path
 import pytest
 
 import chronq
+from chronq.replication import AcknowledgementTimeout, wait_acknowledged
 from chronq.rollcycles import FixedClock
 from tests.replication_proxy import FaultProxy
-from tests.replication_support import excerpts, last_index, wait_until, write_config
+from tests.replication_support import excerpts, first_file_difference, last_index, wait_until, write_config
 from tests.test_replication import Host
 
 FAST_HEARTBEAT = ("heartbeatIntervalMs: 200,", "heartbeatIntervalMs: 50,"), \
@@ -36,6 +46,58 @@ def _configs(tmp_path: Path, proxy_port: int | None = None) -> tuple[Path, Path,
     return config, sinks, port
 
 
+def _bytes_at(path: Path, indexes: list[int]) -> dict[int, bytes]:
+    """The bytes of the excerpts of a queue at `indexes` (those it holds)."""
+    if not (path / "metadata.cq4t").exists():
+        return {}
+    out = {}
+    with chronq.open(path, readonly=True) as q:
+        t = q.tailer()
+        try:
+            for index in indexes:
+                ex = t.read() if t.move_to_index(index) else None
+                if ex is not None and ex.index == index:
+                    out[index] = ex.bytes()
+        finally:
+            t.close()
+    return out
+
+
+class _Acknowledged:
+    """Every index a `wait_acknowledged` returned, with the source's bytes there; `check` finds each in a
+    sink. Sinks only grow, in order, so the highest acknowledged index found in a sink with the source's
+    bytes vouches for every lower one in that sink; each is still looked up, as a sink losing excerpts
+    below its end is just what must not happen."""
+
+    def __init__(self, source: chronq.Queue, sinks: list[Path]) -> None:
+        self.source, self.sinks = source, sinks
+        self.indexes: dict[int, bytes] = {}
+        self.timeouts = 0
+
+    def wait(self, index: int, timeout: float) -> None:
+        try:
+            acked = wait_acknowledged(self.source, index, timeout)
+        except AcknowledgementTimeout:
+            self.timeouts += 1  # no sink confirmed in time: no promise was made
+            return
+        for i in {index, acked}:
+            t = self.source.tailer()
+            try:
+                ex = t.read() if t.move_to_index(i) else None
+                assert ex is not None and ex.index == i, f"acknowledged {i:#x} is not in the source"
+                self.indexes[i] = ex.bytes()
+            finally:
+                t.close()
+
+    def check(self, when: str) -> None:
+        indexes = sorted(self.indexes)
+        held = [_bytes_at(s, indexes) for s in self.sinks]
+        for index in indexes:
+            assert any(h.get(index) == self.indexes[index] for h in held), (
+                f"{when}: index {index:#x} was acknowledged to the writer but no sink holds it: "
+                + ", ".join(f"{s} ends at {last_index(s)}" for s in self.sinks))
+
+
 def _run_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
     rng = random.Random(seed)
     with FaultProxy(("127.0.0.1", 0), seed) as proxy:  # its target is set once the ports are drawn
@@ -50,6 +112,7 @@ def _run_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
         try:
             with chronq.open(source_q, clock=clock) as q:
                 a = q.appender()
+                acks = _Acknowledged(q, sinks)
                 for r in range(rounds):
                     proxy.enabled = True
                     if rng.random() < 0.3:  # a new cycle now and then (with a metadata document)
@@ -59,13 +122,18 @@ def _run_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
                     kill_at = rng.randrange(5)
                     for chunk in range(5):
                         for _ in range(rng.randrange(50, 300)):
-                            a.write(b"m%d " % n + rng.randbytes(rng.randrange(0, 200)))
+                            index = a.write(b"m%d " % n + rng.randbytes(rng.randrange(0, 200)))
                             n += 1
+                        if rng.random() < 0.5:
+                            acks.wait(index, rng.uniform(0.2, 2.0))
                         if chunk == kill_at and victim is not None:
                             hosts[victim].kill()
                             kills += 1
+                            acks.check(f"round {r}: host {victim} killed")
                             hosts[victim] = Host(config if victim == 1 else sinks_cfg, victim)
+                            acks.check(f"round {r}: host {victim} restarted")
                         time.sleep(rng.uniform(0, 0.02))
+                    acks.check(f"round {r}: before catching up")
                     if rng.random() < 0.3:
                         proxy.cut_all()
                     last = q.last_index
@@ -77,6 +145,10 @@ def _run_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
                     for sink in sinks:
                         got = excerpts(sink)
                         assert got == expected, _first_difference(expected, got, r, sink)
+                        assert first_file_difference(source_q, sink) is None, \
+                            f"round {r}: {first_file_difference(source_q, sink)}"
+                    acks.check(f"round {r}: caught up")
+                assert len(acks.indexes) > rounds, (len(acks.indexes), acks.timeouts)
         finally:
             codes = {h: hosts[h].stop() for h in hosts}
         assert codes == {1: 0, 2: 0, 3: 0}, [h.text() for h in hosts.values()]

@@ -35,7 +35,7 @@ from chronq.replication.errors import (
     SplitBrainError,
 )
 from chronq.replication.failover import NOT_A_SINK, check_same_history, last_excerpt, promote
-from chronq.replication.sink import Position, SinkWriter, read_position, record_codec
+from chronq.replication.sink import Position, SinkWriter, record_codec
 from chronq.replication.source import CodecState, SourceReader
 from chronq.replication.status import (
     AUTHENTICATING,
@@ -376,8 +376,8 @@ class _Source:
                 with self._backfill_lock:
                     last = q.last_index
                     ahead = sub.last_index >= 0 and (last is None or sub.last_index > last)
-                    if ahead and qc.name in self._waiting:
-                        self._backfill(conn, q, hello.host_id)
+                    if ahead:
+                        self._backfill(conn, q, qc.name, hello.host_id)
                 # before anything is sent: a sink with another history at an index must not be appended to
                 check_same_history(q, qc.name, sub.last_index, sub.last_hash, hello.host_id, self._rq.host_id)
             finally:
@@ -442,6 +442,9 @@ class _Source:
                             positions_sent.update((n, (i, v)) for n, i, v in moved)
                     for f in conn.poll(wait):
                         if isinstance(f, p.Ack):
+                            if f.index > sent_upto:  # an acknowledgement promises the writer a copy
+                                raise ProtocolError(f"host {hello.host_id} acknowledged {f.index:#x}, beyond "
+                                                    f"the last excerpt sent to it ({sent_upto:#x})")
                             link.acked(f.index)
                             self._rq._acked(qc, f.index, table)
                         elif not isinstance(f, p.Heartbeat):
@@ -477,30 +480,59 @@ class _Source:
                 q.table.set(REPLICATION_BACKFILL, NOT_A_SINK)
             log.info("replication: %s accepts writes", name)
 
-    def _backfill(self, conn: _Conn, q: chronq.Queue, sink_host: int) -> None:
+    def _backfill(self, conn: _Conn, q: chronq.Queue, name: str, sink_host: int) -> None:
         """Ask the sink for what it holds beyond this source's end and append it here at the same
-        indexes. The sink first checks it holds this source's last excerpt (else: split brain)."""
-        last, digest = last_excerpt(q)
-        pos = read_position(q)
-        conn.send(p.Subscribe(-1 if pos.next_index is None else pos.next_index, pos.metadata, last, digest))
+        indexes. The sink first checks it holds this source's last excerpt (else: split brain, which it
+        refuses). Outside the start-up window the queue is locked for local appenders meanwhile, and
+        every batch is written under the write lock after checking that the queue still ends where the
+        back-fill left it: an appender opened before the lock that wrote since is a split brain too."""
+        table = q.table
+        assert table is not None
+        me = self._rq.host_id
+        locked_here = name not in self._waiting
+        if locked_here:
+            table.set(REPLICATION_BACKFILL, me)
         count = 0
-        with SinkWriter(q.path, q.roll_cycle, q.epoch, mark=False) as writer:
-            while True:
-                frames = conn.poll(0.1)
-                for i, f in enumerate(frames):
-                    if isinstance(f, p.Heartbeat):
-                        continue
-                    if not isinstance(f, p.Excerpts):
-                        raise ProtocolError(f"expected back-filled excerpts, got {type(f).__name__}")
-                    if not f.items:  # the end of the back-fill
-                        conn._pending = frames[i + 1:] + conn._pending
-                        log.info("replication: %s back-filled %d documents from host %d", q.path, count,
-                                 sink_host)
-                        return
-                    writer.write_all(f.items)
-                    count += len(f.items)
-                if time.monotonic() - conn.last_recv > conn.timeout:
-                    raise ReplicationError(f"no back-fill from host {sink_host} for {conn.timeout} s")
+        try:
+            with SinkWriter(q.path, q.roll_cycle, q.epoch, mark=False) as writer:
+                with writer.exclusive() as end:
+                    self._check_no_local_write(writer, end, name, sink_host, count)
+                    last, digest = last_excerpt(q)
+                pos = writer.position
+                conn.send(p.Subscribe(-1 if pos.next_index is None else pos.next_index, pos.metadata, last,
+                                      digest))
+                while True:
+                    frames = conn.poll(0.1)
+                    for i, f in enumerate(frames):
+                        if isinstance(f, p.Heartbeat):
+                            continue
+                        if not isinstance(f, p.Excerpts):
+                            raise ProtocolError(f"expected back-filled excerpts, got {type(f).__name__}")
+                        if not f.items:  # the end of the back-fill
+                            conn._pending = frames[i + 1:] + conn._pending
+                            log.info("replication: %s back-filled %d documents from host %d", q.path, count,
+                                     sink_host)
+                            return
+                        with writer.exclusive() as end:
+                            self._check_no_local_write(writer, end, name, sink_host, count)
+                            writer.write_all(f.items)
+                        count += len(f.items)
+                    if time.monotonic() - conn.last_recv > conn.timeout:
+                        raise ReplicationError(f"no back-fill from host {sink_host} for {conn.timeout} s")
+        finally:
+            if locked_here:
+                table.set(REPLICATION_BACKFILL, NOT_A_SINK)
+
+    def _check_no_local_write(self, writer: SinkWriter, end: Position, name: str, sink_host: int,
+                              count: int) -> None:
+        if end == writer.position:
+            return
+        at = writer.position.next_index
+        raise SplitBrainError(
+            f"split brain on queue {name!r} at index {-1 if at is None else at:#x}: host {self._rq.host_id} "
+            f"took a local write there while host {sink_host}, which holds more, back-filled it ({count} "
+            f"documents back-filled before); replication of the queue to host {sink_host} stops, nothing is "
+            "overwritten or merged")
 
 
 class _Sink:
@@ -625,8 +657,12 @@ class _Sink:
     def _send_backfill(self, conn: _Conn, writer: SinkWriter, sub: p.Subscribe) -> None:
         """Send the source what this sink holds beyond the source's end (`sub`), then an empty batch."""
         qc, cfg = self._qc, self._rq.config
-        check_same_history(writer.queue, qc.name, sub.last_index, sub.last_hash, qc.master_id,
-                           self._rq.host_id)
+        try:
+            check_same_history(writer.queue, qc.name, sub.last_index, sub.last_hash, qc.master_id,
+                               self._rq.host_id)
+        except ReplicationError as e:  # the source logs it too (a split brain as an error)
+            conn.refuse(str(e))
+            raise
         reader = SourceReader(writer.queue, Position(None if sub.next_index < 0 else sub.next_index,
                                                      sub.metadata))
         try:

@@ -52,7 +52,8 @@ def check_same_history(queue: chronq.Queue, name: str, index: int, digest: bytes
                        source_host: int) -> None:
     """Raise unless the source `queue` holds, at `index`, the excerpt whose sha256 is `digest` (the sink's
     last). A sink whose last index the source lacks is a split brain if the source has written past that
-    index (the two histories differ), and a sink ahead of its source otherwise (back-fill, not built)."""
+    index (the two histories differ), and a sink ahead of its source otherwise (which the source
+    back-fills from before it checks)."""
     if index < 0:
         return
     t = Tailer(queue)  # stored bytes: a codec queue's copies compare what they hold
@@ -68,7 +69,7 @@ def check_same_history(queue: chronq.Queue, name: str, index: int, digest: bytes
         end = "empty" if last is None else f"ending at {last:#x}"
         raise ReplicationError(f"queue {name!r}: host {sink_host} holds excerpt {index:#x}, beyond the end "
                                f"of its source host {source_host} ({end}): a sink ahead of its source is "
-                               "not replicated to (back-fill is not built)")
+                               "not replicated to until its back-fill completes")
     if have is None:
         what = f"which host {source_host} does not have"
     else:

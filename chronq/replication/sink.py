@@ -15,23 +15,28 @@ refuses such a queue, so nothing but this writer appends to it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import chronq
-from chronq.codecs import CODEC_KEY, Codec, store_dictionary
-from chronq.errors import ChronqError
 from chronq import _native
 from chronq.appender import Appender
+from chronq.codecs import CODEC_KEY, Codec, store_dictionary
+from chronq.errors import ChronqError
 from chronq.replication.errors import ReplicationError
 from chronq.rollcycles import RollCycle, by_format
+from chronq.store import Document, StoreLayout, _index_doc, documents, stop_header
 from chronq.table import REPLICATION_SINK
 from chronq.tailer import Tailer
 
 __all__ = ["CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position"]
+
+log = logging.getLogger("chronq.replication")
 
 Excerpt = tuple[int, bool, bytes]
 """(index, metadata, body) of one document as replicated: a metadata document has the index of the next
@@ -44,6 +49,7 @@ RELEASE_EVERY = 8 << 20  # bytes a sink writes before it drops its mapping of th
 _HEADER = b"\xb9\x06header\xb6\x08SCQStore"
 _INDEX2INDEX = b"\xb9\x0bindex2index"
 _INDEX = b"\xb9\x05index"
+_U64 = (1 << 64) - 1
 
 
 def is_store_document(body: bytes | memoryview) -> bool:
@@ -114,6 +120,147 @@ def read_position(queue: chronq.Queue) -> Position:
         t.close()
 
 
+def _finish_interrupted_write(queue: chronq.Queue) -> int:
+    """Complete the store's own bookkeeping that a writer killed mid-append left undone in the newest cycle
+    file; returns how many data documents needed it.
+
+    An append publishes the data document first, then (at an index boundary whose index array does not
+    exist yet) writes that `index` document right after it, then raises `writePosition` and its sequence
+    hint, then links the array into `index2index` and fills its slot and `lastIndex`. A SIGKILL between
+    any two steps leaves the excerpt readable but the bookkeeping short, and the next writer used to carry
+    on from the end: the excerpts still matched the source's while the cycle file did not (an index array
+    written again, unlinked, after the next boundary; or none at all after a document that should be
+    followed by one). Holding the write lock (a killed writer's is taken over), a sink finishes those
+    steps before it appends again, for every data document from `writePosition` on, as the append would
+    have: the file is then byte for byte what the source's is after the same documents (and a live
+    writer, whose lock it waits for, has nothing left to finish). A data document that should be
+    followed by a new index array but is followed by another document (a sink written before this
+    repair existed) cannot be mended in place: it is logged and left, readers find it by a scan.
+
+    Nothing published is ever removed (it may already have been read on the sink's host); what the
+    dead write left past the end, under a header it never published, is cleared.
+    """
+    cycles = queue._fresh_cycles()
+    if not cycles:
+        return 0
+    cf = queue.open_cycle(cycles[-1], writable=True)
+    if cf is None:
+        return 0
+    lay = cf.layout
+    if lay.headerless or lay.index2index_offset < 0 or lay.last_index_offset < 0:
+        return 0
+    buf = memoryview(cf.map)
+    try:
+        return _finish(buf, lay, str(cf.path))
+    finally:
+        buf.release()
+
+
+def _finish(buf: memoryview, lay: StoreLayout, name: str) -> int:
+    """`_finish_interrupted_write` on the mapping of the newest cycle file `name`."""
+    aligned = lay.aligned
+    count, spacing = lay.index_count, lay.index_spacing
+    count_bits, spacing_bits, shift = count.bit_length() - 1, spacing.bit_length() - 1, lay.cycle_shift
+    wp_off, li_off = lay.write_position_offset, lay.last_index_offset
+    i2i_doc = _native.load64(buf, lay.index2index_offset)
+    if not i2i_doc:
+        return 0
+    i2i = _native.index_array(buf, i2i_doc, count)
+    wp = _native.load64(buf, wp_off)
+    # the sequence number of the data document at writePosition (its hint, else counted)
+    if wp == 0:
+        start, seq = lay.header_end, 0
+    else:
+        hint = _native.load64(buf, wp_off + 8) & _U64 if lay.has_sequence_hint else None
+        if hint is not None and hint >> shift == wp & ((1 << (64 - shift)) - 1):
+            seq = hint & ((1 << shift) - 1)
+        else:
+            seq = _native.scan(buf, lay.header_end, wp, 0, 1 << 62, False, 4 if aligned else 1)[4]
+        start = wp
+    docs = list(documents(buf, start, aligned=aligned, file=name))
+    repaired = 0
+    last = (wp, -1)
+    for i, doc in enumerate(docs):
+        if doc.metadata:
+            continue
+        pos = doc.position
+        changed = pos != wp  # published, writePosition not raised yet
+        if seq % spacing == 0 and seq >= _native.load64(buf, li_off):
+            index2 = seq >> (count_bits + spacing_bits)
+            slot2 = i2i + 16 + 8 * index2
+            if index2 < count and not _native.load64(buf, slot2):
+                ip = _new_index_doc(buf, docs, i, count, aligned)
+                if ip is None:
+                    log.warning("replication: %s: excerpt %d at %d should be followed by a new index array "
+                                "but is followed by another document; left as it is", name, seq, pos)
+                else:
+                    _native.cas64(buf, slot2, 0, ip)
+                    _native.set_max64(buf, i2i + 8, index2 + 1)
+                    changed = True
+            if index2 < count and (arr_doc := _native.load64(buf, slot2)):
+                arr = _native.index_array(buf, arr_doc, count)
+                index1 = (seq >> spacing_bits) & (count - 1)
+                if not _native.load64(buf, arr + 16 + 8 * index1):
+                    _native.store64(buf, arr + 16 + 8 * index1, pos)
+                    _native.set_max64(buf, arr + 8, index1 + 1)
+                    changed = True
+                _native.set_max64(buf, li_off, seq + spacing)
+        repaired += changed
+        last = (pos, seq)
+        seq += 1
+    if last[1] >= 0:  # the last data document: writePosition and its hint name it
+        _native.set_max64(buf, wp_off, last[0])
+        hint = ((last[0] << shift) + last[1]) & _U64
+        if lay.has_sequence_hint and _native.load64(buf, wp_off + 8) & _U64 != hint:
+            _native.store64(buf, wp_off + 8, hint - (1 << 64) if hint >> 63 else hint)
+            repaired += last[0] == wp  # only the hint was missing
+    end, header = stop_header(buf, start, aligned=aligned, file=name)
+    cleared = _clear_past_end(buf, end) if header == 0 else 0
+    if repaired or cleared:
+        log.warning("replication: %s: finished the bookkeeping of %d excerpt(s) an interrupted write left, "
+                    "cleared %d bytes it left past the end", name, repaired, cleared)
+    return repaired
+
+
+def _clear_past_end(buf: memoryview, end: int) -> int:
+    """Zero what a dead write left past the end of the documents (the body of a document whose header it
+    never published): the next write covers it when it is the same document again, as on a sink, but
+    not when another one is written there (a promoted sink), and the free space must read as the
+    source's does. Bytes are read 64 KiB at a time up to the first 64 KiB that are all zeros and written
+    up to the last non-zero one only (the rest of a cycle file is sparse). Returns the bytes cleared."""
+    chunk, size = 1 << 16, len(buf)
+    pos = cleared_to = end + 4  # the header at `end` is 0
+    while pos < size:
+        part = bytes(buf[pos:min(pos + chunk, size)])
+        used = len(part.rstrip(b"\0"))
+        if not used:
+            break
+        cleared_to = pos + used
+        pos += len(part)
+    if cleared_to > end + 4:
+        buf[end + 4:cleared_to] = bytes(cleared_to - end - 4)
+    return cleared_to - end - 4
+
+
+def _new_index_doc(buf: memoryview, docs: list[Document], i: int, count: int, aligned: bool) -> int | None:
+    """Position of the `index` document that must follow data document `docs[i]`: the one there, or one
+    written now if nothing follows it yet; None if another document follows it."""
+    end = docs[i].end
+    ip = (end + 3) & ~3 if aligned else end
+    if i + 1 < len(docs):
+        nxt = docs[i + 1]
+        if nxt.position == ip and nxt.metadata and bytes(buf[nxt.body_start:nxt.body_start + 7]) == _INDEX:
+            return ip
+        return None
+    doc = _index_doc(ip, "index", count, 0, ())
+    if ip + len(doc) + 8 > len(buf) or _native.load32(buf, ip):
+        return None
+    buf[ip + 4:ip + len(doc) + 8] = doc[4:] + bytes(8)  # the body, and the next header stays 0
+    if not _native.cas32(buf, ip, 0, int.from_bytes(doc[:4], "little")):
+        return None
+    return ip
+
+
 def _open_sink(path: Path, roll_cycle: RollCycle, epoch: int, clock: CycleClock) -> chronq.Queue:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a different stored roll cycle is reported below, as an error
@@ -176,6 +323,12 @@ class SinkWriter:
             self._clock.set_cycle(max(self.queue._fresh_cycles(), default=0))
             # not Queue.appender(): that refuses sinks, and this is the one writer a sink has
             self._appender = Appender(self.queue)
+            # before appending, under the write lock (a source being back-filled may have local appenders)
+            self._appender._lock()
+            try:
+                _finish_interrupted_write(self.queue)
+            finally:
+                self._appender._unlock()
             self.position = read_position(self.queue)
         except BaseException:
             self.queue.close()
@@ -286,6 +439,17 @@ class SinkWriter:
                 start = index
                 run.append(body)
         flush()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[Position]:
+        """Hold the queue's write lock for a block of writes; yields where the queue ends, read under the
+        lock: not `position` if something else appended since this writer last wrote. For back-fill into
+        a source queue, which an appender opened before the source was locked may still write to."""
+        self._appender._lock()
+        try:
+            yield read_position(self.queue)
+        finally:
+            self._appender._unlock()
 
     def close(self) -> None:
         self._appender.close()

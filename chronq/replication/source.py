@@ -110,8 +110,8 @@ class CodecState:
                 continue
             data = dictionary_path(self.queue.path, dict_id).read_bytes()
             if len(data) > self.max_dictionary:
-                raise ReplicationError(f"{self.queue.path}: dictionary {dict_id} ({len(data)} bytes) does not "
-                                       f"fit in a frame of at most {self.max_dictionary} bytes (maxFrameSize)")
+                raise ReplicationError(f"{self.queue.path}: dictionary {dict_id} ({len(data)} bytes) does "
+                                       f"not fit in a frame of {self.max_dictionary} bytes (maxFrameSize)")
             out.append((self.codec, dict_id, data))
             self._told.add(dict_id)
         return out

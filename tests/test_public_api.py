@@ -33,8 +33,8 @@ EXPORTS: dict[str, list[str]] = {
     "chronq.cli": ["UsageError", "load_object", "main", "queue_stats"],
     "chronq.codecs": [
         "CODEC_KEY", "Codec", "CodecAppender", "CodecError", "CodecTailer", "DecodedExcerpt", "Keys",
-        "MessageTooLargeError", "MissingKeyError", "TamperedMessageError", "decode", "dictionary_path",
-        "encode", "payload_decoder", "train_dictionary",
+        "MessageTooLargeError", "MissingKeyError", "TamperedMessageError", "decode", "dictionary_ids",
+        "dictionary_path", "encode", "payload_decoder", "store_dictionary", "train_dictionary",
     ],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [
@@ -69,13 +69,14 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.replication.protocol": [
         "Ack", "Auth", "Challenge", "DEFAULT_MAX_FRAME", "Error", "Excerpts", "Frame", "FrameDecoder",
-        "Heartbeat", "Hello", "NONCE_SIZE", "QueueInfo", "RUN_HEAD", "RUN_META", "Run", "Subscribe",
-        "TailerPositions", "VERSION", "encode", "proof", "run_head",
+        "Heartbeat", "Hello", "NONCE_SIZE", "QueueCodec", "QueueInfo", "RUN_HEAD", "RUN_META", "Run",
+        "Subscribe", "TailerPositions", "VERSION", "encode", "proof", "run_head",
     ],
     "chronq.replication.sink": [
         "CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position",
+        "record_codec",
     ],
-    "chronq.replication.source": ["SourceReader"],
+    "chronq.replication.source": ["CodecState", "SourceReader"],
     "chronq.replication.status": [
         "HostStatus", "LinkStatus", "format_status", "read_status_file", "status_file_path",
         "write_status_file",

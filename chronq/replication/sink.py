@@ -34,7 +34,9 @@ from chronq.store import Document, StoreLayout, _index_doc, documents, stop_head
 from chronq.table import REPLICATION_SINK
 from chronq.tailer import Tailer
 
-__all__ = ["CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position"]
+__all__ = [
+    "CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position", "record_codec",
+]
 
 log = logging.getLogger("chronq.replication")
 

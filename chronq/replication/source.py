@@ -26,7 +26,7 @@ class SourceReader:
 
     def _seek(self, position: Position) -> None:
         """Put the tailer right after the sink's last document; raise if the sink holds something this
-        source does not (a sink ahead of its source would need back-fill, which is not built)."""
+        source does not (a sink ahead of its source is back-filled from before it is replicated to)."""
         q, t = self.queue, self._tailer
         nxt = position.next_index
         if nxt is None:

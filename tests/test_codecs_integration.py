@@ -124,3 +124,20 @@ def test_a_sink_refuses_a_codec_or_dictionary_it_holds_otherwise(tmp_path: Path)
             record_codec(q, CODEC.pack(), 9, b"other bytes")
         with pytest.raises(ReplicationError, match="unusable codec"):
             record_codec(q, 0xFF, 0, b"")
+
+
+def test_merge_reads_encrypted_queues_decoded(tmp_path: Path) -> None:
+    """chronq.merge over codec queues orders and returns plain payloads (its native path is for plain
+    tailers; a codec tailer is read through its own read())."""
+    queues = []
+    for n in range(3):
+        q = chronq.open(tmp_path / f"q{n}", codec=CODEC, keys=KEYS)
+        q.appender().write_many([b"%03d" % (i * 3 + n) for i in range(20)])
+        queues.append(q)
+    try:
+        merged = list(chronq.merge([q.tailer() for q in queues], key=lambda ex: bytes(ex.payload)))
+        assert [payload for _, _, payload in merged] == [b"%03d" % i for i in range(60)]
+        assert [source for source, _, _ in merged] == [i % 3 for i in range(60)]
+    finally:
+        for q in queues:
+            q.close()

@@ -247,6 +247,8 @@ def _entry_problem(e: Any) -> str | None:
         return f"a frame holds more than {_MAX_FRAME} bytes of the original"
     if c_end != e["archive_size"]:
         return f"frames end at {c_end}, the archive file has {e['archive_size']} bytes"
+    if "end" in e and not (isinstance(e["end"], int) and 0 <= e["end"] <= e["size"]):
+        return f"end {e['end']!r} is not a position in the file"
     seek = e["seek"]
     step, positions = seek.get("step"), seek.get("positions")
     if not (isinstance(step, int) and step > 0 and isinstance(positions, list)
@@ -263,6 +265,7 @@ class _Scan:
     eof: bool
     step: int
     positions: list[int]
+    end: int  # where the documents end: the EOF marker or the space nothing was written in
 
 
 def _scan(path: Path, cycle: int, layout: StoreLayout) -> _Scan:
@@ -273,6 +276,7 @@ def _scan(path: Path, cycle: int, layout: StoreLayout) -> _Scan:
     with _directory.tailer_core(path, cycle, layout) as core:
         end = core._seek_end()
         count, eof = end if end is not None else (0, False)
+        end_pos = core._pos if end is not None else layout.header_end
         step = 1
         while count > step * _SEEK_ENTRIES:
             step *= 2
@@ -282,7 +286,7 @@ def _scan(path: Path, cycle: int, layout: StoreLayout) -> _Scan:
                 raise CorruptQueueError(os.fspath(path), core._pos,
                                         f"excerpt {seq} of {count} cannot be found")
             positions.append(core._pos)
-    return _Scan(count, bool(eof), step, positions)
+    return _Scan(count, bool(eof), step, positions, end_pos)
 
 
 # -- archiving -----------------------------------------------------------------------------------------
@@ -469,7 +473,8 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
         "first_index": rc.to_index(cycle, 0) if scan.count else None,
         "last_index": rc.to_index(cycle, scan.count - 1) if scan.count else None,
         "size": size, "archive_size": out_size, "archive_sha256": sha, "frames": frames,
-        "seek": {"step": scan.step, "positions": scan.positions}, "next_cycle": next_cycle,
+        "seek": {"step": scan.step, "positions": scan.positions}, "end": min(scan.end, size),
+        "next_cycle": next_cycle,
     }
     # what the filesystem stored must be all of it before anything refers to it
     stored = fs.size(target)

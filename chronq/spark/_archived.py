@@ -46,7 +46,7 @@ class ArchivedRange(Range):
     compression: str | None = None
     frames: tuple[tuple[int, int, int, int], ...] = ()
     frames_end: int = 0  # where the last of `frames` ends in the original
-    seek: tuple[int, ...] = ()  # the seek index's document positions from start_pos to end_pos
+    seek: tuple[int, ...] = ()  # document starts from start_pos to end_pos: the seek index's, end_pos
     codec: int | None = None
 
 
@@ -68,7 +68,8 @@ def _range(url: str, storage: Mapping[str, str], a: archive.Archive, cycle: int,
     start_pos = positions[start] if start < len(positions) else 0
     start_seq = start * step if start < len(positions) else 0
     after = -(-hi // step)
-    end_pos = positions[after] if after < len(positions) else entry["size"]
+    # past the last seek point: where the documents end (the file's end for an entry without "end")
+    end_pos = positions[after] if after < len(positions) else entry.get("end", entry["size"])
     frames = entry["frames"]
     starts = [f[0] for f in frames]
     first = max(0, bisect.bisect_right(starts, start_pos) - 1)
@@ -77,7 +78,7 @@ def _range(url: str, storage: Mapping[str, str], a: archive.Archive, cycle: int,
     return ArchivedRange(url, cycle, layout.cycle_shift, layout.aligned, start_pos, start_seq, lo, hi,
                          end_pos, tuple(sorted(storage.items())), entry["archive"], entry.get("compression"),
                          tuple(tuple(f) for f in frames[first:last + 1]), ends[last],
-                         tuple(positions[start:after + 1]), a.manifest.get("codec"))
+                         (*positions[start:after], end_pos), a.manifest.get("codec"))
 
 
 def ranges(url: str, storage: Mapping[str, str], first_cycle: int | None, last_cycle: int | None,
@@ -181,16 +182,17 @@ class Frames:
 
     def limit(self, pos: int) -> int:
         """Where a walk from document `pos` may go: decompress frames until the map holds the original
-        some MiB past `pos`, then the last seek point (a document's start, so every document before it
-        ends there) they reach beyond `pos`, or the range's end once all its frames are in."""
+        some MiB past `pos`, then the last document start in `rng.seek` (every document before it ends
+        there) they reach beyond `pos`; the range's end once all its frames are in."""
         seek = self.rng.seek
         while True:
-            if self._next >= len(self._reader.frames):
-                return self.rng.end_pos
-            if self.ready >= pos + _AHEAD:
+            done = self._next >= len(self._reader.frames)
+            if done or self.ready >= pos + _AHEAD:
                 k = bisect.bisect_right(seek, self.ready) - 1
                 if k >= 0 and seek[k] > pos:
                     return seek[k]
+                if done:
+                    return self.rng.end_pos
             self._decompress(self._next)
 
     def _decompress(self, i: int) -> None:

@@ -50,22 +50,31 @@ def make_queue(path: str, rows: int, size: int) -> None:
 
 
 def make_archived(path: str, rows: int, size: int, url: str, storage: dict[str, str]) -> int:
-    """`rows` messages in four daily cycles plus one in a fifth (the current one), the four archived
-    with zstd to `url`; returns the frames archived."""
+    """`rows` messages of `size` bytes in four daily cycles plus one in a fifth (the current one), the
+    four archived with zstd to `url`; returns the frames archived. Unlike the live queue's, each message
+    differs (a trade-like line: sequence, symbol, price, quantity), so zstd has real work to undo."""
     import chronq
     from chronq import archive
     from chronq.rollcycles import FixedClock
 
-    body = b"x" * size
+    symbols = ("AAPL", "MSFT", "GOOG", "AMZN", "NVDA", "TSLA", "META", "IBM")
+
+    def body(i: int) -> bytes:
+        line = f"{i:010d} {symbols[i % 8]} {100 + (i * 7919 % 10_000) / 100:.2f} {(i * 31) % 500 + 1} B"
+        return line.encode().ljust(size, b" ")[:size]
+
     clock = FixedClock(DAY * 20_000)
+    i = 0
     with chronq.open(path, "DAILY", clock=clock) as q:
         a = q.appender()
         for c in range(4):
             n = rows // 4 + (1 if c < rows % 4 else 0)
             for start in range(0, n, 100_000):
-                a.write_many([body] * min(100_000, n - start))
+                chunk = min(100_000, n - start)
+                a.write_many([body(j) for j in range(i, i + chunk)])
+                i += chunk
             clock.advance(DAY)
-        a.write(body)
+        a.write(body(i))
     done = archive.archive(path, url, compress="zstd", clock=clock, storage_options=storage)
     return sum(len(e["frames"]) for e in done)
 
@@ -281,8 +290,8 @@ def main(argv: Sequence[str]) -> int:
             url = "s3://bench/archive"
             t0 = time.perf_counter()
             frames = make_archived(os.path.join(tmp, "archived"), args.rows, args.size, url, s3.storage)
-            print(f"archive: the same messages in 4 cycles, {frames} zstd frames on moto's S3 at "
-                  f"{s3.endpoint}, written in {time.perf_counter() - t0:.1f} s")
+            print(f"archive: as many messages (each different) in 4 cycles, {frames} zstd frames on "
+                  f"moto's S3 at {s3.endpoint}, written in {time.perf_counter() - t0:.1f} s")
             on_s3 = {f"storage.{k}": v for k, v in s3.storage.items()}
             partition_rows = max(1, -(-args.rows // 4))  # 4 partitions: both cores busy, little per-task cost
             six = ""  # the source's own schema: all six columns

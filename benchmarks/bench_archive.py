@@ -1,6 +1,6 @@
 """Archiving one finished cycle with zstd (`chronq.archive.archive`), beside `zstd -3` of the same file.
 
-    python benchmarks/bench_archive.py [--mb 768] [--rounds 3] [--quick]
+    python benchmarks/bench_archive.py [--mb 928] [--rounds 3] [--quick]
 
 The queue holds one FAST_DAILY cycle of about `--mb` MB of trade-like JSON messages (timestamps, a few
 symbols, prices), closed by a message in the next cycle. A round archives it with zstd level 3 into a
@@ -67,7 +67,7 @@ def zstd_baseline(file: Path) -> tuple[float, int]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mb", type=int, default=768, help="MB of messages (768: a cycle file of about 1 GiB)")
+    p.add_argument("--mb", type=int, default=928, help="MB of messages (928: a cycle file of about 1.07 GB)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="--mb 64 --rounds 2")
     args = p.parse_args()

@@ -197,3 +197,27 @@ def test_archived_ranges_read_every_message_once_however_cut(tmp_path: Path, com
             e["sha256"] = originals[e["file"]]
         (arch / archives.MANIFEST).write_text(json.dumps(m))
     assert archives.verify(arch) == 3
+
+
+def test_spark_decodes_a_codec_queue_archived_on_s3(tmp_path: Path, spark: Any,
+                                                   s3: dict[str, object]) -> None:
+    """The dictionaries go to the bucket beside the cycles; each executor fetches them itself."""
+    from chronq.codecs import Codec, train_dictionary
+    from chronq.rollcycles import FixedClock
+    from tests.test_codecs import trade
+
+    bucket = s3.pop("bucket")
+    q, url = tmp_path / "q", f"s3://{bucket}/codec"
+    clock = FixedClock(0)
+    msgs = [trade(i) for i in range(2000)]
+    with chronq.open(q, "TEST4_SECONDLY", clock=clock, block_size=1 << 16, codec=Codec("zstd")) as queue:
+        queue.appender().write_many(msgs[:1000])
+        dict_id = train_dictionary(queue, size=2048)
+        clock.advance(1000)
+        queue.appender(codec=Codec("zstd", dictionary=dict_id)).write_many(msgs[1000:])
+        clock.advance(1000)
+        queue.appender().write(b"current")
+    archives.archive(q, url, compress="zstd", clock=clock, storage_options=s3)
+    df = (spark.read.format("chronq").option("storage.endpoint_url", str(s3["endpoint_url"]))
+          .option("storage.key", "fake-access-key").option("storage.secret", "fake-secret").load(url))
+    assert [bytes(r["payload"]) for r in df.orderBy("index").collect()] == msgs

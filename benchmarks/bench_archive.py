@@ -67,7 +67,7 @@ def zstd_baseline(file: Path) -> tuple[float, int]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mb", type=int, default=928, help="MB of messages (928: a cycle file of about 1.07 GB)")
+    p.add_argument("--mb", type=int, default=928, help="MB of messages (928: a cycle file of about 1 GB)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="--mb 64 --rounds 2")
     args = p.parse_args()

@@ -184,9 +184,15 @@ def test_archived_ranges_read_every_message_once_however_cut(tmp_path: Path, com
                 got += zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
         return got
 
+    with archives.open(arch) as a:
+        positions = [e.position for e in a]  # of each document in its original cycle file
     for version in (2, 1):
         for rows in (7, 1000, 1 << 40):
             assert read(rows) == written[:9000], (version, rows)
+        got = [p for rng in _archived.ranges(str(arch), {}, None, None, None, None, rows=1000)
+               for batch in read_range(rng, ["position"], pa.schema([("position", pa.int64())]), False, 500)
+               for p in batch.column(0).to_pylist()]
+        assert got == positions
         assert read(999, written[1234][0], written[7777][0]) == written[1234:7777]
         if version == 1:
             break

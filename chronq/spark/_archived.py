@@ -159,8 +159,8 @@ def _zeros_crc(n: int) -> int:
 
 
 class Frames:
-    """The original bytes of one range's frames, in an anonymous map at their offsets in the original
-    file (`buf`); decompressed as the walk reaches them (`ensure`), released once walked (`release`)."""
+    """The original bytes of one range's frames, in an anonymous map (`buf`, offset `base` in the
+    original file); decompressed as the walk reaches them (`limit`), released once walked (`release`)."""
 
     def __init__(self, rng: ArchivedRange) -> None:
         self.rng = rng
@@ -175,9 +175,12 @@ class Frames:
                                                     end=frames[-1][1] + frames[-1][2]) if frames else b"")
         self._base = base
         self._next = 0  # the next frame to decompress
-        self.ready = frames[0][0] if frames else 0  # the original's bytes up to here are in `buf`
+        #: `buf[0]` is this byte of the original (the first frame's start): the map is as large as the
+        #: range's frames, not as the file up to them
+        self.base = frames[0][0] if frames else 0
+        self.ready = self.base  # the original's bytes up to here are in `buf`
         self._released = 0
-        self.buf = mmap.mmap(-1, max(1, rng.frames_end))
+        self.buf = mmap.mmap(-1, max(1, rng.frames_end - self.base))
         self._dicts: tempfile.TemporaryDirectory[str] | None = None
 
     def limit(self, pos: int) -> int:
@@ -200,13 +203,14 @@ class Frames:
         at = c_off - self._base
         data = self._reader.decode(i, self._stored[at:at + c_len])
         if not (crc == _zeros_crc(len(data)) and data == bytes(len(data))):  # holes stay untouched
-            self.buf[u_off:u_off + len(data)] = data
+            self.buf[u_off - self.base:u_off - self.base + len(data)] = data
         self.ready = u_off + len(data)
         self._next = i + 1
 
     def release(self, pos: int) -> None:
-        """The pages before `pos` will not be read again: give them back (they would read as zeros)."""
-        upto = pos - pos % mmap.PAGESIZE
+        """The pages before `pos` (of the original) will not be read again: give them back (they would
+        read as zeros)."""
+        upto = (pos - self.base) - (pos - self.base) % mmap.PAGESIZE
         if upto > self._released:
             self.buf.madvise(mmap.MADV_DONTNEED, self._released, upto - self._released)
             self._released = upto

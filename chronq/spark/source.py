@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from pyspark.sql.types import StructType
 
 from chronq import _directory
-from chronq.errors import ChronqError
+from chronq.errors import ChronqError, CorruptQueueError
 from chronq.spark import _archived, _arrow, _decode, _files, _plan, _typed
 from chronq.spark._plan import CycleState, Range
 
@@ -244,13 +244,20 @@ def read_range(
                   else payload_decoder(Path(rng.path).parent, ring))
         codec = _codec_payloads(decode, names)
         pos, seq = rng.start_pos, rng.start_seq
+        base = frames.base if frames is not None else 0  # positions in `buf` are the file's minus this
         while True:
             end_pos = rng.end_pos if frames is None else frames.limit(pos)
-            w = _files.walk(buf, rng.path, rng.aligned, pos, seq, end_pos=end_pos, lo_seq=rng.lo,
-                            hi_seq=rng.hi, max_rows=batch_rows, include_metadata=include_metadata)
+            try:
+                w = _files.walk(buf, rng.path, rng.aligned, pos - base, seq, end_pos=end_pos - base,
+                                lo_seq=rng.lo, hi_seq=rng.hi, max_rows=batch_rows,
+                                include_metadata=include_metadata)
+            except CorruptQueueError as e:
+                raise CorruptQueueError(e.file, e.position + base, e.detail) from None
+            next_pos = w.next_pos + base
             if len(w.positions):
                 cols = [
-                    _arrow.base_column(n, buf, w, rng) if n in _arrow.BASE_NAMES else None for n in names
+                    _arrow.base_column(n, buf, w, rng, base) if n in _arrow.BASE_NAMES else None
+                    for n in names
                 ]
                 if any(c is None for c in cols):
                     decoded = _decode.columns(buf, w, [n for n in names if n not in _arrow.BASE_NAMES],
@@ -262,11 +269,11 @@ def read_range(
             # on: after a full batch, or where an archived range's decompressed frames ended
             more = len(w.positions) >= batch_rows or (
                 end_pos < rng.end_pos and w.stop == _files.STOP_LIMIT and w.next_seq < rng.hi)
-            if not more or w.next_pos == pos:
+            if not more or next_pos == pos:
                 return
             if frames is not None:
-                frames.release(w.next_pos)  # the batches hold copies: the walked pages can go
-            pos, seq = w.next_pos, w.next_seq
+                frames.release(next_pos)  # the batches hold copies: the walked pages can go
+            pos, seq = next_pos, w.next_seq
     finally:
         if frames is not None:
             frames.close()

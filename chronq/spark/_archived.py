@@ -1,16 +1,16 @@
 """The chronq source over an archive (`chronq.archive`) instead of a queue directory.
 
 The driver reads only `manifest.json` and each planned cycle's store header, and splits each archived
-cycle into partitions of about `partitionRows` rows at the points of the manifest's sequence index
-(so one large cycle still keeps every core busy). A partition carries the frames of the original file it
+cycle into partitions of about `partitionRows` rows at the points of the manifest's sequence index (so
+one large cycle still keeps every core busy). A partition carries the frames of the original file it
 needs; the executor running it opens the archive through fsspec itself (credentials from its own
 environment, `storage.*` options for the rest), fetches those frames' stored bytes in one request and
-decompresses them one after the other, as the walk reaches them, into an anonymous map at their offsets
-in the original file, which it then walks exactly as it walks a live cycle file. Every frame is checked
-(length, zstd's checksum, the manifest's crc32) before any of its bytes is read; pages already walked
-are returned to the system, so a partition holds a few frames of memory whatever its size. A queue with
-a codec was archived with its codec recorded in the manifest and its dictionaries beside the cycles:
-payloads are decoded as the live queue's are.
+decompresses them one after the other, as the walk reaches them, into an anonymous map laid out as the
+original file from the first frame's start, which it then walks exactly as it walks a live cycle file.
+Every frame is checked (length, zstd's checksum, the manifest's crc32) before any of its bytes is read;
+pages already walked are returned to the system, so a partition holds a few frames of memory whatever
+its size. A queue with a codec was archived with its codec recorded in the manifest and its dictionaries
+beside the cycles: payloads are decoded as the live queue's are.
 """
 
 from __future__ import annotations

@@ -216,6 +216,26 @@ def test_archive_refuses_another_roll_cycle(tmp_path: Path) -> None:
         archives.archive(tmp_path / "q2", tmp_path / "arch", clock=FixedClock(10_000))
 
 
+def test_archive_records_the_codec_and_refuses_mixing_plain_and_encoded(tmp_path: Path) -> None:
+    from chronq.codecs import CODEC_KEY, Codec
+    from chronq.table import TableStore
+
+    clock, _ = make_queue(tmp_path / "plain", 2, 3)
+    archives.archive(tmp_path / "plain", tmp_path / "arch", clock=clock)
+    assert json.loads((tmp_path / "arch" / archives.MANIFEST).read_text())["codec"] is None
+    clock = FixedClock(0)
+    with chronq.open(tmp_path / "coded", ROLL, clock=clock, block_size=4096, codec=Codec("zstd")) as q:
+        q.appender().write(b"x" * 100)
+        clock.advance(1000)
+        q.appender().write(b"y" * 100)
+    with pytest.raises(ChronqError, match=r"plain payloads, the queue .* encoded ones"):
+        archives.archive(tmp_path / "coded", tmp_path / "arch", clock=clock)
+    archives.archive(tmp_path / "coded", tmp_path / "arch2", clock=clock)
+    with TableStore.open(tmp_path / "coded" / "metadata.cq4t", readonly=True) as t:
+        codec = t.get(CODEC_KEY)
+    assert json.loads((tmp_path / "arch2" / archives.MANIFEST).read_text())["codec"] == codec is not None
+
+
 # -- damage ----------------------------------------------------------------------------------------------
 @pytest.fixture
 def archived(tmp_path: Path) -> Path:

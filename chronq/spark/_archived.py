@@ -166,14 +166,14 @@ class Frames:
         self.rng = rng
         self._fs, self._root = archive._filesystem(rng.path, dict(rng.storage))
         frames = [list(f) for f in rng.frames]
-        # frame offsets in the fetched bytes: one request for all of them
-        base = frames[0][1] if frames else 0
+        # the frames' stored bytes, fetched in one request (frame offsets in it: minus `_c_base`)
+        c_base = frames[0][1] if frames else 0
         entry = {"archive": rng.archive, "cycle": rng.cycle, "size": rng.frames_end,
                  "compression": rng.compression, "frames": frames}
         self._reader = archive._CycleReader(self._fs, self._root, entry)
-        self._stored = memoryview(self._fs.cat_file(self._reader.path, start=base,
+        self._stored = memoryview(self._fs.cat_file(self._reader.path, start=c_base,
                                                     end=frames[-1][1] + frames[-1][2]) if frames else b"")
-        self._base = base
+        self._c_base = c_base
         self._next = 0  # the next frame to decompress
         #: `buf[0]` is this byte of the original (the first frame's start): the map is as large as the
         #: range's frames, not as the file up to them
@@ -200,7 +200,7 @@ class Frames:
 
     def _decompress(self, i: int) -> None:
         u_off, c_off, c_len, crc = self._reader.frames[i]
-        at = c_off - self._base
+        at = c_off - self._c_base
         data = self._reader.decode(i, self._stored[at:at + c_len])
         if not (crc == _zeros_crc(len(data)) and data == bytes(len(data))):  # holes stay untouched
             self.buf[u_off - self.base:u_off - self.base + len(data)] = data

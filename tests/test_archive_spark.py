@@ -227,3 +227,28 @@ def test_spark_decodes_a_codec_queue_archived_on_s3(tmp_path: Path, spark: Any,
     df = (spark.read.format("chronq").option("storage.endpoint_url", str(s3["endpoint_url"]))
           .option("storage.key", "fake-access-key").option("storage.secret", "fake-secret").load(url))
     assert [bytes(r["payload"]) for r in df.orderBy("index").collect()] == msgs
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_damaged_archived_frame_is_an_error_never_data(tmp_path: Path, damage: str) -> None:
+    import pyarrow as pa
+
+    from chronq.errors import CorruptQueueError
+    from chronq.spark import _archived
+    from chronq.spark.source import read_range
+
+    clock, _ = make_queue(tmp_path / "q", 3, 3000, size=120)
+    done = archives.archive(tmp_path / "q", tmp_path / "arch", compress="zstd", clock=clock, frame=4096)
+    target = tmp_path / "arch" / done[1]["archive"]
+    data = bytearray(target.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x40
+    else:
+        del data[len(data) // 2:]
+    target.write_bytes(bytes(data))
+    schema = pa.schema([("payload", pa.binary())])
+    with pytest.raises(CorruptQueueError, match="frame") as info:
+        for rng in _archived.ranges(str(tmp_path / "arch"), {}, None, None, None, None, rows=1000):
+            for _ in read_range(rng, ["payload"], schema, False, 500):
+                pass
+    assert "cycle 1" in info.value.file

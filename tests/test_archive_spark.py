@@ -194,6 +194,15 @@ def test_archived_ranges_read_every_message_once_however_cut(tmp_path: Path, com
                for p in batch.column(0).to_pylist()]
         assert got == positions
         assert read(999, written[1234][0], written[7777][0]) == written[1234:7777]
+        assert read(1 << 40, written[1235][0], written[7777][0]) == written[1235:7777]  # between seek points
+        got = []
+        for whole in _archived.whole_cycles(str(arch), {}, 0, None, set()):  # what a stream reads
+            for lo in range(0, whole.hi, 777):
+                rng = _archived.narrow(whole, lo, min(whole.hi, lo + 777))
+                assert len(rng.frames) < len(whole.frames)
+                for batch in read_range(rng, ["index", "payload"], schema, False, 500):
+                    got += zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+        assert got == written[:9000]
         if version == 1:
             break
         m = json.loads((arch / archives.MANIFEST).read_text())  # as a version 1 archive has it

@@ -16,6 +16,7 @@ beside the cycles: payloads are decoded as the live queue's are.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import itertools
 import mmap
@@ -48,6 +49,7 @@ class ArchivedRange(Range):
     frames_end: int = 0  # where the last of `frames` ends in the original
     seek: tuple[int, ...] = ()  # document starts from start_pos to end_pos: the seek index's, end_pos
     codec: int | None = None
+    step: int = 1  # the seek index's step (`seek` holds every step-th document's start)
 
 
 def is_archive(path: str, storage: Mapping[str, str]) -> bool:
@@ -57,28 +59,41 @@ def is_archive(path: str, storage: Mapping[str, str]) -> bool:
     return (Path(path) / archive.MANIFEST).is_file()
 
 
-def _range(url: str, storage: Mapping[str, str], a: archive.Archive, cycle: int, lo: int,
-           hi: int) -> ArchivedRange:
-    """Sequences ``[lo, hi)`` of archived `cycle`, walked from the seek point at or before `lo` up to
-    the one at or after `hi` (the end of the file past the last)."""
-    entry = a.entry(cycle)
-    _, layout = a._cycle(cycle)
-    step, positions = entry["seek"]["step"], entry["seek"]["positions"]
-    start = lo // step
+def _cut(positions: Sequence[int], step: int, end: int, frames: Sequence[Sequence[int]], size: int,
+         lo: int, hi: int) -> dict[str, Any]:
+    """The fields of an ArchivedRange of sequences ``[lo, hi)`` of a cycle whose seek index is
+    `positions` (every `step`-th document's start; `end` where its documents end) and whose frames are
+    `frames` (ending at `size`): walked from the seek point at or before `lo` to the one at or after
+    `hi`, with the frames holding that stretch."""
+    start, after = lo // step, -(-hi // step)
     start_pos = positions[start] if start < len(positions) else 0
-    start_seq = start * step if start < len(positions) else 0
-    after = -(-hi // step)
-    # past the last seek point: where the documents end (the file's end for an entry without "end")
-    end_pos = positions[after] if after < len(positions) else entry.get("end", entry["size"])
-    frames = entry["frames"]
+    end_pos = positions[after] if after < len(positions) else end
     starts = [f[0] for f in frames]
     first = max(0, bisect.bisect_right(starts, start_pos) - 1)
     last = max(first, bisect.bisect_left(starts, end_pos) - 1)
-    ends = [*starts[1:], entry["size"]]
-    return ArchivedRange(url, cycle, layout.cycle_shift, layout.aligned, start_pos, start_seq, lo, hi,
-                         end_pos, tuple(sorted(storage.items())), entry["archive"], entry.get("compression"),
-                         tuple(tuple(f) for f in frames[first:last + 1]), ends[last],
-                         (*positions[start:after], end_pos), a.manifest.get("codec"))
+    return {"start_pos": start_pos, "start_seq": start * step if start < len(positions) else 0,
+            "end_pos": end_pos, "frames": tuple(tuple(f) for f in frames[first:last + 1]),
+            "frames_end": [*starts[1:], size][last], "seek": (*positions[start:after], end_pos), "step": step}
+
+
+def _range(url: str, storage: Mapping[str, str], a: archive.Archive, cycle: int, lo: int,
+           hi: int) -> ArchivedRange:
+    """Sequences ``[lo, hi)`` of archived `cycle` (past the last seek point, up to where the documents
+    end, or the file's end for an entry that does not say)."""
+    entry = a.entry(cycle)
+    _, layout = a._cycle(cycle)
+    cut = _cut(entry["seek"]["positions"], entry["seek"]["step"], entry.get("end", entry["size"]),
+               entry["frames"], entry["size"], lo, hi)
+    return ArchivedRange(url, cycle, layout.cycle_shift, layout.aligned, lo=lo, hi=hi,
+                         storage=tuple(sorted(storage.items())), archive=entry["archive"],
+                         compression=entry.get("compression"), codec=a.manifest.get("codec"), **cut)
+
+
+def narrow(whole: ArchivedRange, lo: int, hi: int) -> ArchivedRange:
+    """Sequences ``[lo, hi)`` of the cycle of `whole` (a range of all of it, as `whole_cycles` plans):
+    what a stream's micro-batch reads, from the seek point before `lo` rather than the cycle's start."""
+    cut = _cut(whole.seek[:-1], whole.step, whole.seek[-1], whole.frames, whole.frames_end, lo, hi)
+    return dataclasses.replace(whole, lo=lo, hi=hi, **cut)
 
 
 def ranges(url: str, storage: Mapping[str, str], first_cycle: int | None, last_cycle: int | None,

@@ -7,7 +7,6 @@ Spark planned them, so a DataFrame is a consistent snapshot while writers go on.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -266,9 +265,11 @@ def read_range(
                 if codec is not None:
                     cols = codec(cols, w, rng)
                 yield pa.RecordBatch.from_arrays(cols, schema=schema)
-            # on: after a full batch, or where an archived range's decompressed frames ended
-            more = len(w.positions) >= batch_rows or (
-                end_pos < rng.end_pos and w.stop == _files.STOP_LIMIT and w.next_seq < rng.hi)
+            # on after the row limit (rows before `lo` may have made the batch shorter), and where an
+            # archived range's decompressed frames ended; not at `hi`, the range's end, EOF or an
+            # unwritten header
+            more = w.stop == _files.STOP_LIMIT and w.next_seq < rng.hi and (
+                next_pos + 4 <= end_pos or end_pos < rng.end_pos)
             if not more or next_pos == pos:
                 return
             if frames is not None:
@@ -428,7 +429,7 @@ class _StreamCycle:
         if self.state is not None:
             return _plan.ranges(self.state, lo, hi, rows)
         assert self.archived is not None
-        return [dataclasses.replace(self.archived, lo=lo, hi=hi)] if lo < hi else []
+        return [_archived.narrow(self.archived, lo, hi)] if lo < hi else []
 
 
 class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):

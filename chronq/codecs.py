@@ -48,6 +48,7 @@ __all__ = [
     "encode",
     "payload_decoder",
     "store_dictionary",
+    "stored_payload_decoder",
     "train_dictionary",
 ]
 
@@ -732,6 +733,16 @@ def payload_decoder(
         return None
     limit = max_message_size or DEFAULT_MAX_MESSAGE_SIZE
     return _decoder(_State(Path(queue_dir), Codec.unpack(value, limit), keys, limit))
+
+
+def stored_payload_decoder(
+    codec: int, dictionaries: str | os.PathLike[str], keys: Keys | None = None,
+    max_message_size: int | None = None,
+) -> Callable[[Buffer, int], bytes]:
+    """`payload_decoder` for a codec value kept elsewhere than the queue's table store (an archive's
+    manifest records it), with the zstd dictionaries read from the directory `dictionaries`."""
+    limit = max_message_size or DEFAULT_MAX_MESSAGE_SIZE
+    return _decoder(_State(Path(dictionaries), Codec.unpack(codec, limit), keys, limit))
 
 
 def train_dictionary(queue: Queue, size: int = 16 << 10, samples: int = 20_000) -> int:

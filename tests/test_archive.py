@@ -7,6 +7,7 @@ talks to), with fake credentials in the environment.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -79,9 +80,13 @@ def test_finished_cycles_move_and_read_back_in_order(tmp_path: Path, compress: s
     assert archived == written[:5 * 150]
     assert read_queue(q) == written[5 * 150:]  # the queue still reads what it kept
     manifest = json.loads((dest / archives.MANIFEST).read_text())
+    assert manifest["version"] == 2 and manifest["codec"] is None
     for e in manifest["cycles"]:
-        assert e["sha256"] == originals[e["file"]]
+        assert e["archive_sha256"] == sha(dest / e["archive"])  # of the bytes stored
         assert e["count"] == 150 and e["last_index"] - e["first_index"] == 149
+    with archives.open(dest) as a:  # and each frame's crc32 is of the original: extracting is exact
+        for e in manifest["cycles"]:
+            assert sha(a.extract(e["cycle"], tmp_path / "x.cq4")) == originals[e["file"]]
     # every index is reachable directly, and reading goes on from there across cycles
     with archives.open(dest) as a:
         t = a.tailer()
@@ -123,6 +128,58 @@ def test_keep_and_rerun_and_later_cycles(tmp_path: Path) -> None:
     assert read_archive(str(dest)) + read_queue(q) == written + more
 
 
+def test_version_1_manifest_still_reads_verifies_and_takes_new_cycles(tmp_path: Path) -> None:
+    """Version 1 entries hold the sha256 of the original file instead of the stored one's."""
+    q, dest = tmp_path / "q", tmp_path / "arch"
+    clock, written = make_queue(q, 4, 300, size=120)
+    originals = {p.name: sha(p) for p in q.glob("*.cq4")}
+    archives.archive(q, dest, compress="zstd", clock=clock, keep=1, frame=4096)
+    m = json.loads((dest / archives.MANIFEST).read_text())
+    m["version"] = 1
+    del m["codec"]
+    for e in m["cycles"]:
+        del e["archive_sha256"]
+        e["sha256"] = originals[e["file"]]
+    (dest / archives.MANIFEST).write_text(json.dumps(m))
+    assert read_archive(str(dest)) == written[:600]
+    assert archives.verify(dest) == 2
+    clock.advance(1000)
+    _, more = make_queue(q, 1, 10, clock=clock)
+    assert [e["cycle"] for e in archives.archive(q, dest, compress="zstd", clock=clock)] == [2, 3]
+    m2 = json.loads((dest / archives.MANIFEST).read_text())
+    assert m2["version"] == 2 and [("sha256" in e, "archive_sha256" in e) for e in m2["cycles"]] == [
+        (True, False), (True, False), (False, True), (False, True)]
+    assert read_archive(str(dest)) + read_queue(q) == written + more
+    assert archives.verify(dest) == 4
+    # a version 1 entry whose sha256 does not match the original is reported by verify
+    m2["cycles"][0]["sha256"] = "0" * 64
+    (dest / archives.MANIFEST).write_text(json.dumps(m2))
+    with pytest.raises(CorruptQueueError, match="sha256 of the original file"):
+        archives.verify(dest)
+
+
+def test_rerun_deletes_an_archived_copy_only_if_it_is_the_same(tmp_path: Path) -> None:
+    """A kill between publishing the manifest and deleting the cycle leaves it in both; the next run
+    compares the queue's copy with the manifest's size and frame checksums before deleting it."""
+    q, dest = tmp_path / "q", tmp_path / "arch"
+    clock, written = make_queue(q, 3, 300, size=120)
+    done = archives.archive(q, dest, compress="zstd", clock=clock, frame=4096)
+    with archives.open(dest) as a:
+        a.extract(0, q / done[0]["file"])
+        a.extract(1, q / done[1]["file"])
+    assert archives.archive(q, dest, compress="zstd", clock=clock) == []  # nothing new archived ...
+    assert sorted(p.name for p in q.glob("*.cq4")) == ["19700101-000002T4.cq4"]  # ... the copies gone
+    with archives.open(dest) as a:
+        a.extract(1, q / done[1]["file"])
+    data = bytearray((q / done[1]["file"]).read_bytes())
+    data[data.index(b"message", 5000)] = ord("M")  # a payload that is not what was archived
+    (q / done[1]["file"]).write_bytes(bytes(data))
+    with pytest.raises(ChronqError, match="archived already with other content"):
+        archives.archive(q, dest, compress="zstd", clock=clock)
+    assert (q / done[1]["file"]).exists()
+    assert read_archive(str(dest)) == written[:600]
+
+
 def test_a_cycle_ending_in_eof_is_finished_but_never_the_current_one(tmp_path: Path) -> None:
     q, dest = tmp_path / "q", tmp_path / "arch"
     clock, _ = make_queue(q, 1, 10)
@@ -157,6 +214,26 @@ def test_archive_refuses_another_roll_cycle(tmp_path: Path) -> None:
         q.appender().write(b"x")
     with pytest.raises(ChronqError, match="roll cycle"):
         archives.archive(tmp_path / "q2", tmp_path / "arch", clock=FixedClock(10_000))
+
+
+def test_archive_records_the_codec_and_refuses_mixing_plain_and_encoded(tmp_path: Path) -> None:
+    from chronq.codecs import CODEC_KEY, Codec
+    from chronq.table import TableStore
+
+    clock, _ = make_queue(tmp_path / "plain", 2, 3)
+    archives.archive(tmp_path / "plain", tmp_path / "arch", clock=clock)
+    assert json.loads((tmp_path / "arch" / archives.MANIFEST).read_text())["codec"] is None
+    clock = FixedClock(0)
+    with chronq.open(tmp_path / "coded", ROLL, clock=clock, block_size=4096, codec=Codec("zstd")) as q:
+        q.appender().write(b"x" * 100)
+        clock.advance(1000)
+        q.appender().write(b"y" * 100)
+    with pytest.raises(ChronqError, match=r"plain payloads, the queue .* encoded ones"):
+        archives.archive(tmp_path / "coded", tmp_path / "arch", clock=clock)
+    archives.archive(tmp_path / "coded", tmp_path / "arch2", clock=clock)
+    with TableStore.open(tmp_path / "coded" / "metadata.cq4t", readonly=True) as t:
+        codec = t.get(CODEC_KEY)
+    assert json.loads((tmp_path / "arch2" / archives.MANIFEST).read_text())["codec"] == codec is not None
 
 
 # -- damage ----------------------------------------------------------------------------------------------
@@ -218,7 +295,7 @@ def test_manifest_disagreeing_with_the_file_is_reported(archived: Path) -> None:
     lambda e: e["seek"]["positions"].pop(),                       # seek index shorter than the count
     lambda e: e["seek"].__setitem__("positions", [10 ** 12]),     # a position outside the file
     lambda e: e.__setitem__("archive", "../elsewhere.cq4"),      # a name outside the archive
-    lambda e: e.pop("sha256"),
+    lambda e: e.pop("archive_sha256"),
 ], ids=["frame-missing", "frame-offset", "frame-huge", "seek-short", "seek-outside", "name", "no-sha"])
 def test_inconsistent_manifest_entry_is_reported_before_reading(archived: Path, damage: Any) -> None:
     m = json.loads((archived / archives.MANIFEST).read_text())
@@ -330,8 +407,12 @@ def _check_nothing_lost(q: Path, dest: Path, originals: dict[str, str]) -> int:
     if (dest / archives.MANIFEST).exists():
         entries = {e["file"]: e for e in json.loads((dest / archives.MANIFEST).read_text())["cycles"]}
         assert archives.verify(dest) == len(entries)
-    for name, digest in originals.items():
-        assert name in in_queue or (name in entries and entries[name]["sha256"] == digest), name
+    with archives.open(dest) if entries else contextlib.nullcontext() as a:
+        for name, digest in originals.items():
+            if name not in in_queue:
+                assert name in entries, name
+                extracted = a.extract(entries[name]["cycle"], dest.parent / "extracted.cq4")
+                assert sha(extracted) == digest, name
     return len(entries)
 
 

@@ -87,7 +87,7 @@ def test_bench_codecs() -> None:
 @pytest.mark.slow
 def test_bench_spark() -> None:
     out = run("bench_spark.py", "--rows", "20000", "--runs", "1")
-    assert "rows/s" in out
+    assert "rows/s" in out and "archive on S3" in out
 
 
 # Chronicle's benchmark output as `../shared/java/run.sh bench` prints it (ChronicleBench.java).

@@ -34,7 +34,8 @@ EXPORTS: dict[str, list[str]] = {
     "chronq.codecs": [
         "CODEC_KEY", "Codec", "CodecAppender", "CodecError", "CodecTailer", "DecodedExcerpt", "Keys",
         "MessageTooLargeError", "MissingKeyError", "TamperedMessageError", "decode", "dictionary_ids",
-        "dictionary_path", "encode", "payload_decoder", "store_dictionary", "train_dictionary",
+        "dictionary_path", "encode", "payload_decoder", "store_dictionary", "stored_payload_decoder",
+        "train_dictionary",
     ],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [

@@ -34,8 +34,9 @@ def payloads(buf: mmap.mmap, w: Walk) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), len(w.positions), buffers)
 
 
-def base_column(name: str, buf: mmap.mmap, w: Walk, rng: Range) -> pa.Array:
-    """One of the always-available columns for the documents of one walk."""
+def base_column(name: str, buf: mmap.mmap, w: Walk, rng: Range, base: int = 0) -> pa.Array:
+    """One of the always-available columns for the documents of one walk (over `buf`, which holds the
+    cycle file from its byte `base`)."""
     if name == "index":
         return pa.array((np.int64(rng.cycle) << np.int64(rng.shift)) | w.seqs, pa.int64())
     if name == "cycle":
@@ -43,7 +44,7 @@ def base_column(name: str, buf: mmap.mmap, w: Walk, rng: Range) -> pa.Array:
     if name == "seq":
         return pa.array(w.seqs, pa.int64())
     if name == "position":
-        return pa.array(w.positions, pa.int64())
+        return pa.array(w.positions + base if base else w.positions, pa.int64())
     if name == "metadata":
         return pa.array(w.metas, pa.bool_())
     if name == "payload":

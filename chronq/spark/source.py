@@ -7,7 +7,6 @@ Spark planned them, so a DataFrame is a consistent snapshot while writers go on.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from pyspark.sql.types import StructType
 
 from chronq import _directory
-from chronq.errors import ChronqError
+from chronq.errors import ChronqError, CorruptQueueError
 from chronq.spark import _archived, _arrow, _decode, _files, _plan, _typed
 from chronq.spark._plan import CycleState, Range
 
@@ -229,24 +228,35 @@ def read_range(
     rng: Range, names: Sequence[str], schema: pa.Schema, include_metadata: bool, batch_rows: int,
     *, interface: str | None = None, dto_type: str | None = None, keys: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of one planned range; maps the file for the duration of the read only."""
-    if isinstance(rng, _archived.ArchivedRange):  # extracted from its archive by this executor
-        codec = None  # an archive holds what the queue stored; codec queues are read from the queue
-        buf = _archived.open_map(rng)
-    else:
-        codec = _codec_payloads(rng, names, keys)
-        buf = _directory.open_map(rng.path)
+    """Arrow batches of one planned range; maps the file (or an archived range's frames, fetched and
+    decompressed by this executor as the walk reaches them) for the duration of the read only."""
+    from chronq.codecs import payload_decoder
+
+    frames = _archived.Frames(rng) if isinstance(rng, _archived.ArchivedRange) else None
+    buf: Any = frames.buf if frames is not None else _directory.open_map(rng.path)
     if buf is None:
         return
     types = {f.name: f.type for f in schema}
     try:
+        ring = _keys(keys)  # a queue with a codec: payloads decoded as its tailers decode them
+        decode = (frames.payload_decoder(ring) if frames is not None
+                  else payload_decoder(Path(rng.path).parent, ring))
+        codec = _codec_payloads(decode, names)
         pos, seq = rng.start_pos, rng.start_seq
+        base = frames.base if frames is not None else 0  # positions in `buf` are the file's minus this
         while True:
-            w = _files.walk(buf, rng.path, rng.aligned, pos, seq, end_pos=rng.end_pos, lo_seq=rng.lo,
-                            hi_seq=rng.hi, max_rows=batch_rows, include_metadata=include_metadata)
+            end_pos = rng.end_pos if frames is None else frames.limit(pos)
+            try:
+                w = _files.walk(buf, rng.path, rng.aligned, pos - base, seq, end_pos=end_pos - base,
+                                lo_seq=rng.lo, hi_seq=rng.hi, max_rows=batch_rows,
+                                include_metadata=include_metadata)
+            except CorruptQueueError as e:
+                raise CorruptQueueError(e.file, e.position + base, e.detail) from None
+            next_pos = w.next_pos + base
             if len(w.positions):
                 cols = [
-                    _arrow.base_column(n, buf, w, rng) if n in _arrow.BASE_NAMES else None for n in names
+                    _arrow.base_column(n, buf, w, rng, base) if n in _arrow.BASE_NAMES else None
+                    for n in names
                 ]
                 if any(c is None for c in cols):
                     decoded = _decode.columns(buf, w, [n for n in names if n not in _arrow.BASE_NAMES],
@@ -255,27 +265,42 @@ def read_range(
                 if codec is not None:
                     cols = codec(cols, w, rng)
                 yield pa.RecordBatch.from_arrays(cols, schema=schema)
-            if len(w.positions) < batch_rows or w.next_pos == pos:
+            # on after the row limit (rows before `lo` may have made the batch shorter), and where an
+            # archived range's decompressed frames ended; not at `hi`, the range's end, EOF or an
+            # unwritten header
+            more = w.stop == _files.STOP_LIMIT and w.next_seq < rng.hi and (
+                next_pos + 4 <= end_pos or end_pos < rng.end_pos)
+            if not more or next_pos == pos:
                 return
-            pos, seq = w.next_pos, w.next_seq
+            if frames is not None:
+                frames.release(next_pos)  # the batches hold copies: the walked pages can go
+            pos, seq = next_pos, w.next_seq
     finally:
-        _directory.close_map(buf)
+        if frames is not None:
+            frames.close()
+        else:
+            _directory.close_map(buf)
+
+
+def _keys(keys: str | None) -> Any:
+    """The codec keys option `codecKeys` names (module:QualName of a function returning them)."""
+    from chronq.codecs import Keys
+
+    if keys is None:
+        return None
+    ring = _typed.load(keys, "codecKeys")()
+    if not isinstance(ring, Keys):
+        raise ChronqError(f"option codecKeys: {keys} returned {type(ring).__name__}, "
+                          "not chronq.codecs.Keys")
+    return ring
 
 
 def _codec_payloads(
-    rng: Range, names: Sequence[str], keys: str | None
+    decode: Callable[[Any, int], bytes] | None, names: Sequence[str]
 ) -> Callable[[list[pa.Array], Any, Range], list[pa.Array]] | None:
-    """For a queue with a codec (chronq.codecs): a function replacing the stored payloads of a batch by
-    the plain ones (metadata documents are never encoded); None for a plain queue."""
-    from chronq.codecs import Keys, payload_decoder
-
-    ring = None
-    if keys is not None:
-        ring = _typed.load(keys, "codecKeys")()
-        if not isinstance(ring, Keys):
-            raise ChronqError(f"option codecKeys: {keys} returned {type(ring).__name__}, "
-                              "not chronq.codecs.Keys")
-    decode = payload_decoder(Path(rng.path).parent, ring)
+    """For a queue with a codec (chronq.codecs; `decode` turns a stored payload into the plain one): a
+    function replacing the stored payloads of a batch by the plain ones (metadata documents are never
+    encoded); None for a plain queue."""
     if decode is None:
         return None
     other = [n for n in names if n not in _arrow.BASE_NAMES]
@@ -312,14 +337,15 @@ class BatchReader(_Reading, DataSourceReader):
         storage = dict(self.opts.storage)
         if _archived.is_archive(self.opts.path, storage):
             return [InputPartition(r) for r in _archived.ranges(
-                self.opts.path, storage, self.first_cycle, self.last_cycle, self.lo_index, self.hi_index)]
+                self.opts.path, storage, self.first_cycle, self.last_cycle, self.lo_index, self.hi_index,
+                rows=self.opts.partition_rows)]
         live = _plan.snapshot(self.opts.path, self.first_cycle, self.last_cycle)
         if self.opts.archive is not None:
             # live cycles win: a cycle archived but not yet deleted from the queue is read once, there
             skip = _archived.seam(self.opts.archive, storage, self.opts.path, live)
             out.extend(InputPartition(r) for r in _archived.ranges(
                 self.opts.archive, storage, self.first_cycle, self.last_cycle, self.lo_index, self.hi_index,
-                skip=skip))
+                skip=skip, rows=self.opts.partition_rows))
         for st in live:
             lo, hi = 0, st.count
             if self.lo_index is not None:
@@ -403,7 +429,7 @@ class _StreamCycle:
         if self.state is not None:
             return _plan.ranges(self.state, lo, hi, rows)
         assert self.archived is not None
-        return [dataclasses.replace(self.archived, lo=lo, hi=hi)] if lo < hi else []
+        return [_archived.narrow(self.archived, lo, hi)] if lo < hi else []
 
 
 class StreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -29,3 +29,15 @@ def require_vectors() -> Path:
 @pytest.fixture
 def vectors() -> Path:
     return require_vectors()
+
+
+@pytest.fixture(scope="module")
+def dictionary_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """A zstd queue whose dictionary was trained on its own messages (the codec tests')."""
+    from chronq.codecs import Codec, train_dictionary
+    from tests.codec_support import open_q, trade
+
+    path = tmp_path_factory.mktemp("dict")
+    with open_q(path, codec=Codec("zstd")) as q:
+        q.appender().write_many([trade(i) for i in range(2000)])
+        return path, train_dictionary(q, size=4096)

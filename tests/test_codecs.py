@@ -30,43 +30,18 @@ from chronq.codecs import (
     MessageTooLargeError,
     MissingKeyError,
     TamperedMessageError,
-    train_dictionary,
 )
 from chronq.errors import ChronqError
-from chronq.rollcycles import FixedClock
 from chronq.tailer import Tailer
-
-KEY1 = bytes(range(32))
-KEY2 = bytes(range(100, 132))
-KEYS = Keys({1: KEY1})
-CLOCK_MS = 1_700_000_000_000
-
-
-def trade(i: int) -> bytes:
-    return (f'{{"sym":"SYM{i % 40:03d}","px":{100 + (i * 37 % 1000) / 97:.5f},"qty":{i * 13 % 10000},'
-            f'"side":"{"BS"[i % 2]}","acct":"ACCT{i % 17:04d}","ts":{1_700_000_000_000_000 + i}}}').encode()
-
-
-def open_q(path: Path, **kw: object) -> chronq.Queue:
-    return chronq.open(path, clock=FixedClock(CLOCK_MS), block_size=1 << 20, **kw)  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module")
-def dictionary_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
-    """A zstd queue whose dictionary was trained on its own messages."""
-    path = tmp_path_factory.mktemp("dict")
-    with open_q(path, codec=Codec("zstd")) as q:
-        q.appender().write_many([trade(i) for i in range(2000)])
-        return path, train_dictionary(q, size=4096)
-
-
-def raw_frames(q: chronq.Queue) -> list[bytes]:
-    """The stored bytes, as the index, replication and Java see them (a plain tailer)."""
-    t = Tailer(q, None)
-    try:
-        return [ex.bytes() for ex in t]
-    finally:
-        t.close()
+from tests.codec_support import (
+    KEY1,
+    KEY2,
+    KEYS,
+    flip,
+    open_q,
+    raw_frames,
+    trade,
+)
 
 
 def codecs() -> list[Codec]:
@@ -117,18 +92,6 @@ def test_dictionary_compresses_small_messages_better(
     with open_q(src) as q:
         plain_zstd = sum(map(len, raw_frames(q)[:500]))
     assert with_dict < plain_zstd * 0.7 < sum(map(len, msgs))
-
-
-def flip(path: Path, needle: bytes, offset: int) -> None:
-    """Flip one bit of `needle`'s byte `offset` where it is stored in a cycle file."""
-    for f in path.glob("*.cq4"):
-        data = bytearray(f.read_bytes())
-        at = data.find(needle)
-        if at >= 0:
-            data[at + offset // 8] ^= 1 << (offset % 8)
-            f.write_bytes(data)
-            return
-    raise AssertionError("frame not found")
 
 
 @settings(max_examples=20, deadline=None)

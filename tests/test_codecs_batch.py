@@ -28,34 +28,21 @@ from chronq.codecs import (
     MessageTooLargeError,
     MissingKeyError,
     TamperedMessageError,
-    train_dictionary,
 )
 from chronq.rollcycles import FixedClock
 from chronq.tailer import Tailer
+from tests.codec_support import (
+    CLOCK_MS,
+    KEY1,
+    KEY2,
+    KEYS,
+    flip,
+    open_q,
+    raw_frames,
+    trade,
+)
 
-KEY1 = bytes(range(32))
-KEY2 = bytes(range(100, 132))
-KEYS = Keys({1: KEY1})
-CLOCK_MS = 1_700_000_000_000
 needs_openssl = pytest.mark.skipif(not _codecs.HAVE_AES, reason="chronq._codecs built without OpenSSL")
-
-
-def trade(i: int) -> bytes:
-    return (f'{{"sym":"SYM{i % 40:03d}","px":{100 + (i * 37 % 1000) / 97:.5f},"qty":{i * 13 % 10000},'
-            f'"side":"{"BS"[i % 2]}","acct":"ACCT{i % 17:04d}","ts":{1_700_000_000_000_000 + i}}}').encode()
-
-
-def open_q(path: Path, **kw: object) -> chronq.Queue:
-    return chronq.open(path, clock=FixedClock(CLOCK_MS), block_size=1 << 20, **kw)  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module")
-def dictionary_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
-    path = tmp_path_factory.mktemp("dict")
-    with open_q(path, codec=Codec("zstd")) as q:
-        q.appender().write_many([trade(i) for i in range(2000)])
-        return path, train_dictionary(q, size=4096)
-
 
 def make_codec(name: str, path: Path, dictionary_dir: tuple[Path, int]) -> Codec:
     comp, _, enc = name.partition("+")
@@ -64,14 +51,6 @@ def make_codec(name: str, path: Path, dictionary_dir: tuple[Path, int]) -> Codec
         src, did = dictionary_dir
         os.link(src / f"codec-dictionary-{did}.zdict", path / f"codec-dictionary-{did}.zdict")
     return Codec("zstd" if comp == "dict" else (comp or None), enc or None, dictionary=did)
-
-
-def raw_frames(q: chronq.Queue) -> list[bytes]:
-    t = Tailer(q, None)
-    try:
-        return [ex.bytes() for ex in t]
-    finally:
-        t.close()
 
 
 def read_all(t: Tailer, max_count: int) -> list[bytes]:
@@ -155,17 +134,6 @@ def test_nonces_are_not_reused_across_write_and_write_many(tmp_path: Path) -> No
     assert len(set(nonces)) == len(nonces) == 54
     assert len({n[:8] for n in nonces}) == 1
     assert [int.from_bytes(n[8:], "little") for n in nonces] == list(range(54))
-
-
-def flip(path: Path, needle: bytes, offset: int) -> None:
-    for f in path.glob("*.cq4"):
-        data = bytearray(f.read_bytes())
-        at = data.find(needle)
-        if at >= 0:
-            data[at + offset // 8] ^= 1 << (offset % 8)
-            f.write_bytes(data)
-            return
-    raise AssertionError("frame not found")
 
 
 @settings(max_examples=30, deadline=None)

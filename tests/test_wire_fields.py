@@ -54,13 +54,26 @@ class Sparse(msgspec.Struct, omit_defaults=True, rename="camel"):
     tags: list[int] = msgspec.field(default_factory=list)
 
 
+def _whole(node: Any) -> Any:
+    """Integral floats as ints: BINARY stores a long that a float holds exactly (2**54, say) as a float,
+    as Java does, so its JSON shows a float, which msgspec turns into an int only below 2**53."""
+    if isinstance(node, float) and node.is_integer():
+        return int(node)
+    if isinstance(node, dict):
+        return {k: _whole(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_whole(v) for v in node]
+    return node
+
+
 def _round_trips(value: Any) -> dict[str, Any]:
     """value -> every form -> value, by form name."""
     tp = type(value)
     out = {w.name: w.decode(w.encode(value), tp) for w in FORMS}
     out["BINARY document"] = binary.decode_document(binary.encode_document(value), type=tp)
     out["YAML"] = text.from_yaml(text.to_yaml(value), tp)
-    out["JSON"] = msgspec.convert(json.loads(text.to_json(binary.encode_document(value))), tp, strict=False)
+    out["JSON"] = msgspec.convert(_whole(json.loads(text.to_json(binary.encode_document(value)))), tp,
+                                  strict=False)
     return out
 
 
@@ -256,5 +269,5 @@ def test_generated_classes_round_trip_through_every_form(value: Any) -> None:
     yaml_names = list(text.from_yaml(text.to_yaml(value)) or {})
     assert yaml_names == [str(k) for k in binary.decode_document(document)]
     dumped = text.from_yaml(text.render(document)) or {}  # an empty document dumps as no text at all
-    assert msgspec.convert(dumped, tp, strict=False) == value
+    assert msgspec.convert(_whole(dumped), tp, strict=False) == value
     assert binary.encode_document(text.from_yaml(text.to_yaml(value), tp)) == document

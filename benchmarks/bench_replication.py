@@ -11,12 +11,12 @@ Cases (40-byte messages throughout):
   the clock runs until it wrote the last one to its queue (plain, TLS), or until the source's table store
   records the sink's acknowledgement of it (ack: the queue has `acknowledge: true`). Floor: n * 40 bytes
   through one plain socket, counted by the receiver.
-* lag (us): a writer process appends at `--rate` msg/s (paced, busy-waiting), each message holding its
-  `time.perf_counter_ns()` (CLOCK_MONOTONIC, one clock for every process of the machine); a reader
-  process busy-tails the sink queue and records now - stamp: the one-way lag from append at the source
-  to readable at the sink. Measured with the links sleeping when idle (`busySpinMicros: 0`) and
-  busy-spinning (`--spin-us`). Floor: the same stamped messages, paced the same, through one socket
-  with TCP_NODELAY.
+* lag (us): a writer process appends at `--rate` msg/s (paced, yielding its core while it waits), each
+  message holding its `time.perf_counter_ns()` (CLOCK_MONOTONIC, one clock for every process of the
+  machine); a reader process tails the sink queue (yielding when it finds nothing) and records now -
+  stamp: the one-way lag from append at the source to readable at the sink. Measured with the links
+  sleeping when idle (`busySpinMicros: 0`) and busy-spinning (`--spin-us`). Floor: the same stamped
+  messages, paced the same, through one socket with TCP_NODELAY.
 * rss (MB): a backlog of `--backlog-mb` is caught up by a sink process that samples its own RSS
   (/proc/self/status) from before it connects to when it holds the last message; the figure is the
   growth (most RSS seen - RSS before), which should stay flat (independent of the backlog).
@@ -34,6 +34,7 @@ Targets: plain >= 5,000,000 msg/s, ack >= 3,000,000, TLS >= 2,000,000; lag p50 <
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import socket
 import struct
@@ -219,7 +220,7 @@ def role_writer(path: str, rate: int, seconds: float) -> None:
         for i in range(n):
             due = start + i * step
             while (now := time.perf_counter_ns()) < due:
-                pass
+                os.sched_yield()  # as the floor's sender: a free core for whoever else is runnable
             a.write(STAMP.pack(now) + pad)
         print(n, flush=True)
 
@@ -240,6 +241,8 @@ def role_reader(path: str, count: int) -> None:
             ex = t.read()
             if ex is not None:
                 lags.append(clock() - unpack(ex.payload)[0])
+            else:
+                os.sched_yield()  # the floor's receiver blocks in recv(); this one yields its core
     print(" ".join(map(str, lags)), flush=True)
 
 
@@ -295,7 +298,7 @@ def role_floor_sender(port: int, nbytes: int, rate: int, seconds: float) -> None
         for i in range(int(rate * seconds)):
             due = start + i * step
             while (now := time.perf_counter_ns()) < due:
-                pass
+                os.sched_yield()
             s.sendall(STAMP.pack(now) + pad)
 
 

@@ -141,3 +141,21 @@ def test_merge_reads_encrypted_queues_decoded(tmp_path: Path) -> None:
     finally:
         for q in queues:
             q.close()
+
+
+def test_the_source_tells_a_codec_recorded_after_metadata_only(tmp_path: Path) -> None:
+    """Until a data document has been read the codec may still be recorded (a queue holding only
+    metadata may get one); after data without a codec key the queue is plain for good."""
+    from chronq.replication.source import CodecState
+
+    with chronq.open(tmp_path / "q") as q:
+        q.appender().write_meta(b"only metadata so far")
+        state = CodecState(q, 1 << 20)
+        assert state.news(0) == []
+        q.appender(codec=Codec("zstd")).write(b"compressed")
+        assert state.news(1) == [(Codec("zstd").pack(), 0, b"")]
+        assert state.news(1) == []  # told once per connection
+    with chronq.open(tmp_path / "plain") as q:
+        q.appender().write(b"plain")
+        plain = CodecState(q, 1 << 20)
+        assert plain.news(1) == [] and plain._plain

@@ -413,7 +413,7 @@ class _Source:
                     docs, data, end, first = reader.read_run(frame, head, len(frame), RUN_COUNT)
                     if docs:
                         read_at = time.time()
-                        for value, dict_id, dictionary in codec.news():
+                        for value, dict_id, dictionary in codec.news(data):
                             conn.send(p.QueueCodec(value, dict_id, dictionary))
                         p.run_head(frame, end, first, docs)
                         conn.send_bytes(frame_view[:end])

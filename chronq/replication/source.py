@@ -86,21 +86,28 @@ class CodecState:
     `chronq.codec` key and each zstd dictionary stored beside the queue, each told once per connection.
 
     Call `news()` after reading documents and before sending them: whatever a document needs was in
-    place before it was written, so it is seen then."""
+    place before it was written, so it is seen then. A codec is only ever recorded on a queue without
+    data, so once data has been read from a queue without the key it is plain for good and no longer
+    looked up (a missing key costs the table store a rescan)."""
 
     def __init__(self, queue: chronq.Queue, max_dictionary: int) -> None:
         self.queue = queue
         self.max_dictionary = max_dictionary
         self.codec: int | None = None
+        self._plain = False
         self._told: set[int] = set()
 
-    def news(self) -> list[tuple[int, int, bytes]]:
-        """(codec, dictionary id, dictionary) to tell the sink (id 0: the codec key alone)."""
+    def news(self, data_read: int) -> list[tuple[int, int, bytes]]:
+        """(codec, dictionary id, dictionary) to tell the sink (id 0: the codec key alone), after reading
+        documents of which `data_read` were data documents."""
+        if self._plain:
+            return []
         if self.codec is None:
             table = self.queue.table
             value = table.get(CODEC_KEY) if table is not None else None
             if value is None:
-                return []  # a plain queue: one table-store lookup per batch
+                self._plain = data_read > 0
+                return []
             self.codec = value
             out = [(value, 0, b"")]
         else:

@@ -179,3 +179,80 @@ def test_an_acknowledgement_beyond_what_was_sent_is_refused(tmp_path: Path) -> N
             assert isinstance(refusal, p.Error) and f"acknowledged {index + 1000:#x}, beyond" in refusal.text
         time.sleep(0.1)
         assert src.last_acknowledged("queue1") == -1 and last_acknowledged_index(q) == -1
+
+
+@pytest.mark.parametrize("acknowledge", [True, False])
+def test_a_sink_acknowledges_each_write_only_when_writers_wait(tmp_path: Path, acknowledge: bool) -> None:
+    """With `acknowledge`, a sink acknowledges what it wrote as soon as it wrote it (a writer waits on
+    it); without, at most once per ACK_EVERY on a busy link, and what it holds once the link goes quiet.
+    The test plays the source, sending 200 one-document runs to a real sink host: one at a time with
+    `acknowledge`, else 0.2 ms apart."""
+    import secrets
+    import socket
+    import time
+
+    from chronq.replication import load_config
+    from chronq.replication import protocol as p
+    from chronq.replication.endpoints import ACK_EVERY
+    from chronq.replication.source import Position, SourceReader
+    from tests.replication_support import KEY
+
+    config = write_config(tmp_path, hosts=2, acknowledge=acknowledge)
+    cfg = load_config(config)
+    host = cfg.hosts[1]
+    frames: list[bytes] = []
+    with chronq.open(tmp_path / "made", roll_cycle="TEST_SECONDLY") as made:
+        appender = made.appender()
+        last = max(appender.write(b"message %d" % i) for i in range(200))
+        reader = SourceReader(made, Position(None, 0))
+        buf = bytearray(4096)
+        while True:
+            docs, _data, end, first = reader.read_run(buf, p.RUN_HEAD.size, len(buf), 1)
+            if not docs:
+                break
+            p.run_head(buf, end, first, docs)
+            frames.append(bytes(buf[:end]))
+        reader.close()
+        info = p.QueueInfo(made.roll_cycle.format, made.roll_cycle.length_ms, made.roll_cycle.index_count,
+                           made.roll_cycle.index_spacing, made.epoch, 1)
+    key = KEY.encode()
+    with socket.create_server((host.host, host.port)) as server, ReplicatedQueue(config, 2):
+        server.settimeout(20)
+        s, _ = server.accept()
+        with s:
+            s.settimeout(20)
+            decoder = p.FrameDecoder()
+            got: list[p.Frame] = []
+
+            def expect(kind: type[p.Frame]) -> p.Frame:
+                while not got:
+                    got.extend(f for f in decoder.feed(s.recv(65536)) if not isinstance(f, p.Heartbeat))
+                first_frame = got.pop(0)
+                assert isinstance(first_frame, kind), first_frame
+                return first_frame
+
+            hello = expect(p.Hello)
+            assert isinstance(hello, p.Hello) and hello.host_id == 2
+            nonce = secrets.token_bytes(p.NONCE_SIZE)
+            s.sendall(p.encode(p.Challenge(nonce, p.proof(key, b"source", hello.nonce, nonce, "queue1"))))
+            expect(p.Auth)
+            s.sendall(p.encode(info))
+            expect(p.Subscribe)
+            acks: list[int] = []
+            started = time.monotonic()
+            for f in frames:
+                s.sendall(f)
+                if acknowledge:  # each write acknowledged on its own: a writer waiting on it goes on
+                    ack = expect(p.Ack)
+                    assert isinstance(ack, p.Ack) and ack.index == p.FrameDecoder().feed(f)[0].first_index
+                    acks.append(ack.index)
+                else:
+                    time.sleep(0.0002)
+            sent_for = time.monotonic() - started
+            while not acks or acks[-1] != last:
+                ack = expect(p.Ack)
+                assert isinstance(ack, p.Ack)
+                acks.append(ack.index)
+    assert acks == sorted(set(acks)) and acks[-1] == last, acks  # every Ack moves on, the last says all
+    if not acknowledge:  # 200 runs over at least 40 ms: at most one Ack per ACK_EVERY, and the last
+        assert len(acks) <= sent_for / ACK_EVERY + 2, (len(acks), sent_for)

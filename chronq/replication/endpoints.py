@@ -71,6 +71,7 @@ _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 POSITIONS_EVERY = 0.05  # s between looks at the source's replicated named tailers
 IDLE_POLL = 0.002  # s a source sleeps at most between looks for new excerpts once it stopped spinning
 IDLE_POLL_MIN = 0.00005  # s of its first sleep (doubling up to IDLE_POLL while nothing comes)
+ACK_EVERY = 0.001  # s between a sink's Acks on a busy link of a queue without `acknowledge`
 RETRY_MIN, RETRY_MAX = 0.05, 2.0  # s between a sink's reconnection attempts (doubling)
 
 
@@ -120,6 +121,7 @@ class _Conn:
                 start = time.monotonic()
                 until = start + min(spin, wait)
                 while not ready and time.monotonic() < until:
+                    os.sched_yield()  # spinning, but a runnable process sharing the core goes first
                     ready = self._readable(0)
                 if not ready:
                     ready = self._readable(max(0.0, wait - (time.monotonic() - start)))
@@ -431,6 +433,7 @@ class _Source:
                             idle_at, sleep = now, IDLE_POLL_MIN
                         if now - idle_at < spin:
                             wait = 0.0
+                            os.sched_yield()  # spinning, but a runnable process sharing the core goes first
                         else:
                             wait, sleep = sleep, min(sleep * 2, IDLE_POLL)
                     if snap:
@@ -626,18 +629,20 @@ class _Sink:
             self.subscribed = True
             interval = cfg.heartbeat_interval_ms / 1000
             spin = cfg.busy_spin_us / 1e6
+            # with `acknowledge`, a writer waits for the Ack: one goes back per frame written. Without it
+            # Acks only feed the status and the lag, so one goes back at most every ACK_EVERY seconds
+            # (and when the link goes quiet): that halves the frames on a busy link and takes an encode,
+            # a send and the source's decode off every message's path
+            ack_every = 0.0 if qc.acknowledge else ACK_EVERY
+            acked_upto, acked_at = writer.last_data_index, 0.0
             while not stop.is_set():
-                for f in conn.poll(min(interval, 0.1), spin):
+                frames = conn.poll(min(interval, 0.1) if acked_upto == writer.last_data_index else ack_every,
+                                   spin)
+                for f in frames:
                     if isinstance(f, p.Run):
                         writer.write_run(f.first_index, f.count, f.data)
-                        conn.send(p.Ack(writer.last_data_index))
-                        link.sent(writer.last_data_index, time.time())
-                        link.acked(writer.last_data_index)
                     elif isinstance(f, p.Excerpts):
                         writer.write_all(f.items)
-                        conn.send(p.Ack(writer.last_data_index))
-                        link.sent(writer.last_data_index, time.time())
-                        link.acked(writer.last_data_index)
                     elif isinstance(f, p.Subscribe):  # the source asks for a back-fill
                         self._send_backfill(conn, writer, f)
                     elif isinstance(f, p.TailerPositions):
@@ -648,11 +653,17 @@ class _Sink:
                         record_codec(writer.queue, f.codec, f.dictionary_id, f.dictionary)
                     elif not isinstance(f, p.Heartbeat):
                         raise ProtocolError(f"unexpected {type(f).__name__} from a source")
-                if time.monotonic() - conn.last_send >= interval:
+                now = time.monotonic()
+                last = writer.last_data_index
+                if last != acked_upto and (not frames or now - acked_at >= ack_every):
+                    conn.send(p.Ack(last))
+                    acked_upto, acked_at = last, now
+                    link.sent(last, time.time())
+                    link.acked(last)
+                if now - conn.last_send >= interval:
                     conn.send(p.Heartbeat())
-                if time.monotonic() - conn.last_recv > conn.timeout:
+                if now - conn.last_recv > conn.timeout:
                     raise ReplicationError(f"no heartbeat for {conn.timeout} s")
-
 
     def _send_backfill(self, conn: _Conn, writer: SinkWriter, sub: p.Subscribe) -> None:
         """Send the source what this sink holds beyond the source's end (`sub`), then an empty batch."""

@@ -385,6 +385,10 @@ def _decode(kind: int, b: _Body) -> Frame:
     return frame
 
 
+_RUN_KIND = _TYPES[Run]
+_RUN_FIELDS = struct.Struct(">qI")  # a Run's first index and count
+
+
 class FrameDecoder:
     """Turns a byte stream into frames. Holds fewer than ``4 + max_frame`` bytes between calls."""
 
@@ -402,7 +406,7 @@ class FrameDecoder:
         """The frames completed by `data`; ProtocolError on the first invalid one (the stream is then
         unusable: close the connection)."""
         self._buf += data
-        frames = []
+        frames: list[Frame] = []
         buf = self._buf
         pos = 0
         try:
@@ -412,6 +416,13 @@ class FrameDecoder:
                     raise ProtocolError(f"frame length {n} outside 1..{self.max_frame}")
                 if len(buf) - pos - 4 < n:
                     break
+                if buf[pos + 4] == _RUN_KIND and n >= 1 + _RUN_FIELDS.size:  # the stream's hot path
+                    first, count = _RUN_FIELDS.unpack_from(buf, pos + 5)
+                    data = bytes(buf[pos + 5 + _RUN_FIELDS.size:pos + 4 + n])
+                    _check_run(first, count, data)
+                    frames.append(Run(first, count, data))
+                    pos += 4 + n
+                    continue
                 view = memoryview(buf)[pos + 5:pos + 4 + n]
                 try:
                     frames.append(_decode(buf[pos + 4], _Body(view)))

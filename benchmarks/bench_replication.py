@@ -17,6 +17,9 @@ Cases (40-byte messages throughout):
   nothing) and records now - stamp: the one-way lag from append at the source to readable at the sink.
   Measured with the links sleeping when idle (`busySpinMicros: 0`) and busy-spinning (`--spin-us`).
   Floor: the same stamped messages, paced the same, through one socket with TCP_NODELAY.
+* steps (us per call): what each step of the lag path costs, one message per frame, in one process
+  without waiting (writer append, source look and read, send/recv, decode, sink write, reader read):
+  the CPU a message needs along the path, which the lag case must fit on the machine's cores.
 * rss (MB): a backlog of `--backlog-mb` is caught up by a sink process that samples its own RSS
   (/proc/self/status) from before it connects to when it holds the last message; the figure is the
   growth (most RSS seen - RSS before), which should stay flat (independent of the backlog).
@@ -209,6 +212,65 @@ def role_data_path(kind: str, n: int) -> None:
             writer.close()
 
 
+def path_steps(n: int) -> list[tuple[str, float]]:
+    """What each step of the lag path costs (us per call, one message per frame, in this process and
+    without waiting: the CPU a message takes along the path, which the lag case must fit on its cores)."""
+    import chronq
+    from chronq.replication import protocol as p
+    from chronq.replication.sink import Position, SinkWriter
+    from chronq.replication.source import SourceReader
+
+    def per_call(start: int) -> float:
+        return (time.perf_counter_ns() - start) / n / 1000
+
+    out = []
+    with tempfile.TemporaryDirectory() as d, chronq.open(Path(d) / "src", roll_cycle="DAILY") as q:
+        a, pad = q.appender(), bytes(MSG - STAMP.size)
+        t = time.perf_counter_ns()
+        for _ in range(n):
+            a.write(STAMP.pack(time.perf_counter_ns()) + pad)
+        out.append(("writer append", per_call(t)))
+        reader = SourceReader(q, Position(None))
+        frame, frames = bytearray(4 + p.DEFAULT_MAX_FRAME), []
+        t = time.perf_counter_ns()
+        for _ in range(n):
+            docs, _, end, first = reader.read_run(frame, p.RUN_HEAD.size, len(frame), 1)
+            p.run_head(frame, end, first, docs)
+            frames.append(bytes(frame[:end]))
+        out.append(("source read_run", per_call(t)))
+        t = time.perf_counter_ns()
+        for _ in range(n):
+            reader.read_run(frame, p.RUN_HEAD.size, len(frame), 1)
+        out.append(("source empty look", per_call(t)))
+        reader.close()
+        rx, tx = socket.socketpair()
+        with rx, tx:
+            t = time.perf_counter_ns()
+            for data in frames:
+                tx.sendall(data)
+                rx.recv_into(frame)
+            out.append(("send+recv socketpair", per_call(t)))
+        decoder = p.FrameDecoder()
+        t = time.perf_counter_ns()
+        runs = [decoder.feed(data)[0] for data in frames]
+        out.append(("sink decode Run", per_call(t)))
+        with SinkWriter(Path(d) / "sink", q.roll_cycle, q.epoch, source_host=1) as writer:
+            t = time.perf_counter_ns()
+            for r in runs:
+                assert isinstance(r, p.Run)
+                writer.write_run(r.first_index, r.count, r.data)
+            out.append(("sink write_run", per_call(t)))
+        with chronq.open(Path(d) / "sink", readonly=True) as sq:
+            tailer = sq.tailer()
+            t = time.perf_counter_ns()
+            for _ in range(n):
+                ex = tailer.read()
+                assert ex is not None
+                STAMP.unpack_from(ex.payload)
+            out.append(("reader read", per_call(t)))
+    return out
+
+
 def role_writer(path: str, rate: int, seconds: float) -> None:
     import chronq
 
@@ -397,7 +459,7 @@ def _row(case: str, figure: float, target: str, floor: float | None, met: bool, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: runs in under a minute")
-    ap.add_argument("--cases", default="plain,ack,tls,lag,rss", help="comma-separated subset")
+    ap.add_argument("--cases", default="plain,ack,tls,lag,steps,rss", help="comma-separated subset")
     ap.add_argument("--n", type=int, help="messages per throughput case (5,000,000; quick 1,000,000)")
     ap.add_argument("--rate", default="100000,10000",
                     help="msg/s of the lag case, comma-separated (the target is at 100,000; 10,000 shows "
@@ -452,6 +514,9 @@ def main() -> None:
                              _pct(fl, 0.5), p50 <= LAG_P50, ".1f"))
             rows.append(_row(f"lag p99 at {rate:,} msg/s, {how} (us)", p99, f"<= {LAG_P99}",
                              _pct(fl, 0.99), p99 <= LAG_P99, ".1f"))
+    if "steps" in cases:
+        for step, us in path_steps(min(n, 200_000)):
+            rows.append(f"{'step: ' + step + ' (us)':<40}{us:>14.2f}")
     if "rss" in cases:
         count = backlog // (MSG + 4)
         with tempfile.TemporaryDirectory() as d:

@@ -16,7 +16,10 @@ Cases (40-byte messages throughout):
   for every process of the machine); a reader process tails the sink queue (yielding when it finds
   nothing) and records now - stamp: the one-way lag from append at the source to readable at the sink.
   Measured with the links sleeping when idle (`busySpinMicros: 0`) and busy-spinning (`--spin-us`).
-  Floor: the same stamped messages, paced the same, through one socket with TCP_NODELAY.
+  Floor: the same stamped messages, paced the same, through one socket with TCP_NODELAY. Busy-spinning
+  threads are deployed on CPUs of their own; with two CPUs here, the case pins the writer and the sink
+  host to one and the source host and the reader to the other, so that each hop crosses to the other
+  CPU (the floor's sender and receiver likewise); `--no-pin` lets the scheduler place them.
 * steps (us per call): what each step of the lag path costs, one message per frame, in one process
   without waiting (writer append, source look and read, send/recv, decode, sink write, reader read):
   the CPU a message needs along the path, which the lag case must fit on the machine's cores.
@@ -101,13 +104,19 @@ def _config(folder: Path, ack: bool = False, tls: bool = False, spin_us: int | N
     return cfg
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
+def _env(cpu: int | None) -> dict[str, str] | None:
+    """The environment of a child pinned to `cpu` (None: placed by the scheduler)."""
+    return None if cpu is None else {**os.environ, "BENCH_CPU": str(cpu)}
 
 
-def _host(cfg: Path, host_id: int) -> subprocess.Popen[str]:
+def _spawn(*args: str, cpu: int | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True,
+                            env=_env(cpu))
+
+
+def _host(cfg: Path, host_id: int, cpu: int | None = None) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, __file__, "--role", "host", str(cfg), str(host_id)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env(cpu))
     if _line(proc) != "running":
         raise SystemExit(f"replication host {host_id} did not start")
     return proc
@@ -414,20 +423,28 @@ def floor_throughput(n: int) -> float:
     return n / secs
 
 
-def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int) -> list[int]:
+def _lag_cpus(pin: bool) -> tuple[int | None, int | None]:
+    """Two CPUs for the lag case's processes when pinning (each hop then crosses to the other CPU),
+    None, None when not pinning or with fewer than two CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[0], cpus[1]) if pin and len(cpus) >= 2 else (None, None)
+
+
+def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int, pin: bool) -> list[int]:
     import chronq
 
     cfg = _config(folder, spin_us=spin_us)
     with chronq.open(folder / "source/q", roll_cycle="DAILY"):
         pass
     count = int(rate * seconds)
-    hosts = [_host(cfg, h) for h in (1, 2)]
+    a, b = _lag_cpus(pin)  # writer and sink host on one, source host and reader on the other
+    hosts = [_host(cfg, 1, b), _host(cfg, 2, a)]
     try:
         with chronq.open(folder / "source/q") as q:  # one message makes the sink create its queue
             q.appender().write(STAMP.pack(time.perf_counter_ns()) + bytes(MSG - STAMP.size))
-        reader = _spawn("--role", "reader", str(folder / "sink2/q"), str(count + 1))
+        reader = _spawn("--role", "reader", str(folder / "sink2/q"), str(count + 1), cpu=b)
         assert _line(reader) == "ready"
-        writer = _spawn("--role", "writer", str(folder / "source/q"), str(rate), str(seconds))
+        writer = _spawn("--role", "writer", str(folder / "source/q"), str(rate), str(seconds), cpu=a)
         _line(writer)
         writer.communicate(timeout=60)
         lags = [int(x) for x in _line(reader).split()][1:]
@@ -438,12 +455,13 @@ def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int) -> li
     return lags
 
 
-def floor_lag(rate: int, seconds: float) -> list[int]:
+def floor_lag(rate: int, seconds: float, pin: bool) -> list[int]:
     port = _free_port()
     count = int(rate * seconds)
-    rx = _spawn("--role", "floor-rx", str(port), "0", str(count))
+    a, b = _lag_cpus(pin)
+    rx = _spawn("--role", "floor-rx", str(port), "0", str(count), cpu=b)
     assert _line(rx) == "ready"
-    tx = _spawn("--role", "floor-tx", str(port), "0", str(rate), str(seconds))
+    tx = _spawn("--role", "floor-tx", str(port), "0", str(rate), str(seconds), cpu=a)
     lags = [int(x) for x in _line(rx).split()]
     tx.communicate(timeout=60)
     rx.communicate(timeout=60)
@@ -467,12 +485,17 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, help="length of the lag case (5; quick 1)")
     ap.add_argument("--spin-us", type=int, default=100_000,
                     help="busySpinMicros of the busy-spinning lag case")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="let the scheduler place the lag case's processes (default: two CPUs, each hop "
+                         "crossing to the other, as busy-spinning threads are deployed)")
     ap.add_argument("--backlog-mb", type=int, help="backlog of the rss case (4096; quick 256)")
     ap.add_argument("--role")
     ap.add_argument("args", nargs="*")
     a = ap.parse_args()
     if a.role:
         r, args = a.role, a.args
+        if "BENCH_CPU" in os.environ:
+            os.sched_setaffinity(0, {int(os.environ["BENCH_CPU"])})
         if r == "host":
             role_host(args[0], int(args[1]))
         elif r == "sink-clock":
@@ -504,11 +527,11 @@ def main() -> None:
             rows.append(_row(f"throughput {case} (msg/s)", rate, f">= {TARGETS[case]:,}", floor,
                              rate >= TARGETS[case]))
     for rate in [int(r) for r in a.rate.split(",")] if "lag" in cases else []:
-        fl = floor_lag(rate, seconds)
+        fl = floor_lag(rate, seconds, not a.no_pin)
         for spin in (0, a.spin_us):
             with tempfile.TemporaryDirectory() as d:
-                lags = replication_lag(Path(d), rate, seconds, spin)
-            how = f"spin {spin} us" if spin else "sleeping"
+                lags = replication_lag(Path(d), rate, seconds, spin, not a.no_pin)
+            how = (f"spin {spin} us" if spin else "sleeping") + (", unpinned" if a.no_pin else "")
             p50, p99 = _pct(lags, 0.5), _pct(lags, 0.99)
             rows.append(_row(f"lag p50 at {rate:,} msg/s, {how} (us)", p50, f"<= {LAG_P50}",
                              _pct(fl, 0.5), p50 <= LAG_P50, ".1f"))

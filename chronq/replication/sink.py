@@ -44,6 +44,7 @@ Excerpt = tuple[int, bool, bytes]
 """(index, metadata, body) of one document as replicated: a metadata document has the index of the next
 data document of its cycle (as Chronicle's `dc.index()`)."""
 
+RELEASE_LOOK = 1 << 20  # bytes of runs a sink writes between looks at what it can release
 RELEASE_EVERY = 8 << 20  # bytes a sink writes before it drops its mapping of the pages behind them
 
 # The store's own metadata documents (each cycle file's header, index2index and index arrays): every
@@ -316,6 +317,7 @@ class SinkWriter:
         self._clock = CycleClock(self._rc, epoch)
         self._released_map: object = None  # the mapping `_release_behind` works on, and how far it got
         self._released_to = 0
+        self._unlooked = 0  # bytes of runs written since `_release_behind` last looked
         self.queue = _open_sink(self.path, self._rc, epoch, self._clock)
         try:
             table = self.queue.table
@@ -398,7 +400,10 @@ class SinkWriter:
         else:
             same = self.position.next_index == first_index
             self.position = Position(first_index, (self.position.metadata if same else 0) + count)
-        self._release_behind()
+        self._unlooked += len(data)
+        if self._unlooked >= RELEASE_LOOK:  # a look per small run was a fifth of its cost
+            self._unlooked = 0
+            self._release_behind()
 
     def _release_behind(self) -> None:
         """Drop this process's mapping of what it wrote more than RELEASE_EVERY bytes ago: the pages stay

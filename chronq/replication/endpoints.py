@@ -17,6 +17,7 @@ import secrets
 import select
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections import deque
@@ -88,7 +89,17 @@ class _Conn:
         self._pending: list[p.Frame] = []
         self._rbuf = bytearray(RECV_SIZE)
         self.last_recv = self.last_send = time.monotonic()
-        sock.settimeout(timeout)  # a peer that stops reading makes sendall fail, not hang
+        # a peer that stops reading makes sendall fail, not hang. A TLS socket takes the timeout in Python;
+        # a plain one stays blocking with the kernel's timeouts (SO_SNDTIMEO / SO_RCVTIMEO), because a
+        # timeout set in Python costs a poll() before every send and every recv on the data path (it
+        # only receives after `select` said it can)
+        if isinstance(sock, ssl.SSLSocket):
+            sock.settimeout(timeout)
+        else:
+            sock.settimeout(None)
+            tv = struct.pack("ll", int(timeout), int(timeout % 1 * 1_000_000))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
         with contextlib.suppress(OSError):  # a frame goes out when it is sent, not with the next one
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 

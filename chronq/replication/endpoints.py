@@ -412,6 +412,7 @@ class _Source:
             frame_view = memoryview(frame)
             head = p.RUN_HEAD.size
             sent_upto = -1 if start.next_index is None else start.next_index - 1  # the sink has up to here
+            recorded, read_at = sent_upto, 0.0  # sent as far as the table store and the link say, from when
             positions_sent: dict[str, tuple[int, int]] = {}
             positions_at = 0.0
             idle_at, sleep = 0.0, IDLE_POLL_MIN
@@ -427,15 +428,14 @@ class _Source:
                         positions_at = now + POSITIONS_EVERY
                     docs, data, end, first = reader.read_run(frame, head, len(frame), RUN_COUNT)
                     if docs:
-                        read_at = time.time()
+                        if sent_upto == recorded:  # the oldest read not yet recorded: the lag counts from it
+                            read_at = time.time()
                         for value, dict_id, dictionary in codec.news(data):
                             conn.send(p.QueueCodec(value, dict_id, dictionary))
                         p.run_head(frame, end, first, docs)
                         conn.send_bytes(frame_view[:end])
                         if data:
                             sent_upto = first + data - 1
-                            table.set_max(LAST_INDEX_REPLICATED, sent_upto)
-                            link.sent(sent_upto, read_at)
                         idle_at = 0.0
                         wait = 0.0
                     else:
@@ -456,11 +456,15 @@ class _Source:
                         if moved:
                             conn.send(p.TailerPositions(moved))
                             positions_sent.update((n, (i, v)) for n, i, v in moved)
-                    # while sending, a look for Acks every LOOK_EVERY is enough (a `select` per frame was
-                    # a fifth of the source's time per message)
+                    # while sending, recording what was sent and looking for Acks every LOOK_EVERY is
+                    # enough (per frame, they were a third of the source's time per message)
                     if docs and now < look_at:
                         continue
                     look_at = now + LOOK_EVERY
+                    if sent_upto != recorded:  # before the Acks: what is acknowledged was recorded as sent
+                        table.set_max(LAST_INDEX_REPLICATED, sent_upto)
+                        link.sent(sent_upto, read_at)
+                        recorded = sent_upto
                     for f in conn.poll(wait):
                         if isinstance(f, p.Ack):
                             if f.index > sent_upto:  # an acknowledgement promises the writer a copy
@@ -473,6 +477,8 @@ class _Source:
                     if time.monotonic() - conn.last_recv > conn.timeout:
                         raise ReplicationError(f"no heartbeat for {conn.timeout} s")
             finally:
+                if sent_upto != recorded:
+                    table.set_max(LAST_INDEX_REPLICATED, sent_upto)
                 link.set_state(DISCONNECTED)
                 reader.close()
 

@@ -439,17 +439,24 @@ def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int, pin: 
     count = int(rate * seconds)
     a, b = _lag_cpus(pin)  # writer and sink host on one, source host and reader on the other
     hosts = [_host(cfg, 1, b), _host(cfg, 2, a)]
+    others: list[subprocess.Popen[str]] = []
     try:
         with chronq.open(folder / "source/q") as q:  # one message makes the sink create its queue
             q.appender().write(STAMP.pack(time.perf_counter_ns()) + bytes(MSG - STAMP.size))
         reader = _spawn("--role", "reader", str(folder / "sink2/q"), str(count + 1), cpu=b)
+        others.append(reader)
         assert _line(reader) == "ready"
         writer = _spawn("--role", "writer", str(folder / "source/q"), str(rate), str(seconds), cpu=a)
+        others.append(writer)
         _line(writer)
         writer.communicate(timeout=60)
         lags = [int(x) for x in _line(reader).split()][1:]
         reader.communicate(timeout=60)
     finally:
+        for proc in others:  # a writer that failed leaves a reader waiting for ever
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
         for h in hosts:
             h.communicate("", timeout=60)
     return lags

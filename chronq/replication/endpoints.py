@@ -456,9 +456,10 @@ class _Source:
                         if moved:
                             conn.send(p.TailerPositions(moved))
                             positions_sent.update((n, (i, v)) for n, i, v in moved)
-                    # while sending, recording what was sent and looking for Acks every LOOK_EVERY is
-                    # enough (per frame, they were a third of the source's time per message)
-                    if docs and now < look_at:
+                    # while sending or spinning, recording what was sent and looking for Acks every
+                    # LOOK_EVERY is enough (per frame, they were a third of the source's time per message,
+                    # and per spin they slowed its look at the queue)
+                    if wait == 0.0 and now < look_at:
                         continue
                     look_at = now + LOOK_EVERY
                     if sent_upto != recorded:  # before the Acks: what is acknowledged was recorded as sent

@@ -114,7 +114,10 @@ class _Conn:
         if isinstance(self.sock, ssl.SSLSocket):
             self.sock.sendall(data)
         else:
-            self.sock.sendall(data, _NOSIGNAL)
+            try:
+                self.sock.sendall(data, _NOSIGNAL)
+            except BlockingIOError:  # SO_SNDTIMEO ran out: say so (an OSError still, as before)
+                raise TimeoutError(f"{self.peer} took nothing for {self.timeout} s: send timed out") from None
         self.last_send = time.monotonic()
 
     def _readable(self, wait: float) -> bool:

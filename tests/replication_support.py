@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import chronq
+from chronq.replication import protocol as p
 from chronq.tailer import Tailer
 from tests.procs.qhelp import child_env
 
@@ -23,6 +25,41 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class RawPeer:
+    """One end of a replication connection played by a test over a real socket: frames out, and the
+    frames that come back checked one by one."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._decoder = p.FrameDecoder()
+        self._got: list[p.Frame] = []
+
+    def send(self, frame: p.Frame) -> None:
+        self.sock.sendall(p.encode(frame))
+
+    def expect(self, kind: type[p.Frame], skip: tuple[type[p.Frame], ...] = (p.Heartbeat,)) -> p.Frame:
+        """The next frame not of a `skip` kind, which must be of `kind`."""
+        while True:
+            while not self._got:
+                self._got = self._decoder.feed(self.sock.recv(65536))
+            frame = self._got.pop(0)
+            if isinstance(frame, kind):
+                return frame
+            assert isinstance(frame, skip), frame
+
+    def subscribe(self, queue: str = "queue1", host_id: int = 2) -> p.QueueInfo:
+        """As sink `host_id` of a cluster keyed with KEY: hello, proof of the key, subscription from 0."""
+        nonce = secrets.token_bytes(p.NONCE_SIZE)
+        self.send(p.Hello(p.VERSION, queue, host_id, nonce))
+        ch = self.expect(p.Challenge)
+        assert isinstance(ch, p.Challenge)
+        self.send(p.Auth(p.proof(KEY.encode(), b"sink", ch.nonce, nonce, queue)))
+        info = self.expect(p.QueueInfo)
+        assert isinstance(info, p.QueueInfo)
+        self.send(p.Subscribe(-1, 0))
+        return info
 
 
 def write_config(folder: Path, hosts: int = 3, roll_cycle: str = "TEST_SECONDLY", key: str = KEY,

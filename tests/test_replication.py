@@ -17,6 +17,7 @@ from chronq.replication import protocol as p
 from tests.procs.qhelp import child_env
 from tests.replication_support import (
     Host,
+    RawPeer,
     cycle_files,
     excerpts,
     first_file_difference,
@@ -178,9 +179,6 @@ def test_a_sink_reading_nothing_times_the_send_out(tmp_path: Path, caplog: pytes
     """A sink that subscribes, then sends heartbeats but reads nothing, fills the socket: the source's send
     gives up after the heartbeat timeout and says so, naming the peer, instead of hanging."""
     import logging
-    import secrets
-
-    from tests.replication_support import KEY
 
     caplog.set_level(logging.INFO, "chronq.replication")
     config = write_config(tmp_path, hosts=2)
@@ -191,28 +189,13 @@ def test_a_sink_reading_nothing_times_the_send_out(tmp_path: Path, caplog: pytes
         for _ in range(16384):  # 64 MiB: more than the socket buffers of both ends hold
             appender.write(body)
         with socket.create_connection(src.address, timeout=20) as s:
-            decoder = p.FrameDecoder()
-            got: list[p.Frame] = []
-
-            def expect(kind: type[p.Frame]) -> p.Frame:
-                while not got:
-                    got.extend(f for f in decoder.feed(s.recv(65536)) if not isinstance(f, p.Heartbeat))
-                first = got.pop(0)
-                assert isinstance(first, kind), first
-                return first
-
-            nonce = secrets.token_bytes(p.NONCE_SIZE)
-            s.sendall(p.encode(p.Hello(p.VERSION, "queue1", 2, nonce)))
-            ch = expect(p.Challenge)
-            assert isinstance(ch, p.Challenge)
-            s.sendall(p.encode(p.Auth(p.proof(KEY.encode(), b"sink", ch.nonce, nonce, "queue1"))))
-            expect(p.QueueInfo)
-            s.sendall(p.encode(p.Subscribe(-1, 0)))
+            peer = RawPeer(s)
+            peer.subscribe()
             host, port = s.getsockname()[:2]
             here = f"{host}:{port}"
             deadline = time.monotonic() + 30
             while "send timed out" not in caplog.text:  # alive (heartbeats) but reading nothing
                 assert time.monotonic() < deadline, caplog.text
-                s.sendall(p.encode(p.Heartbeat()))
+                peer.send(p.Heartbeat())
                 time.sleep(0.2)
     assert f"{here} took nothing for 3.0 s: send timed out" in caplog.text, caplog.text

@@ -23,7 +23,7 @@ from chronq.replication import (
     wait_acknowledged,
 )
 from chronq.replication.status import format_status, read_status_file, status_file_path, write_status_file
-from tests.replication_support import Host, wait_until, write_config
+from tests.replication_support import Host, RawPeer, wait_until, write_config
 
 
 def test_acknowledged_tailer_and_wait(tmp_path: Path) -> None:
@@ -142,40 +142,22 @@ def test_an_acknowledgement_beyond_what_was_sent_is_refused(tmp_path: Path) -> N
     """An acknowledgement promises the writer that a sink holds the excerpt: one naming an index the source
     never sent on that connection (a peer holding the key but misbehaving) closes the connection and
     acknowledges nothing."""
-    import secrets
     import socket
     import time
 
     from chronq.replication import protocol as p
-    from tests.replication_support import KEY
 
     config = write_config(tmp_path, hosts=2)
     with ReplicatedQueue(config, 1) as src, chronq.open(src.source_path("queue1")) as q:
         assert src.address is not None
         index = q.appender().write(b"one")
-        key = KEY.encode()
         with socket.create_connection(src.address, timeout=10) as s:
-            decoder = p.FrameDecoder()
-
-            def expect(kind: type[p.Frame]) -> p.Frame:
-                while True:
-                    frames = decoder.feed(s.recv(65536))
-                    for f in frames:
-                        if isinstance(f, kind):
-                            return f
-                        assert isinstance(f, (p.Heartbeat, p.Run)), f
-
-            nonce = secrets.token_bytes(p.NONCE_SIZE)
-            s.sendall(p.encode(p.Hello(p.VERSION, "queue1", 2, nonce)))
-            ch = expect(p.Challenge)
-            assert isinstance(ch, p.Challenge)
-            s.sendall(p.encode(p.Auth(p.proof(key, b"sink", ch.nonce, nonce, "queue1"))))
-            expect(p.QueueInfo)
-            s.sendall(p.encode(p.Subscribe(-1, 0)))
-            batch = expect(p.Run)
+            peer = RawPeer(s)
+            peer.subscribe()
+            batch = peer.expect(p.Run)
             assert isinstance(batch, p.Run) and [i for i, _, _ in batch.items()] == [index]
-            s.sendall(p.encode(p.Ack(index + 1000)))
-            refusal = expect(p.Error)
+            peer.send(p.Ack(index + 1000))
+            refusal = peer.expect(p.Error, skip=(p.Heartbeat, p.Run))
             assert isinstance(refusal, p.Error) and f"acknowledged {index + 1000:#x}, beyond" in refusal.text
         time.sleep(0.1)
         assert src.last_acknowledged("queue1") == -1 and last_acknowledged_index(q) == -1
@@ -221,36 +203,27 @@ def test_a_sink_acknowledges_each_write_only_when_writers_wait(tmp_path: Path, a
         s, _ = server.accept()
         with s:
             s.settimeout(20)
-            decoder = p.FrameDecoder()
-            got: list[p.Frame] = []
-
-            def expect(kind: type[p.Frame]) -> p.Frame:
-                while not got:
-                    got.extend(f for f in decoder.feed(s.recv(65536)) if not isinstance(f, p.Heartbeat))
-                first_frame = got.pop(0)
-                assert isinstance(first_frame, kind), first_frame
-                return first_frame
-
-            hello = expect(p.Hello)
+            peer = RawPeer(s)
+            hello = peer.expect(p.Hello)
             assert isinstance(hello, p.Hello) and hello.host_id == 2
             nonce = secrets.token_bytes(p.NONCE_SIZE)
-            s.sendall(p.encode(p.Challenge(nonce, p.proof(key, b"source", hello.nonce, nonce, "queue1"))))
-            expect(p.Auth)
-            s.sendall(p.encode(info))
-            expect(p.Subscribe)
+            peer.send(p.Challenge(nonce, p.proof(key, b"source", hello.nonce, nonce, "queue1")))
+            peer.expect(p.Auth)
+            peer.send(info)
+            peer.expect(p.Subscribe)
             acks: list[int] = []
             started = time.monotonic()
             for f in frames:
                 s.sendall(f)
                 if acknowledge:  # each write acknowledged on its own: a writer waiting on it goes on
-                    ack = expect(p.Ack)
+                    ack = peer.expect(p.Ack)
                     assert isinstance(ack, p.Ack) and ack.index == p.FrameDecoder().feed(f)[0].first_index
                     acks.append(ack.index)
                 else:
                     time.sleep(0.0002)
             sent_for = time.monotonic() - started
             while not acks or acks[-1] != last:
-                ack = expect(p.Ack)
+                ack = peer.expect(p.Ack)
                 assert isinstance(ack, p.Ack)
                 acks.append(ack.index)
     assert acks == sorted(set(acks)) and acks[-1] == last, acks  # every Ack moves on, the last says all

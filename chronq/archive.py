@@ -199,11 +199,11 @@ def _load_manifest(fs: Any, root: str) -> dict[str, Any] | None:
     try:
         if not isinstance(roll, dict) or not isinstance(roll.get("epoch"), int):
             raise ValueError("missing")
-        by_format(roll["format"], roll["length_ms"], roll["index_count"], roll["index_spacing"])
+        rc = by_format(roll["format"], roll["length_ms"], roll["index_count"], roll["index_spacing"])
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise CorruptQueueError(path, 0, f"manifest's roll cycle {roll!r} is unusable: {exc}") from None
     for entry in m["cycles"]:
-        problem = _entry_problem(entry)
+        problem = _entry_problem(entry) or _name_problem(entry, rc, roll["epoch"])
         if problem:
             cycle = entry.get("cycle") if isinstance(entry, dict) else None
             raise CorruptQueueError(path, 0, f"manifest entry of cycle {cycle}: {problem}")
@@ -212,6 +212,26 @@ def _load_manifest(fs: Any, root: str) -> dict[str, Any] | None:
 
 _ENTRY_KEYS = {"cycle": int, "file": str, "archive": str, "count": int, "size": int, "archive_size": int,
                "frames": list, "seek": dict}
+
+
+def _plain_name(name: str) -> bool:
+    """Whether `name`, read from a manifest, names a file in its directory and nothing else: a manifest
+    is data anyone with write access to the archive can edit, and readers, `verify` and `restore` open
+    and write the names it holds."""
+    return bool(name) and not name.startswith(".") and not any(c in name for c in "/\\\0")
+
+
+def _name_problem(e: dict[str, Any], rc: RollCycle, epoch: int) -> str | None:
+    """What is wrong with the queue file name an entry records (None if nothing): `restore` writes the
+    cycle under it, so it must be a plain name, and the very name the roll cycle gives the entry's
+    cycle (a queue looks the cycle up by that name, and no other file of the queue may be overwritten)."""
+    try:
+        expected = rc.file_name(e["cycle"], epoch)
+    except (ValueError, OverflowError):
+        return f"cycle {e['cycle']} cannot be named by roll cycle {rc.name}"
+    if e["file"] != expected or not _plain_name(e["file"]):
+        return f"file name {e['file']!r} is not cycle {e['cycle']}'s file {expected!r}"
+    return None
 
 
 def _entry_problem(e: Any) -> str | None:
@@ -225,7 +245,7 @@ def _entry_problem(e: Any) -> str | None:
     hashes = [k for k in ("sha256", "archive_sha256") if k in e]
     if len(hashes) != 1 or not isinstance(e[hashes[0]], str):
         return "needs one of 'sha256' (of the original file) or 'archive_sha256' (of the stored one)"
-    if "/" in e["archive"] or e["archive"].startswith("."):
+    if not _plain_name(e["archive"]):
         return f"archive name {e['archive']!r} is not a plain file name"
     if e.get("compression") not in (None, "zstd"):
         return f"unknown compression {e.get('compression')!r}"
@@ -850,9 +870,9 @@ def restore(url: str | os.PathLike[str], directory: str | os.PathLike[str], *,
     """Write every archived cycle back, byte for byte, into a queue `directory` (with a metadata.cq4t
     naming the archive's roll cycle if it has none): Java Chronicle and chronq read it as a queue."""
     out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
     written = []
-    with Archive(url, storage_options) as a:
+    with Archive(url, storage_options) as a:  # a manifest it refuses creates nothing
+        out.mkdir(parents=True, exist_ok=True)
         r = a.manifest["roll_cycle"]
         table = out / TABLE_STORE_FILE
         if not table.exists():

@@ -305,6 +305,28 @@ def test_inconsistent_manifest_entry_is_reported_before_reading(archived: Path, 
         archives.open(archived)
 
 
+@pytest.mark.parametrize(("key", "name"), [
+    ("file", "../../x.cq4"), ("file", "/x.cq4"), ("file", "..\\x.cq4"), ("file", "x\0.cq4"),
+    ("file", "19700101-000000T4.cq4"),  # another cycle's name: restore would overwrite that cycle
+    ("file", ".19700101-000001T4.cq4"), ("archive", "..\\x.cq4.zst"), ("archive", ""),
+])
+def test_a_manifest_name_outside_its_place_is_refused_by_verify_and_restore(archived: Path, key: str,
+                                                                            name: str) -> None:
+    """Every name a manifest holds is data anyone who can write the archive can edit: `verify` and
+    `restore` refuse one that is not the plain name it must be, naming the manifest and the entry, and
+    write nothing."""
+    m = json.loads((archived / archives.MANIFEST).read_text())
+    m["cycles"][1][key] = name
+    (archived / archives.MANIFEST).write_text(json.dumps(m))
+    restored = archived.parent / "a" / "b" / "restored"
+    before = sorted(archived.parent.rglob("*"))
+    for attempt in (lambda: archives.verify(archived), lambda: archives.restore(archived, restored)):
+        with pytest.raises(CorruptQueueError, match=f"manifest entry of cycle 1: {key}") as info:
+            attempt()
+        assert info.value.file == str(archived / archives.MANIFEST)
+    assert sorted(archived.parent.rglob("*")) == before
+
+
 def test_manifest_with_an_unusable_roll_cycle_is_reported(archived: Path) -> None:
     m = json.loads((archived / archives.MANIFEST).read_text())
     del m["roll_cycle"]["format"]

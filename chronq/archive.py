@@ -25,7 +25,9 @@ file is closed), check that the filesystem holds every byte written, publish the
 entry (atomically: a rename locally, one PUT on object storage), and only then delete the cycle file
 from the queue. A kill at any point leaves every cycle either still in the queue or complete in the
 archive with a valid manifest entry (or both: the next run checks the queue's copy against the
-manifest's size and frame checksums and deletes it). An archive object without a manifest entry is a
+manifest's size and frame checksums, and the archived object against its recorded size, frame
+checksums and sha256, and deletes the queue's copy only if both hold; an archived object missing or
+damaged is archived again from the queue's copy first). An archive object without a manifest entry is a
 leftover of a killed run and is overwritten. The stored bytes are not read back by default: locally
 that would read the page cache, proving nothing about the disk; zstd is trusted to decompress what it
 compressed; and damage found later is still never read as data (each frame carries a zstd checksum
@@ -49,6 +51,7 @@ import fcntl
 import hashlib
 import itertools
 import json
+import logging
 import mmap
 import os
 import zlib
@@ -103,6 +106,8 @@ _SEEK_ENTRIES = 2048
 _MAX_FRAME = 64 << 20
 #: decompressed frames a reader keeps (bounded memory whatever the archive's size)
 _CACHED_FRAMES = 4
+
+log = logging.getLogger(__name__)
 
 
 # -- filesystems ---------------------------------------------------------------------------------------
@@ -454,14 +459,22 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
                    scan: _Scan, compress: str | None, level: int, frame: int,
                    next_cycle: int | None, read_back: bool) -> dict[str, Any] | None:
     """Archive one cycle file and publish its manifest entry; None when a killed earlier run already
-    did (the queue's copy then only has to go). `next_cycle` is the cycle file after it in the queue
-    (None: it was the last): a reader of archive and queue together checks nothing went missing between."""
+    did and its archived object is intact (the queue's copy then only has to go). `next_cycle` is the
+    cycle file after it in the queue (None: it was the last): a reader of archive and queue together
+    checks nothing went missing between."""
     known = next((e for e in manifest["cycles"] if e["cycle"] == cycle), None)
     if known is not None:
         if not _same_original(path, known):
             raise ChronqError(f"{path}: cycle {cycle} is archived already with other content "
                               f"({known['archive']}); not deleting it")
-        return None
+        damage = _archived_damage(fs, root, known)
+        if damage is None:
+            return None
+        # the queue's copy is the only good one: archive it again (over the damaged object) before
+        # the caller deletes it; a kill meanwhile leaves the same state for the next run
+        log.warning("%s: cycle %d is in the manifest but its archive is unusable (%s): archiving it again",
+                    path, cycle, damage)
+        manifest["cycles"] = [e for e in manifest["cycles"] if e is not known]
     name = path.name + (".zst" if compress == "zstd" else "")
     target = f"{root}/{name}"
     cctx = _zstd().ZstdCompressor(level=level, write_checksum=True) if compress == "zstd" else None
@@ -511,6 +524,21 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
     manifest["cycles"] = sorted([*manifest["cycles"], entry], key=lambda e: e["cycle"])
     _atomic_write(fs, f"{root}/{MANIFEST}", json.dumps(manifest, separators=(",", ":")).encode())
     return entry
+
+
+def _archived_damage(fs: Any, root: str, entry: Mapping[str, Any]) -> str | None:
+    """What is wrong with an archived cycle's stored object (None if nothing): missing, of another
+    size, a frame that does not decompress to its checksum, or a sha256 other than the manifest's. A
+    second pass over the stored bytes, made only before deleting a queue copy a killed run left."""
+    reader = _CycleReader(fs, root, entry)
+    try:
+        for _ in reader.checked_frames():
+            pass
+    except CorruptQueueError as e:
+        return str(e)
+    finally:
+        reader.close()
+    return None
 
 
 # -- reading -------------------------------------------------------------------------------------------

@@ -420,6 +420,50 @@ def test_sigkill_at_random_points_never_loses_a_cycle(tmp_path: Path) -> None:
     assert sorted(p.name for p in q.glob("*.cq4")) == ["19700101-000024T4.cq4"]
 
 
+@pytest.mark.parametrize("damage", ["missing", "truncated", "flipped"])
+def test_rerun_after_a_kill_never_deletes_the_only_good_copy(tmp_path: Path, damage: str) -> None:
+    """A kill between publishing the manifest and deleting the cycle leaves the cycle in both; if the
+    archived object is then missing or damaged, the queue's copy is the only good one. Re-running
+    `chronq archive` checks the archived object (size, frames, sha256) before deleting anything, and
+    archives the cycle again: every message stays readable."""
+    q, dest = tmp_path / "q", tmp_path / "arch"
+    clock, written = make_queue(q, 3, 300, size=120)
+    done = archives.archive(q, dest, compress="zstd", clock=clock, frame=4096)
+    with archives.open(dest) as a:  # the state the kill leaves: in the manifest and still in the queue
+        a.extract(1, q / done[1]["file"])
+    stored = dest / done[1]["archive"]
+    if damage == "missing":
+        stored.unlink()
+    elif damage == "truncated":
+        stored.write_bytes(stored.read_bytes()[:-10])
+    else:
+        data = bytearray(stored.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        stored.write_bytes(bytes(data))
+    p = _cli("archive", str(q), str(dest), "--compress", "zstd")
+    assert p.returncode == 0, p.stderr
+    assert [line.split()[2] for line in p.stdout.splitlines()] == ["1"]  # archived again
+    assert archives.verify(dest) == 2
+    assert read_archive(str(dest)) + read_queue(q) == written
+    assert sorted(p.name for p in q.glob("*.cq4")) == ["19700101-000002T4.cq4"]
+
+
+def test_rerun_refuses_when_the_archive_is_damaged_and_the_queue_copy_differs(tmp_path: Path) -> None:
+    """Neither copy is the archived cycle: nothing is deleted, and the error names the cycle."""
+    q, dest = tmp_path / "q", tmp_path / "arch"
+    clock, _ = make_queue(q, 3, 300, size=120)
+    done = archives.archive(q, dest, compress="zstd", clock=clock, frame=4096)
+    with archives.open(dest) as a:
+        a.extract(1, q / done[1]["file"])
+    (dest / done[1]["archive"]).unlink()
+    data = bytearray((q / done[1]["file"]).read_bytes())
+    data[data.index(b"message", 5000)] = ord("M")
+    (q / done[1]["file"]).write_bytes(bytes(data))
+    p = _cli("archive", str(q), str(dest), "--compress", "zstd")
+    assert p.returncode != 0 and "cycle 1 is archived already with other content" in p.stderr, p.stderr
+    assert (q / done[1]["file"]).read_bytes() == bytes(data)
+
+
 def _check_nothing_lost(q: Path, dest: Path, originals: dict[str, str]) -> int:
     """Assert every cycle is in the queue or archived; returns how many are archived."""
     in_queue = {p.name for p in q.glob("*.cq4")}

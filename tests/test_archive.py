@@ -327,6 +327,44 @@ def test_a_manifest_name_outside_its_place_is_refused_by_verify_and_restore(arch
     assert sorted(archived.parent.rglob("*")) == before
 
 
+def test_a_frame_declaring_a_huge_size_is_refused_before_allocating(tmp_path: Path) -> None:
+    """An 8 KiB archive frame whose zstd frame declares 1 GiB of content, with a manifest made to agree
+    (offsets, sizes, sha256): reading and `verify` refuse it by the declared size, naming the cycle,
+    without allocating anything near it."""
+    import tracemalloc
+
+    from tests.codec_support import declaring
+
+    clock, _ = make_queue(tmp_path / "q", 2, 100)
+    dest = tmp_path / "arch"
+    archives.archive(tmp_path / "q", dest, compress="zstd", clock=clock, frame=8192)
+    m = json.loads((dest / archives.MANIFEST).read_text())
+    e = m["cycles"][0]
+    stored = (dest / e["archive"]).read_bytes()
+    ends = [f[0] for f in e["frames"][1:]] + [e["size"]]
+    out = b""
+    for i, (f, end) in enumerate(zip(e["frames"], ends, strict=True)):
+        raw = stored[f[1]:f[1] + f[2]]
+        if i == 0:
+            raw = declaring(zstandard.ZstdDecompressor().decompress(raw), 1 << 30)
+        f[1], f[2] = len(out), len(raw)
+        out += raw
+        assert end - f[0] <= 8192
+    (dest / e["archive"]).write_bytes(out)
+    e["archive_size"], e["archive_sha256"] = len(out), hashlib.sha256(out).hexdigest()
+    (dest / archives.MANIFEST).write_text(json.dumps(m))
+    tracemalloc.start()
+    try:
+        for attempt in (lambda: read_archive(str(dest)), lambda: archives.verify(dest)):
+            with pytest.raises(CorruptQueueError, match=r"frame 0 .*declares 1073741824 bytes") as info:
+                attempt()
+            assert "cycle 0" in info.value.file
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
 def test_manifest_with_an_unusable_roll_cycle_is_reported(archived: Path) -> None:
     m = json.loads((archived / archives.MANIFEST).read_text())
     del m["roll_cycle"]["format"]

@@ -119,9 +119,7 @@ def roll_cycle(stored: RollMetadata, source: PathLike, directory: PathLike) -> R
     Java never used for a known cycle is not adopted: such a file is another cycle's (see `check_split`).
     """
     try:
-        if "\0" in stored.format or stored.length_ms <= 0:
-            raise ValueError(f"format {stored.format!r}, length {stored.length_ms}")
-        rc = stored.roll_cycle()
+        rc = stored.roll_cycle()  # refuses a format whose names would be paths
         rc.file_name(0, stored.epoch)
     except (ValueError, OverflowError) as e:
         detail = f"unusable roll cycle in the table store: {e}"

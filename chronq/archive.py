@@ -25,7 +25,9 @@ file is closed), check that the filesystem holds every byte written, publish the
 entry (atomically: a rename locally, one PUT on object storage), and only then delete the cycle file
 from the queue. A kill at any point leaves every cycle either still in the queue or complete in the
 archive with a valid manifest entry (or both: the next run checks the queue's copy against the
-manifest's size and frame checksums and deletes it). An archive object without a manifest entry is a
+manifest's size and frame checksums, and the archived object against its recorded size, frame
+checksums and sha256, and deletes the queue's copy only if both hold; an archived object missing or
+damaged is archived again from the queue's copy first). An archive object without a manifest entry is a
 leftover of a killed run and is overwritten. The stored bytes are not read back by default: locally
 that would read the page cache, proving nothing about the disk; zstd is trusted to decompress what it
 compressed; and damage found later is still never read as data (each frame carries a zstd checksum
@@ -49,6 +51,7 @@ import fcntl
 import hashlib
 import itertools
 import json
+import logging
 import mmap
 import os
 import zlib
@@ -103,6 +106,8 @@ _SEEK_ENTRIES = 2048
 _MAX_FRAME = 64 << 20
 #: decompressed frames a reader keeps (bounded memory whatever the archive's size)
 _CACHED_FRAMES = 4
+
+log = logging.getLogger(__name__)
 
 
 # -- filesystems ---------------------------------------------------------------------------------------
@@ -199,11 +204,11 @@ def _load_manifest(fs: Any, root: str) -> dict[str, Any] | None:
     try:
         if not isinstance(roll, dict) or not isinstance(roll.get("epoch"), int):
             raise ValueError("missing")
-        by_format(roll["format"], roll["length_ms"], roll["index_count"], roll["index_spacing"])
+        rc = by_format(roll["format"], roll["length_ms"], roll["index_count"], roll["index_spacing"])
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise CorruptQueueError(path, 0, f"manifest's roll cycle {roll!r} is unusable: {exc}") from None
     for entry in m["cycles"]:
-        problem = _entry_problem(entry)
+        problem = _entry_problem(entry) or _name_problem(entry, rc, roll["epoch"])
         if problem:
             cycle = entry.get("cycle") if isinstance(entry, dict) else None
             raise CorruptQueueError(path, 0, f"manifest entry of cycle {cycle}: {problem}")
@@ -212,6 +217,26 @@ def _load_manifest(fs: Any, root: str) -> dict[str, Any] | None:
 
 _ENTRY_KEYS = {"cycle": int, "file": str, "archive": str, "count": int, "size": int, "archive_size": int,
                "frames": list, "seek": dict}
+
+
+def _plain_name(name: str) -> bool:
+    """Whether `name`, read from a manifest, names a file in its directory and nothing else: a manifest
+    is data anyone with write access to the archive can edit, and readers, `verify` and `restore` open
+    and write the names it holds."""
+    return bool(name) and not name.startswith(".") and not any(c in name for c in "/\\\0")
+
+
+def _name_problem(e: dict[str, Any], rc: RollCycle, epoch: int) -> str | None:
+    """What is wrong with the queue file name an entry records (None if nothing): `restore` writes the
+    cycle under it, so it must be a plain name, and the very name the roll cycle gives the entry's
+    cycle (a queue looks the cycle up by that name, and no other file of the queue may be overwritten)."""
+    try:
+        expected = rc.file_name(e["cycle"], epoch)
+    except (ValueError, OverflowError):
+        return f"cycle {e['cycle']} cannot be named by roll cycle {rc.name}"
+    if e["file"] != expected or not _plain_name(e["file"]):
+        return f"file name {e['file']!r} is not cycle {e['cycle']}'s file {expected!r}"
+    return None
 
 
 def _entry_problem(e: Any) -> str | None:
@@ -225,7 +250,7 @@ def _entry_problem(e: Any) -> str | None:
     hashes = [k for k in ("sha256", "archive_sha256") if k in e]
     if len(hashes) != 1 or not isinstance(e[hashes[0]], str):
         return "needs one of 'sha256' (of the original file) or 'archive_sha256' (of the stored one)"
-    if "/" in e["archive"] or e["archive"].startswith("."):
+    if not _plain_name(e["archive"]):
         return f"archive name {e['archive']!r} is not a plain file name"
     if e.get("compression") not in (None, "zstd"):
         return f"unknown compression {e.get('compression')!r}"
@@ -434,14 +459,22 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
                    scan: _Scan, compress: str | None, level: int, frame: int,
                    next_cycle: int | None, read_back: bool) -> dict[str, Any] | None:
     """Archive one cycle file and publish its manifest entry; None when a killed earlier run already
-    did (the queue's copy then only has to go). `next_cycle` is the cycle file after it in the queue
-    (None: it was the last): a reader of archive and queue together checks nothing went missing between."""
+    did and its archived object is intact (the queue's copy then only has to go). `next_cycle` is the
+    cycle file after it in the queue (None: it was the last): a reader of archive and queue together
+    checks nothing went missing between."""
     known = next((e for e in manifest["cycles"] if e["cycle"] == cycle), None)
     if known is not None:
         if not _same_original(path, known):
             raise ChronqError(f"{path}: cycle {cycle} is archived already with other content "
                               f"({known['archive']}); not deleting it")
-        return None
+        damage = _archived_damage(fs, root, known)
+        if damage is None:
+            return None
+        # the queue's copy is the only good one: archive it again (over the damaged object) before
+        # the caller deletes it; a kill meanwhile leaves the same state for the next run
+        log.warning("%s: cycle %d is in the manifest but its archive is unusable (%s): archiving it again",
+                    path, cycle, damage)
+        manifest["cycles"] = [e for e in manifest["cycles"] if e is not known]
     name = path.name + (".zst" if compress == "zstd" else "")
     target = f"{root}/{name}"
     cctx = _zstd().ZstdCompressor(level=level, write_checksum=True) if compress == "zstd" else None
@@ -491,6 +524,21 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
     manifest["cycles"] = sorted([*manifest["cycles"], entry], key=lambda e: e["cycle"])
     _atomic_write(fs, f"{root}/{MANIFEST}", json.dumps(manifest, separators=(",", ":")).encode())
     return entry
+
+
+def _archived_damage(fs: Any, root: str, entry: Mapping[str, Any]) -> str | None:
+    """What is wrong with an archived cycle's stored object (None if nothing): missing, of another
+    size, a frame that does not decompress to its checksum, or a sha256 other than the manifest's. A
+    second pass over the stored bytes, made only before deleting a queue copy a killed run left."""
+    reader = _CycleReader(fs, root, entry)
+    try:
+        for _ in reader.checked_frames():
+            pass
+    except CorruptQueueError as e:
+        return str(e)
+    finally:
+        reader.close()
+    return None
 
 
 # -- reading -------------------------------------------------------------------------------------------
@@ -568,8 +616,10 @@ class _CycleReader:
         end = self.frames[i + 1][0] if i + 1 < len(self.frames) else self.size
         where = self._where()
         if self._dctx is not None:
-            try:
-                data = bytes(self._dctx.decompress(raw, max_output_size=end - u_off))
+            from chronq._zstd import decompress
+
+            try:  # refused by its declared size before anything is allocated: no bomb in 8 KiB
+                data = bytes(decompress(self._dctx, raw, end - u_off))
             except Exception as e:  # zstandard.ZstdError: a damaged frame or its checksum
                 raise CorruptQueueError(where, u_off, f"frame {i} (archive offset {c_off}) does not "
                                                       f"decompress: {e}") from None
@@ -850,9 +900,9 @@ def restore(url: str | os.PathLike[str], directory: str | os.PathLike[str], *,
     """Write every archived cycle back, byte for byte, into a queue `directory` (with a metadata.cq4t
     naming the archive's roll cycle if it has none): Java Chronicle and chronq read it as a queue."""
     out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
     written = []
-    with Archive(url, storage_options) as a:
+    with Archive(url, storage_options) as a:  # a manifest it refuses creates nothing
+        out.mkdir(parents=True, exist_ok=True)
         r = a.manifest["roll_cycle"]
         table = out / TABLE_STORE_FILE
         if not table.exists():

@@ -418,7 +418,7 @@ def _decoder(state: _State, dctxs: dict[int, Any] | None = None) -> Callable[[Bu
             magic, version, cid, dict_id, n = unpack(frame)
             # the common case first, with as few steps as possible: zstd, not encrypted, known dictionary
             if cid == 1 and magic == MAGIC and version == VERSION and n <= max_size and dict_id in dctxs:
-                out: bytes = dctxs[dict_id].decompress(memoryview(frame)[head_size:], max_output_size=n)
+                out: bytes = unzstd(dctxs[dict_id], memoryview(frame)[head_size:], n)
                 if len(out) == n:
                     return out
             elif cid & 0x10 and magic == MAGIC and version == VERSION and n <= max_size:
@@ -428,7 +428,7 @@ def _decoder(state: _State, dctxs: dict[int, Any] | None = None) -> Callable[[Bu
                     view = memoryview(frame)
                     out = aead.decrypt(nonce, view[keyed_size:], view[:keyed_size])
                     if cid == 0x11 and dict_id in dctxs:
-                        out = dctxs[dict_id].decompress(out, max_output_size=n)
+                        out = unzstd(dctxs[dict_id], out, n)
                     if len(out) == n and cid in (0x10, 0x11):
                         return out
         except (struct.error, ZstdError, InvalidTag):
@@ -474,7 +474,7 @@ def _decoder(state: _State, dctxs: dict[int, Any] | None = None) -> Callable[[Bu
         if comp == 1:
             dctx = dctxs.get(dict_id) or decompressor(dict_id, index)
             try:
-                out = dctx.decompress(body, max_output_size=n)
+                out = unzstd(dctx, body, n)
             except ZstdError as e:
                 raise CodecError(index, f"zstd data is damaged: {e}") from None
         elif comp == 0:
@@ -494,6 +494,8 @@ def _decoder(state: _State, dctxs: dict[int, Any] | None = None) -> Callable[[Bu
 
     from cryptography.exceptions import InvalidTag
     from zstandard import ZstdError
+
+    from chronq._zstd import decompress as unzstd  # refuses a frame declaring more than `n` by its header
 
     return decode
 

@@ -68,8 +68,34 @@ _FIELDS = {"y": "year", "M": "month", "d": "day", "H": "hour", "m": "minute", "s
            "Y": "week_year", "w": "week"}
 
 
+#: what a literal part of a format must not hold: a cycle file's name comes from the format, and a
+#: format comes from outside (a replication peer, a table store or archive manifest on disk), so it must
+#: not name a path outside the queue's directory (nor one the OS cuts short at NUL)
+_PATH_PARTS = ("/", "\\", "..", "\0")
+
+
 def _tokens(pattern: str) -> list[tuple[str, str]]:
-    """Split a pattern into ("lit", text) and (letter, run) tokens; reject letters we cannot honour."""
+    """Split a pattern into ("lit", text) and (letter, run) tokens; reject letters we cannot honour and
+    literal text that would make a file name a path. Every RollCycle checks its format here when it is
+    made, and every name is formatted and parsed through here: so a format from any source (a peer's
+    QueueInfo, a table store or cycle header on disk, an archive manifest) is refused before it names
+    a file."""
+    out = _split(pattern)
+    literal = ""  # adjacent literals make one run of the name: `'.''.'` is `..` too
+    for kind, text in [*out, ("end", "")]:
+        if kind == "lit":
+            literal += text
+            continue
+        bad = next((part for part in _PATH_PARTS if part in literal), None)
+        if bad is not None:
+            raise ValueError(f"roll-cycle format {pattern!r} holds {bad!r} in its literal text "
+                             f"{literal!r}: its file names would be paths, not names in the queue's "
+                             "directory")
+        literal = ""
+    return out
+
+
+def _split(pattern: str) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for m in _TOKEN.finditer(pattern):
         if m.group(1) is not None:

@@ -44,3 +44,16 @@ def flip(path: Path, needle: bytes, offset: int) -> None:
             f.write_bytes(data)
             return
     raise AssertionError("frame not found")
+
+
+def declaring(data: bytes, size: int) -> bytes:
+    """A zstd frame of `data` whose header declares `size` bytes of content (a decompression bomb's
+    header on a small frame: python-zstandard would allocate `size` for it)."""
+    import zstandard
+
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(data)
+    fhd = frame[4]
+    assert fhd >> 5 == 0, "content size flag 0 and a window descriptor"  # what write_content_size=False gives
+    # content size flag 3 (8 bytes), written after the window descriptor (and dictionary id, none here)
+    assert fhd & 3 == 0
+    return frame[:4] + bytes([fhd | 0xC0]) + frame[5:6] + size.to_bytes(8, "little") + frame[6:]

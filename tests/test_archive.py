@@ -305,6 +305,66 @@ def test_inconsistent_manifest_entry_is_reported_before_reading(archived: Path, 
         archives.open(archived)
 
 
+@pytest.mark.parametrize(("key", "name"), [
+    ("file", "../../x.cq4"), ("file", "/x.cq4"), ("file", "..\\x.cq4"), ("file", "x\0.cq4"),
+    ("file", "19700101-000000T4.cq4"),  # another cycle's name: restore would overwrite that cycle
+    ("file", ".19700101-000001T4.cq4"), ("archive", "..\\x.cq4.zst"), ("archive", ""),
+])
+def test_a_manifest_name_outside_its_place_is_refused_by_verify_and_restore(archived: Path, key: str,
+                                                                            name: str) -> None:
+    """Every name a manifest holds is data anyone who can write the archive can edit: `verify` and
+    `restore` refuse one that is not the plain name it must be, naming the manifest and the entry, and
+    write nothing."""
+    m = json.loads((archived / archives.MANIFEST).read_text())
+    m["cycles"][1][key] = name
+    (archived / archives.MANIFEST).write_text(json.dumps(m))
+    restored = archived.parent / "a" / "b" / "restored"
+    before = sorted(archived.parent.rglob("*"))
+    for attempt in (lambda: archives.verify(archived), lambda: archives.restore(archived, restored)):
+        with pytest.raises(CorruptQueueError, match=f"manifest entry of cycle 1: {key}") as info:
+            attempt()
+        assert info.value.file == str(archived / archives.MANIFEST)
+    assert sorted(archived.parent.rglob("*")) == before
+
+
+def test_a_frame_declaring_a_huge_size_is_refused_before_allocating(tmp_path: Path) -> None:
+    """An 8 KiB archive frame whose zstd frame declares 1 GiB of content, with a manifest made to agree
+    (offsets, sizes, sha256): reading and `verify` refuse it by the declared size, naming the cycle,
+    without allocating anything near it."""
+    import tracemalloc
+
+    from tests.codec_support import declaring
+
+    clock, _ = make_queue(tmp_path / "q", 2, 100)
+    dest = tmp_path / "arch"
+    archives.archive(tmp_path / "q", dest, compress="zstd", clock=clock, frame=8192)
+    m = json.loads((dest / archives.MANIFEST).read_text())
+    e = m["cycles"][0]
+    stored = (dest / e["archive"]).read_bytes()
+    ends = [f[0] for f in e["frames"][1:]] + [e["size"]]
+    out = b""
+    for i, (f, end) in enumerate(zip(e["frames"], ends, strict=True)):
+        raw = stored[f[1]:f[1] + f[2]]
+        if i == 0:
+            raw = declaring(zstandard.ZstdDecompressor().decompress(raw), 1 << 30)
+        f[1], f[2] = len(out), len(raw)
+        out += raw
+        assert end - f[0] <= 8192
+    (dest / e["archive"]).write_bytes(out)
+    e["archive_size"], e["archive_sha256"] = len(out), hashlib.sha256(out).hexdigest()
+    (dest / archives.MANIFEST).write_text(json.dumps(m))
+    tracemalloc.start()
+    try:
+        for attempt in (lambda: read_archive(str(dest)), lambda: archives.verify(dest)):
+            with pytest.raises(CorruptQueueError, match=r"frame 0 .*declares 1073741824 bytes") as info:
+                attempt()
+            assert "cycle 0" in info.value.file
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
 def test_manifest_with_an_unusable_roll_cycle_is_reported(archived: Path) -> None:
     m = json.loads((archived / archives.MANIFEST).read_text())
     del m["roll_cycle"]["format"]
@@ -396,6 +456,50 @@ def test_sigkill_at_random_points_never_loses_a_cycle(tmp_path: Path) -> None:
     assert final.returncode == 0, final.stderr
     assert read_archive(str(dest)) + read_queue(q) == written
     assert sorted(p.name for p in q.glob("*.cq4")) == ["19700101-000024T4.cq4"]
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "flipped"])
+def test_rerun_after_a_kill_never_deletes_the_only_good_copy(tmp_path: Path, damage: str) -> None:
+    """A kill between publishing the manifest and deleting the cycle leaves the cycle in both; if the
+    archived object is then missing or damaged, the queue's copy is the only good one. Re-running
+    `chronq archive` checks the archived object (size, frames, sha256) before deleting anything, and
+    archives the cycle again: every message stays readable."""
+    q, dest = tmp_path / "q", tmp_path / "arch"
+    clock, written = make_queue(q, 3, 300, size=120)
+    done = archives.archive(q, dest, compress="zstd", clock=clock, frame=4096)
+    with archives.open(dest) as a:  # the state the kill leaves: in the manifest and still in the queue
+        a.extract(1, q / done[1]["file"])
+    stored = dest / done[1]["archive"]
+    if damage == "missing":
+        stored.unlink()
+    elif damage == "truncated":
+        stored.write_bytes(stored.read_bytes()[:-10])
+    else:
+        data = bytearray(stored.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        stored.write_bytes(bytes(data))
+    p = _cli("archive", str(q), str(dest), "--compress", "zstd")
+    assert p.returncode == 0, p.stderr
+    assert [line.split()[2] for line in p.stdout.splitlines()] == ["1"]  # archived again
+    assert archives.verify(dest) == 2
+    assert read_archive(str(dest)) + read_queue(q) == written
+    assert sorted(p.name for p in q.glob("*.cq4")) == ["19700101-000002T4.cq4"]
+
+
+def test_rerun_refuses_when_the_archive_is_damaged_and_the_queue_copy_differs(tmp_path: Path) -> None:
+    """Neither copy is the archived cycle: nothing is deleted, and the error names the cycle."""
+    q, dest = tmp_path / "q", tmp_path / "arch"
+    clock, _ = make_queue(q, 3, 300, size=120)
+    done = archives.archive(q, dest, compress="zstd", clock=clock, frame=4096)
+    with archives.open(dest) as a:
+        a.extract(1, q / done[1]["file"])
+    (dest / done[1]["archive"]).unlink()
+    data = bytearray((q / done[1]["file"]).read_bytes())
+    data[data.index(b"message", 5000)] = ord("M")
+    (q / done[1]["file"]).write_bytes(bytes(data))
+    p = _cli("archive", str(q), str(dest), "--compress", "zstd")
+    assert p.returncode != 0 and "cycle 1 is archived already with other content" in p.stderr, p.stderr
+    assert (q / done[1]["file"]).read_bytes() == bytes(data)
 
 
 def _check_nothing_lost(q: Path, dest: Path, originals: dict[str, str]) -> int:

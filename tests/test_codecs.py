@@ -183,6 +183,41 @@ def test_decompression_bomb_names_the_index(tmp_path: Path) -> None:
             a.write(bytes(2 << 20))
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["read", "read_many"])
+def test_a_small_frame_declaring_a_huge_size_is_refused_before_allocating(tmp_path: Path,
+                                                                          batch: bool) -> None:
+    """A 100-byte payload whose zstd frame declares 1 GiB of content (its codec header says 10 bytes):
+    refused by the frame's declared size, naming the index, with no allocation near what it declares
+    (python-zstandard allocates a frame's declared size whatever `max_output_size` says)."""
+    import struct
+    import tracemalloc
+
+    from tests.codec_support import declaring
+
+    with open_q(tmp_path, codec=Codec("zstd")) as q:
+        a = q.appender()
+        ok = a.write(b"fine")
+        frame = declaring(b"x" * 10, 1 << 30)
+        payload = struct.pack("<2sBBII", b"\xc5\x1c", 1, 1, 0, 10) + frame
+        assert len(payload) < 100
+        bomb = _native.AppenderCore.write(a, payload)
+        t = q.tailer()
+        tracemalloc.start()
+        try:
+            if batch:
+                assert t.read_many(10) == [b"fine"]  # what came before, then the error on its own
+                with pytest.raises(CodecError, match=f"{bomb:#x}.*declares 1073741824 bytes"):
+                    t.read_many(10)
+            else:
+                assert t.read().bytes() == b"fine"  # type: ignore[union-attr]
+                with pytest.raises(CodecError, match=f"{bomb:#x}.*declares 1073741824 bytes"):
+                    t.read()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert ok + 1 == bomb and peak < 16 << 20, peak
+
+
 def test_plain_payload_in_a_codec_queue_is_reported(tmp_path: Path) -> None:
     with open_q(tmp_path, codec=Codec("lz4")) as q:
         index = _native.AppenderCore.write(q.appender(), b"not a frame")

@@ -372,8 +372,10 @@ def _table(path: Path) -> Path:
 
 
 def _unlock(path: Path, force: bool) -> None:
-    """Java's UnlockMain: clear a write (and append) lock whose owner died without releasing it."""
-    from chronq.store import process_alive
+    """Java's UnlockMain: clear a write (and append) lock whose owner died without releasing it.
+
+    Without --force only an owner proven dead is unlocked: one that is alive, or that cannot be seen
+    from here (a process in another PID namespace, such as a container sharing the volume), is not."""
     from chronq.table import APPEND_LOCK, UNLOCKED, WRITE_LOCK, TableStore
 
     with TableStore.open(_table(path)) as table:
@@ -382,12 +384,12 @@ def _unlock(path: Path, force: bool) -> None:
             if holder is None or holder == UNLOCKED:
                 print(f"{key}: not locked")
                 continue
-            pid = holder & 0xFFFF_FFFF
-            if process_alive(pid) and not force:
-                raise ChronqError(f"{table.path}: {key} is held by live process {pid}; "
+            owner = table.lock_owner(holder)
+            if not owner.dead and not force:
+                raise ChronqError(f"{table.path}: {key} is held by {owner.description}; "
                                   "stop it first, or pass --force if it is not writing to this queue")
             if table.cas(key, holder, UNLOCKED):
-                print(f"{key}: released (held by {'live' if process_alive(pid) else 'dead'} process {pid})")
+                print(f"{key}: released (held by {owner.description})")
             else:
                 print(f"{key}: changed while unlocking, left alone (run again)")
 

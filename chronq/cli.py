@@ -249,9 +249,22 @@ def _one_line(e: BaseException) -> str:
     return " ".join(text.split())
 
 
+def _require_queue(path: Path) -> None:
+    """UsageError for a directory that holds no queue: reading it would print nothing and look like
+    an empty queue, hiding a mistyped path."""
+    from chronq import _directory
+
+    if path.is_dir():
+        d = _directory.read(path)
+        if d.table is None and not d.listing():
+            raise UsageError(f"{path}: not a queue (no metadata.cq4t and no .cq4 cycle files)")
+
+
 def _dump(path: Path, as_json: bool) -> None:
     from chronq import dump
     from chronq._progress import Progress
+
+    _require_queue(path)
 
     out = sys.stdout
     sizes = {str(f): f.stat().st_size for f in dump.queue_files(path)}
@@ -530,6 +543,7 @@ def _tail(args: argparse.Namespace) -> None:
         raise UsageError("--reverse reads a finished range: not with -f or --named")
     if not path.is_dir():
         raise ChronqError(f"{path}: no queue directory")
+    _require_queue(path)
     until = load_object(args.until, "--until predicate") if args.until else None
     decode = _decoder(args.interface) if args.interface else None
     with chronq.open(path, readonly=args.named is None) as q:

@@ -592,11 +592,11 @@ def _resolve_plain(s: str) -> Any:
             return s
         return Int64Hex(v - (1 << 64) if v >= 1 << 63 else v)
     if _FLOAT.match(s):
-        v = float(s)
-        if math.isinf(v):
+        number = float(s)
+        if math.isinf(number):
             shown = s if len(s) <= 40 else f"{s[:20]}...{s[-10:]}"
             raise WireError(f"number {shown} is out of range (beyond a double's ±1.8e308; .inf is infinity)")
-        return v
+        return number
     return s
 
 

@@ -6,10 +6,16 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: demo test test-slow test-pure test-interop test-asan asan-build fuzz lint typecheck unit bench bench-plots docs build clean
 
+# editable_mode=compat: a path entry (.pth) rather than setuptools' import hook, which static checkers
+# (mypy, pyright) cannot follow: user code outside the tree then type-checks against chronq and rpc
+# (tests/test_editable_install.py). setuptools calls compat transitional; should it go, `strict` (a tree
+# of links, to reinstall after adding a module) is the mode checkers also see.
+EDITABLE := --config-settings editable_mode=compat
+
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark,docs,archive,archive-test,codecs,cli]'
+	$(PY) -m pip install -q -e '.[dev,spark,docs,archive,archive-test,codecs,cli]' $(EDITABLE)
 	touch $(STAMP)
 
 # Rebuilds the C extensions in place when their sources changed (setuptools skips up-to-date ones).
@@ -94,7 +100,7 @@ FUZZ_HARNESSES := queue table wire
 FUZZ_STAMP := $(VENV)/.fuzz-stamp
 
 $(FUZZ_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,spark,docs,archive,archive-test,codecs,cli,fuzz]'
+	$(PY) -m pip install -q -e '.[dev,spark,docs,archive,archive-test,codecs,cli,fuzz]' $(EDITABLE)
 	touch $@
 
 fuzz: $(FUZZ_STAMP) asan-build

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
-from chronq.store import process_alive
 from chronq.table import NORMALISED_EOFS_TO, UNLOCKED, WRITE_LOCK
 
 if TYPE_CHECKING:
@@ -148,6 +147,7 @@ class Appender(_native.AppenderCore):
         self.closed = False
         table = queue.table
         assert table is not None
+        table.register_writer()
         self._lock_off = table.acquire(WRITE_LOCK, UNLOCKED)
         self._set_lock(table.buffer, self._lock_off, os.getpid())
         self._normalise_eofs()
@@ -305,6 +305,9 @@ class Appender(_native.AppenderCore):
             self._atomic_end(False)
             self._abort()
             self._set_lock(None, 0, 0)
+            table = self._queue.table
+            if table is not None:
+                table.release_writer()
             self._detach()
             self._file = None
 
@@ -503,19 +506,24 @@ class Appender(_native.AppenderCore):
             now = time.monotonic()
             if now > check_dead_at:
                 holder = _native.load64(buf, off)
-                pid = holder & 0xFFFF_FFFF
-                if holder != UNLOCKED and not process_alive(pid):
+                if holder != UNLOCKED and table.lock_owner(holder).dead:
                     if _native.cas64(buf, off, holder, UNLOCKED):
-                        warnings.warn(
-                            f"{table.path}: took over the write lock held by dead process {pid}", stacklevel=2
-                        )
+                        dead = table.lock_owner(holder).description
+                        warnings.warn(f"{table.path}: took over the write lock held by {dead}", stacklevel=2)
                     deadline = time.monotonic() + q.lock_timeout
                     continue
                 check_dead_at = now + DEAD_HOLDER_GRACE
             if now > deadline:
-                pid = _native.load64(buf, off) & 0xFFFF_FFFF
+                holder = _native.load64(buf, off)
+                owner = table.lock_owner(holder)
+                if owner.dead is None:
+                    raise QueueLockedError(
+                        f"{table.path}: {WRITE_LOCK} held for more than {q.lock_timeout} s by "
+                        f"{owner.description}, which cannot be proven dead, so the lock is not taken over; "
+                        f"if that process is gone, release it by hand: chronq unlock --force {q.path}"
+                    )
                 raise QueueLockedError(
-                    f"{table.path}: {WRITE_LOCK} held by live process {pid} for more than {q.lock_timeout} s"
+                    f"{table.path}: {WRITE_LOCK} held by {owner.description} for more than {q.lock_timeout} s"
                 )
             time.sleep(sleep)
             sleep = min(sleep * 2, 0.005)

@@ -249,9 +249,22 @@ def _one_line(e: BaseException) -> str:
     return " ".join(text.split())
 
 
+def _require_queue(path: Path) -> None:
+    """UsageError for a directory that holds no queue: reading it would print nothing and look like
+    an empty queue, hiding a mistyped path."""
+    from chronq import _directory
+
+    if path.is_dir():
+        d = _directory.read(path)
+        if d.table is None and not d.listing():
+            raise UsageError(f"{path}: not a queue (no metadata.cq4t and no .cq4 cycle files)")
+
+
 def _dump(path: Path, as_json: bool) -> None:
     from chronq import dump
     from chronq._progress import Progress
+
+    _require_queue(path)
 
     out = sys.stdout
     sizes = {str(f): f.stat().st_size for f in dump.queue_files(path)}
@@ -372,8 +385,10 @@ def _table(path: Path) -> Path:
 
 
 def _unlock(path: Path, force: bool) -> None:
-    """Java's UnlockMain: clear a write (and append) lock whose owner died without releasing it."""
-    from chronq.store import process_alive
+    """Java's UnlockMain: clear a write (and append) lock whose owner died without releasing it.
+
+    Without --force only an owner proven dead is unlocked: one that is alive, or that cannot be seen
+    from here (a process in another PID namespace, such as a container sharing the volume), is not."""
     from chronq.table import APPEND_LOCK, UNLOCKED, WRITE_LOCK, TableStore
 
     with TableStore.open(_table(path)) as table:
@@ -382,12 +397,12 @@ def _unlock(path: Path, force: bool) -> None:
             if holder is None or holder == UNLOCKED:
                 print(f"{key}: not locked")
                 continue
-            pid = holder & 0xFFFF_FFFF
-            if process_alive(pid) and not force:
-                raise ChronqError(f"{table.path}: {key} is held by live process {pid}; "
+            owner = table.lock_owner(holder)
+            if not owner.dead and not force:
+                raise ChronqError(f"{table.path}: {key} is held by {owner.description}; "
                                   "stop it first, or pass --force if it is not writing to this queue")
             if table.cas(key, holder, UNLOCKED):
-                print(f"{key}: released (held by {'live' if process_alive(pid) else 'dead'} process {pid})")
+                print(f"{key}: released (held by {owner.description})")
             else:
                 print(f"{key}: changed while unlocking, left alone (run again)")
 
@@ -528,6 +543,7 @@ def _tail(args: argparse.Namespace) -> None:
         raise UsageError("--reverse reads a finished range: not with -f or --named")
     if not path.is_dir():
         raise ChronqError(f"{path}: no queue directory")
+    _require_queue(path)
     until = load_object(args.until, "--until predicate") if args.until else None
     decode = _decoder(args.interface) if args.interface else None
     with chronq.open(path, readonly=args.named is None) as q:

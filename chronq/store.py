@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import secrets
@@ -28,12 +29,14 @@ from wire.errors import WireError
 __all__ = [
     "DATA_FORMAT",
     "END_OF_DATA",
+    "INIT_PID_NAMESPACE",
     "LENGTH_MASK",
     "MAX_FIRST_HEADER",
     "META_DATA",
     "NOT_COMPLETE",
     "CycleRoll",
     "Document",
+    "ProcessIdentity",
     "StoreLayout",
     "align4",
     "create_cycle_file",
@@ -47,6 +50,8 @@ __all__ = [
     "looks_like_store_header",
     "open_regular",
     "process_alive",
+    "process_identity",
+    "process_start_time",
     "publish_file",
     "read_layout",
     "remove_abandoned_files",
@@ -468,6 +473,55 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """Who a process is beyond its pid, which another PID namespace (a container sharing the queue's
+    volume) numbers differently: a lock owner's pid alone cannot say whether it is alive there.
+
+    `boot` is a 23-bit hash of the kernel's boot id (another boot: every process of the old one is
+    dead), `pid_namespace` the inode of the PID namespace `pid` is numbered in, and `start` the process's
+    start time in clock ticks since boot (`/proc/PID/stat` field 22; a reused pid starts later)."""
+
+    boot: int
+    pid_namespace: int
+    pid: int
+    start: int
+
+
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+#: the inode of the host's (initial) PID namespace, a kernel constant (PROC_PID_INIT_INO)
+INIT_PID_NAMESPACE = 0xEFFF_FFFC
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of process `pid` as this process's PID namespace numbers it (clock ticks since
+    boot), or None if there is no such process (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    # the command name (field 2) may hold spaces and parentheses: count fields after its last ')'
+    fields = stat_line[stat_line.rindex(b")") + 2:].split()
+    return int(fields[19])
+
+
+def process_identity() -> ProcessIdentity | None:
+    """This process's identity, or None where the system does not show one (no /proc, as on macOS)."""
+    try:
+        with open(_BOOT_ID, "rb") as f:
+            boot_id = f.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    pid = os.getpid()
+    start = process_start_time(pid)
+    if start is None:
+        return None
+    boot = int.from_bytes(hashlib.blake2b(boot_id, digest_size=8).digest(), "big") & ((1 << 23) - 1)
+    return ProcessIdentity(boot, namespace, pid, start)
 
 
 def remove_abandoned_files(directory: Path) -> list[Path]:

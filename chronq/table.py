@@ -43,7 +43,9 @@ __all__ = [
     "TABLE_STORE_FILE",
     "UNLOCKED",
     "V4_TABLE_STORE_FILE",
+    "WRITER_SLOTS",
     "WRITE_LOCK",
+    "LockOwner",
     "RollMetadata",
     "TableStore",
     "check_key",
@@ -79,6 +81,35 @@ REPLICATION_SINK = "chronq.replication.sinkOf"
 #: its end (appenders are refused meanwhile, as on a sink), -1 once it accepts writes
 REPLICATION_BACKFILL = "chronq.replication.backfilling"
 
+#: how many writer processes can be registered at once (see `TableStore.register_writer`)
+WRITER_SLOTS = 64
+_U64 = (1 << 64) - 1
+_START_BITS = 40   # a process start time in clock ticks: 2^40 ticks at 100 Hz is 348 years
+
+
+def _writer_keys(slot: int) -> tuple[str, str]:
+    return f"chronq.writer.{slot}.process", f"chronq.writer.{slot}.started"
+
+
+def _pack_identity(ident: _store.ProcessIdentity) -> tuple[int, int]:
+    """(process, started): the two int64 values a writer slot holds, Java-readable table-store values."""
+    process = (ident.pid_namespace << 32) | ident.pid
+    if process >= 1 << 63:
+        process -= 1 << 64
+    return process, (ident.boot << _START_BITS) | (ident.start & ((1 << _START_BITS) - 1))
+
+
+@dataclass(frozen=True)
+class LockOwner:
+    """What the write lock's value says of its owner: `dead` is True only when the owner is proven
+    dead (a lock may then be taken over), False when it is alive, None when it cannot be told (a
+    process in another PID namespace on this boot: a container sharing the queue's volume)."""
+
+    pid: int
+    dead: bool | None
+    description: str
+
+
 # the keys (and defaults) a writable Java queue creates, in Java's order
 _QUEUE_KEYS = (
     (HIGHEST_CYCLE, UNLOCKED), (LOWEST_CYCLE, UNLOCKED), (MOD_COUNT, UNLOCKED),
@@ -94,6 +125,8 @@ MAX_KEY_LENGTH = 1100
 MAX_TAILER_NAME = 1024
 
 _process_lock = threading.RLock()  # POSIX record locks do not exclude threads of one process
+# (pid, st_dev, st_ino) of a table store -> [lock value, appenders using it] for this process's writers
+_registered: dict[tuple[int, int, int], list[int]] = {}
 
 # Called with the name of each step of adding a key; the crash tests SIGKILL the process there to
 # show that the file is readable and writable after a death at any step. None in normal use.
@@ -504,6 +537,116 @@ class TableStore:
         """Atomically add (wrapping like Java's long); returns the new value."""
         self._writable()
         return add64(self._buf, self.value_offset(key), delta)
+
+    # -- who writes ------------------------------------------------------------------------------------
+    def register_writer(self) -> None:
+        """Record this process's `ProcessIdentity` in a writer slot (`chronq.writer.N.*`, keys Java
+        ignores) before it first takes the write lock, whose value stays its pid (what Java reads):
+        another process can then tell whether the lock's owner is alive even across PID namespaces
+        (`lock_owner`). A slot is reused once its owner is proven dead, and freed when this process's
+        last appender on the queue closes (`release_writer`).
+
+        Only a process in a container's PID namespace records itself: a pid of the host's namespace
+        is what a lock without a slot means (so a host-only queue keeps exactly Java's table store).
+        Without /proc nothing is recorded."""
+        ident = _store.process_identity()
+        if ident is None or ident.pid_namespace == _store.INIT_PID_NAMESPACE:
+            return
+        self._writable()
+        st = os.fstat(self._fd)
+        reg = (ident.pid, st.st_dev, st.st_ino)
+        process, started = _pack_identity(ident)
+        with _process_lock:
+            held = _registered.get(reg)
+            if held is not None:
+                held[1] += 1
+                return
+            for slot in range(1, WRITER_SLOTS + 1):
+                kp, ks = _writer_keys(slot)
+                if self.get(kp) == process and self.get(ks) == started:
+                    break  # registered by another handle of this process
+                old = load64(self._buf, self.acquire(kp, UNLOCKED))
+                if old != UNLOCKED and self._slot_owner(slot, old) is not True:
+                    continue
+                if self.cas(kp, old, process):
+                    self.set(ks, started)
+                    break
+            else:
+                raise ChronqError(
+                    f"{self._file}: all {WRITER_SLOTS} writer slots (chronq.writer.N) belong to processes "
+                    "that are alive or cannot be proven dead (in other PID namespaces); stop some writers, "
+                    "or if they are gone, set their chronq.writer.N.process keys to Long.MIN_VALUE"
+                )
+            _registered[reg] = [slot, 1]
+
+    def release_writer(self) -> None:
+        """One of this process's appenders closed: free its writer slot with the last one."""
+        if self.readonly or self._fd < 0:
+            return
+        st = os.fstat(self._fd)
+        reg = (os.getpid(), st.st_dev, st.st_ino)
+        with _process_lock:
+            held = _registered.get(reg)
+            if held is None:
+                return
+            held[1] -= 1
+            if held[1] > 0:
+                return
+            del _registered[reg]
+            ident = _store.process_identity()
+            if ident is not None:
+                self.cas(_writer_keys(held[0])[0], _pack_identity(ident)[0], UNLOCKED)
+
+    def lock_owner(self, value: int) -> LockOwner:
+        """Whether the process whose pid is the lock value `value` is proven dead.
+
+        Every writer slot recording that pid has its say: one alive makes the owner alive, one that
+        cannot be told (another PID namespace) makes it unknown, and only if all are proven dead
+        (another boot; or this PID namespace, and the pid is gone or started at another time) is the
+        owner dead. A pid no slot records is a process of the host's PID namespace (or Java, or an
+        older chronq): seen from the host it is judged by /proc/PID, as Java does; from inside a
+        container it cannot be seen, so it is unknown."""
+        pid = value & 0xFFFF_FFFF
+        verdicts = []
+        for slot in range(1, WRITER_SLOTS + 1):
+            process = self.get(_writer_keys(slot)[0])
+            if process is not None and process != UNLOCKED and process & 0xFFFF_FFFF == pid:
+                verdicts.append(self._describe_slot(slot))
+        if not verdicts:
+            me = _store.process_identity()
+            if me is not None and me.pid_namespace != _store.INIT_PID_NAMESPACE:
+                return LockOwner(pid, None, f"process {pid} of the host's PID namespace (or a Java writer): "
+                                 "it cannot be seen from this container")
+            alive = _store.process_alive(pid)
+            return LockOwner(pid, not alive, f"{'live' if alive else 'dead'} process {pid}")
+        for want in (False, None):
+            for verdict in verdicts:
+                if verdict.dead is want:
+                    return verdict
+        return verdicts[0]
+
+    def _slot_owner(self, slot: int, process: int) -> bool | None:
+        """Whether the owner of writer slot `slot` (holding `process`) is proven dead."""
+        owner = self._describe_slot(slot)
+        return owner.dead if self.get(_writer_keys(slot)[0]) == process else None
+
+    def _describe_slot(self, slot: int) -> LockOwner:
+        kp, ks = _writer_keys(slot)
+        process, started = (self.get(kp) or 0) & _U64, (self.get(ks) or 0) & _U64
+        pid, namespace = process & 0xFFFF_FFFF, process >> 32
+        boot, start = started >> _START_BITS, started & ((1 << _START_BITS) - 1)
+        what = f"process {pid} in PID namespace pid:[{namespace}] started at tick {start}"
+        me = _store.process_identity()
+        if me is None:
+            return LockOwner(pid, None, what)
+        if boot != me.boot:
+            return LockOwner(pid, True, f"dead {what} of an earlier boot")
+        if namespace != me.pid_namespace:
+            return LockOwner(pid, None, f"{what} (another PID namespace: it cannot be seen from here)")
+        now = _store.process_start_time(pid)
+        if now is None or now & ((1 << _START_BITS) - 1) != start:
+            return LockOwner(pid, True, f"dead {what}")
+        return LockOwner(pid, False, f"live {what}")
 
     # -- what a queue keeps here -----------------------------------------------------------------------
     def init_queue_keys(self) -> None:

@@ -139,6 +139,25 @@ def _arguments(m: MethodSpec, value: Any, where: str) -> list[Any]:
     return out
 
 
+class _Discard:
+    """A method writer's target that keeps nothing: encoding a call into it checks that it encodes."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+
+def _check_encodes(proto: type | None, name: str, value: Any, where: str) -> None:
+    """UsageError (naming the document and method) for a call whose values wire cannot encode (an
+    integer beyond 64 bits, say), found before anything is written rather than half-way."""
+    try:
+        if proto is not None:
+            getattr(writer(_Discard(), proto, source_id=0), name)(*value)
+        else:
+            encode_call([(name, value)])
+    except (WireError, ValueError, OverflowError, TypeError) as e:
+        raise UsageError(f"{where}: {name}: {e}") from None
+
+
 def _write(args: argparse.Namespace) -> None:
     import chronq
 
@@ -157,6 +176,7 @@ def _write(args: argparse.Namespace) -> None:
                     if name not in methods:
                         raise UsageError(f"{f} document {n}: {proto.__name__} has no method {name!r}")
                     value = _arguments(methods[name], value, f"{f} document {n}")
+                _check_encodes(proto, name, value, f"{f} document {n}")
                 calls.append((name, value))
         batches.append((f, calls))
     from chronq._progress import Progress

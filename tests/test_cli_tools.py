@@ -334,3 +334,49 @@ def test_a_damaged_cycle_file_exits_1_naming_file_and_position(numbers: Path) ->
         r = run("tail", numbers, *extra)
         assert r.returncode == 1 and r.stdout.count("\n") == 2  # the two messages before the damage
         assert f"{cycle}: at position {at}:" in r.stderr and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(("document", "problem"), [
+    ('--- !!python/object/apply:os.system ["echo hi"]', "unknown YAML tag !!python/object/apply:os.system"),
+    ("say: !!python/name:os.system", "unknown YAML tag !!python/name:os.system"),
+    ("--- !!map {say: 1}", "unknown YAML tag !!map"),
+    ("say: 1e999999", "number 1e999999 is out of range"),
+    ("say: -1e999", "number -1e999 is out of range"),
+    ("say: " + "9" * 100_000, "integer of 100000 digits is out of range"),
+    ("say: 123456789012345678901234567890", "does not fit in a signed 64-bit long"),
+])
+def test_write_refuses_what_it_cannot_write_faithfully(tmp_path: Path, document: str, problem: str) -> None:
+    """A document chronq write cannot write as it reads (a tag it does not know, a number beyond its
+    type) is a data error: exit 2, one line naming the file, the document and the problem, nothing
+    written. It was dropped without a word, written as Infinity, or a traceback's exit 1."""
+    f = tmp_path / "calls.yaml"
+    f.write_text(f"say: first\n---\n{document}\n---\nsay: last\n")
+    q = tmp_path / "q"
+    r = run("write", q, f)
+    assert r.returncode == 2, r
+    assert r.stderr.count("\n") == 1 and "calls.yaml" in r.stderr and "document 2" in r.stderr, r.stderr
+    assert problem in r.stderr, r.stderr
+    assert len(r.stderr) < 500
+    assert not q.exists() or _bodies(q) == []
+
+
+def test_write_still_reads_chronicle_document_markers_and_infinity(tmp_path: Path) -> None:
+    f = tmp_path / "calls.yaml"
+    f.write_text("--- !!data #binary\nsay: one\n--- !!meta-data\nsay: .inf\n---\nsay: '1e999999'\n")
+    q = tmp_path / "q"
+    assert run("write", q, f).returncode == 0
+    assert texts(run("tail", q)) == ['{"say": "one"}', '{"say": "Infinity"}', '{"say": "1e999999"}']
+
+
+@pytest.mark.parametrize("command", ["tail", "dump"])
+def test_reading_a_directory_that_is_not_a_queue_says_so(tmp_path: Path, command: str) -> None:
+    """A mistyped path printed nothing and exited 0, as an empty queue would."""
+    (tmp_path / "notes.txt").write_text("not a queue\n")
+    r = run(command, tmp_path)
+    assert r.returncode == 2 and r.stdout == ""
+    want = f"chronq {command}: {tmp_path}: not a queue (no metadata.cq4t and no .cq4 cycle files)\n"
+    assert r.stderr == want
+    empty = tmp_path / "empty"
+    assert run("append", empty, stdin="").returncode == 0  # an empty queue is still a queue
+    r = run(command, empty)
+    assert r.returncode == 0, r.stderr

@@ -268,3 +268,37 @@ def test_read_many_stops_at_a_handler_exception_with_what_came_before_consumed(t
         assert [args[0].text for _, args in h.calls] == ["m0", "m1"]
         assert r.read_many(10) == 2  # the failed document was consumed, as read_one does
         assert [args[0].text for _, args in h.calls] == ["m0", "m1", "m3", "m4"]
+
+
+class _Said(Protocol):
+    def say(self, text: str) -> None: ...
+
+
+def test_a_str_parameter_converts_as_wires_str_fields_do(tmp_path):
+    """One rule for typed decoding (docs/wire.md, docs/rpc.md): a `str` parameter reads a number as its
+    text, exactly as a `str` field of a typed message does (and as Java's `text()`); a value that cannot
+    be text raises WireError naming the event."""
+    import msgspec
+
+    from wire import binary
+    from wire.methods import encode_call
+
+    class Said(msgspec.Struct):
+        text: str
+
+    got: list[Any] = []
+
+    class Handler:
+        def say(self, text: str) -> None:
+            got.append(text)
+
+    reader = rpc.reader(None, Handler(), interfaces=[_Said])
+    for value in (5, 1.5, True):
+        reader.dispatch(encode_call([("say", value)]))
+        assert got[-1] == binary.decode(binary.encode({"text": value}), type=Said).text
+    assert got == ["5", "1.5", "true"]
+    with pytest.raises(WireError, match="expected text, found list") as err:
+        reader.dispatch(encode_call([("say", [1, 2])]), 0x10)
+    assert any("'say'" in note and "0x10" in note for note in err.value.__notes__)
+    with pytest.raises(WireError, match="expected text"):
+        binary.decode(binary.encode({"text": [1, 2]}), type=Said)

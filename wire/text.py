@@ -142,7 +142,7 @@ def quote(s: str, *, for_reading: bool = False) -> str:
     """
     s = _utf16(s)
     q = _quote_style(s)
-    if not q and for_reading and (_resolve_plain(s) != s or s.startswith(("---", "..."))):
+    if not q and for_reading and (_reads_as_other(s) or s.startswith(("---", "..."))):
         q = '"'
     if not q:
         return s
@@ -567,18 +567,36 @@ _SPECIAL = {
 }  # fmt: skip
 
 
+def _reads_as_other(s: str) -> bool:
+    """Whether plain `s` would not read back as this text (a number, a boolean, null, out of range)."""
+    try:
+        return bool(_resolve_plain(s) != s)
+    except WireError:
+        return True
+
+
 def _resolve_plain(s: str) -> Any:
+    """A plain scalar's value. A number beyond what it can be read as (an integer longer than
+    Python converts, a float literal beyond a double's range) is a WireError, never a silent
+    infinity: the YAML names `.inf` when it means one."""
     if s in _SPECIAL:
         return _SPECIAL[s]
     if _INT.match(s):
-        return int(s)
+        try:
+            return int(s)
+        except ValueError:
+            raise WireError(f"integer of {len(s.lstrip('+-'))} digits is out of range") from None
     if _HEX.match(s):
         v = int(s, 16)
         if v >= 1 << 64:
             return s
         return Int64Hex(v - (1 << 64) if v >= 1 << 63 else v)
     if _FLOAT.match(s):
-        return float(s)
+        number = float(s)
+        if math.isinf(number):
+            shown = s if len(s) <= 40 else f"{s[:20]}...{s[-10:]}"
+            raise WireError(f"number {shown} is out of range (beyond a double's ±1.8e308; .inf is infinity)")
+        return number
     return s
 
 
@@ -746,7 +764,13 @@ class _Parser:
             return self.flow_seq()
         if ch in "\"'":
             return self.quoted()
-        return _resolve_plain(self.plain(key=False, flow=block_indent is None))
+        start = self.i
+        text = self.plain(key=False, flow=block_indent is None)
+        try:
+            return _resolve_plain(text)
+        except WireError as e:
+            self.i = start
+            raise self.error(str(e)) from None
 
     def tagged(self, block_indent: int | None) -> Any:
         start = self.i
@@ -905,6 +929,7 @@ def _plain_of(v: Any) -> str:
 
 
 _DOC_LINE = re.compile(r"(---|\.\.\.)(\s|$)")
+_DOCUMENT_MARKERS = frozenset({"!!data", "!!meta-data", "!!not-ready-data", "!!not-ready-meta-data"})
 
 
 def from_yaml_all(text: str) -> list[Any]:
@@ -924,15 +949,21 @@ def from_yaml_all(text: str) -> list[Any]:
         p = _Parser(body, start)
         p.skip_blank()
         if p.i < len(body) or tag:
-            value = p.document()
+            try:
+                value = p.document()
+            except WireError as e:  # numbered as the documents returned (empty ones are left out)
+                raise WireError(f"document {len(docs) + 1}: {e}") from None
             docs.append(Typed(tag, value) if tag else value)
         chunk, start, tag = [], n + 1, ""
         rest = line[3:].strip() if line.startswith("---") else ""
         if rest.startswith("!") and not rest.startswith("!!"):  # "--- !Type" tags the document
             tag, _, rest = rest[1:].partition(" ")
             rest = rest.strip()
-        if rest and not rest.startswith(("!!", "#")):  # "--- value" on the separator line
-            chunk.append(" " * 4 + rest)
+        marker, _, after = rest.partition(" ")
+        if marker in _DOCUMENT_MARKERS:  # Chronicle's dumps: "--- !!data #binary", "--- !!meta-data"
+            rest = after.strip()
+        if rest and not rest.startswith("#"):  # "--- value" on the separator line (any other tag is its
+            chunk.append(" " * 4 + rest)  # own: an unknown one is refused, never dropped)
             start = n
     return docs
 

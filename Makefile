@@ -41,7 +41,7 @@ test-slow: build
 # suite against it (noxfile.py). A missing 3.12 or 3.13 is said and skipped; a missing 3.11 fails.
 test-pythons: $(STAMP)
 	$(PY) -m pytest -q -m wheel tests/test_wheel.py
-	#NOXLINE
+	$(VENV)/bin/nox
 
 # Real Java Chronicle Queue 5.26 reads, resumes, method-reads and appends to queues chronq wrote
 # (../shared/java/run.sh, needs a JDK 17). run.sh installs the Debian jars Chronicle needs on first use

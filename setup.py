@@ -1,6 +1,7 @@
 """Build the private native hot path; everything else is declared in pyproject.toml."""
 
 import os
+import sys
 
 from setuptools import Extension, setup
 
@@ -16,13 +17,21 @@ if os.environ.get("CHRONQ_SANITIZE") == "1":
     LINK += SANITIZE
 
 
+WITHOUT = ("building without OpenSSL: AES-GCM codecs seal and open through `cryptography`, one message at "
+           "a time; nothing else changes")
+
+
 def openssl() -> dict[str, list[str]]:
     """chronq._codecs seals AES-GCM batches with OpenSSL's EVP when its headers are here; without them it
     builds without (chronq.codecs then uses `cryptography` per message). CHRONQ_OPENSSL=0 forces that."""
     if os.environ.get("CHRONQ_OPENSSL") == "0":
+        print(f"chronq._codecs: {WITHOUT} (CHRONQ_OPENSSL=0)", file=sys.stderr)
         return {}
     prefix = os.environ.get("OPENSSL_DIR", "/usr")
-    if not os.path.exists(os.path.join(prefix, "include", "openssl", "evp.h")):
+    header = os.path.join(prefix, "include", "openssl", "evp.h")
+    if not os.path.exists(header):
+        print(f"chronq._codecs: {WITHOUT} ({header} not found; OPENSSL_DIR names another prefix)",
+              file=sys.stderr)
         return {}
     return {"define_macros": [("CHRONQ_OPENSSL", "1")], "libraries": ["crypto"],
             "include_dirs": [os.path.join(prefix, "include")]}

@@ -158,6 +158,13 @@ def throughput(n: int, tmp: Path) -> list[tuple[str, float, float, float, str]]:
 
     rows.append(("for ex in tailer", rate(total, chronq_iter), rows[-1][2], rows[-1][3], ">= 15 M/s"))
 
+    def chronq_read_many() -> None:
+        many = q.tailer().read_many
+        while many(1024):
+            pass
+
+    rows.append(("read_many(1024) batches", rate(total, chronq_read_many), rows[-1][2], rows[-1][3], ""))
+
     first = q.first_index
     assert first is not None
     picks = [first + random.randrange(total) for _ in range(100_000)]

@@ -5,8 +5,8 @@
  * 256 bytes the Python steps cost more than the library's own work. These functions take a whole batch:
  *   - frame_many: the frames of a batch of payloads (already compressed by zstd's batch API when the
  *     codec compresses), AES-GCM sealed here when the codec encrypts;
- *   - read_frames: reads a run of documents from a tailer through wire/_document_source.h (no Python call
- *     per document) and decodes the frames it can: plain frames, zstd frames (one call to
+ *   - read_frames: reads a run of documents of a codec queue from a tailer through wire/_document_source.h
+ *     (no Python call per document) and decodes the frames it can: plain frames, zstd frames (one call to
  *     python-zstandard's multi_decompress_to_buffer per run of the same dictionary) and AES-GCM frames.
  *     Anything else (an unknown or missing key or dictionary, a failed tag, damage, a size above the
  *     bound) stops the run and is handed back to the caller, whose per-message decoder names the problem.
@@ -407,9 +407,9 @@ PyDoc_STRVAR(read_frames_doc,
 "read_frames(source, tailer, out, max_count, max_bytes, max_size, dctxs, keys, zstd, /)\n--\n\n"
 "Reads up to `max_count` data documents from `tailer` (through `source`, the tailer's DocumentSource\n"
 "capsule), stopping after the one that brings the plain bytes read to `max_bytes`, and appends their plain\n"
-"payloads to the list `out`. `max_size` < 0: the documents are not frames (their bytes are appended);\n"
-"otherwise the bound on a frame's plain length. `dctxs` maps dictionary ids (0: none) to zstd\n"
-"decompressors, `keys` key ids to AES keys (or None), `zstd` is (BufferWithSegments, ZstdError).\n"
+"payloads to the list `out`. `max_size` (>= 0) bounds a frame's plain length. `dctxs` maps dictionary\n"
+"ids (0: none) to zstd decompressors, `keys` key ids to AES keys (or None), `zstd` is\n"
+"(BufferWithSegments, ZstdError). (A plain queue's batches: chronq._native.read_payloads.)\n"
 "Returns (pending, nbytes, error): the documents read but not decoded, in order after those in `out`\n"
 "(the first frame that is not a plain, zstd or AES-GCM frame of a known dictionary and key, or is\n"
 "damaged, and the rest of its zstd run; empty when all were decoded), the plain bytes read (those of a\n"
@@ -432,6 +432,10 @@ static PyObject *read_frames(PyObject *mod, PyObject *const *args, Py_ssize_t na
     long long max_bytes = PyLong_AsLongLong(args[4]);
     long long max_size = PyLong_AsLongLong(args[5]);
     if (PyErr_Occurred()) return NULL;
+    if (max_size < 0) {
+        PyErr_SetString(PyExc_ValueError, "read_frames: max_size must be >= 0");
+        return NULL;
+    }
     if (!PyList_Check(out) || !PyDict_Check(dctxs) || (keys != Py_None && !PyDict_Check(keys)) ||
         !PyTuple_Check(zstd) || PyTuple_GET_SIZE(zstd) != 2) {
         PyErr_SetString(PyExc_TypeError, "read_frames: out is a list, dctxs and keys dicts, zstd a pair");
@@ -472,16 +476,10 @@ static PyObject *read_frames(PyObject *mod, PyObject *const *args, Py_ssize_t na
         int cid = -1;
         uint32_t n = 0;
         long long plain = 0; /* bytes this document adds to out */
-        if (d && metadata == 0) {
-            if (max_size < 0) {
-                msg = PyBytes_FromStringAndSize(doc, len);
-                if (!msg) goto fail_ex;
-                plain = len;
-            } else if (len >= HEAD && d[0] == MAGIC0 && d[1] == MAGIC1 && d[2] == VERSION &&
-                       (n = ld32(d + 8)) <= (unsigned long long)max_size) {
-                cid = d[3];
-                plain = n;
-            }
+        if (d && metadata == 0 && len >= HEAD && d[0] == MAGIC0 && d[1] == MAGIC1 && d[2] == VERSION &&
+            (n = ld32(d + 8)) <= (unsigned long long)max_size) {
+            cid = d[3];
+            plain = n;
         }
 #ifdef CHRONQ_OPENSSL
         /* the key of an AES-GCM frame (ctx set up with it), or NULL: not given, or not in the ring */

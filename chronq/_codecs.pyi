@@ -1,4 +1,5 @@
-"""Batch framing and unframing of codec payloads (chronq/_codecs.c): chronq.codecs, Tailer.read_many."""
+"""Batch framing and unframing of codec payloads (chronq/_codecs.c), for chronq.codecs only: it links
+OpenSSL's libcrypto, so nothing a plain queue uses imports it."""
 
 from typing import Any
 

@@ -2180,6 +2180,74 @@ static PyObject *Tl_read_document(PyObject *source, const char **data, Py_ssize_
 
 static DocumentSource tailer_document_source = {DOCUMENT_SOURCE_VERSION, Tl_read_document};
 
+/* Tailer.read_many's forward path: payloads copied out of the map in one C loop (no Python step per
+ * message). Lives here, not in chronq._codecs, so a plain queue never loads that module (and its
+ * libcrypto). */
+PyDoc_STRVAR(read_payloads_doc,
+"read_payloads(tailer, out, max_count, max_bytes, /)\n--\n\n"
+"Reads up to `max_count` data documents from `tailer` (a TailerCore), stopping after the one that brings\n"
+"the bytes read to `max_bytes`, and appends copies of their payloads to the list `out`. Returns\n"
+"(pending, nbytes, error): pending holds the one document read but not copied (an excerpt not backed by\n"
+"a map, which the caller copies through Python; empty otherwise), nbytes the bytes appended, error None\n"
+"or the exception the tailer raised when it could not read on (what was read before is in `out`).");
+
+static PyObject *py_read_payloads(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "read_payloads takes 4 arguments");
+        return NULL;
+    }
+    PyObject *tailer = args[0], *out = args[1];
+    if (!PyObject_TypeCheck(tailer, &TailerType) || !PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "read_payloads: a chronq tailer and a list");
+        return NULL;
+    }
+    Py_ssize_t max_count = PyLong_AsSsize_t(args[2]);
+    long long max_bytes = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *pending = PyList_New(0);
+    if (!pending) return NULL;
+    long long bytes = 0;
+    PyObject *error = NULL;
+    for (Py_ssize_t i = 0; i < max_count && bytes < max_bytes; i++) {
+        PyObject *r = Tl_read_impl((TailerObject *)tailer, 0, 1, 1);
+        if (!r) {
+            /* the tailer could not read on: what was read before is returned with the error */
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (tb && value) PyException_SetTraceback(value, tb);
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            error = value ? value : Py_NewRef(Py_None);
+            break;
+        }
+        if (r == Py_None) {
+            Py_DECREF(r);
+            break;
+        }
+        if (!Py_IS_TYPE(r, &ExcerptType) || !((ExcerptObject *)r)->map) {
+            int app = PyList_Append(pending, r);
+            Py_DECREF(r);
+            if (app < 0) goto fail;
+            break;
+        }
+        ExcerptObject *ex = (ExcerptObject *)r;
+        Py_ssize_t len = ex_payload_len(ex);
+        PyObject *msg = PyBytes_FromStringAndSize(ex->map->base + ex->position + 4, len);
+        Py_DECREF(r);
+        if (!msg) goto fail;
+        int app = PyList_Append(out, msg);
+        Py_DECREF(msg);
+        if (app < 0) goto fail;
+        bytes += len;
+    }
+    return Py_BuildValue("(NLN)", pending, bytes, error ? error : Py_NewRef(Py_None));
+fail:
+    Py_XDECREF(error);
+    Py_DECREF(pending);
+    return NULL;
+}
+
 static PyObject *Tl_read(TailerObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     int want_meta = 0;
     if (nargs > 1 || (kwnames && PyTuple_GET_SIZE(kwnames) > 1)) {
@@ -3241,6 +3309,7 @@ static PyMethodDef module_methods[] = {
     {"check_run", (PyCFunction)py_check_run, METH_VARARGS, "check a replication run's documents"},
     {"read_run", (PyCFunction)py_read_run, METH_VARARGS, "copy a run of documents from a tailer"},
     {"write_run", (PyCFunction)py_write_run, METH_VARARGS, "append a run of documents through an appender"},
+    {"read_payloads", (PyCFunction)(void (*)(void))py_read_payloads, METH_FASTCALL, read_payloads_doc},
     {NULL}};
 
 static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "chronq._native",

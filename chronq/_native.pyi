@@ -81,6 +81,14 @@ def write_run(
     documents, metadata documents after the last data one)``. Nothing is written for a malformed run
     (ValueError)."""
 
+def read_payloads(
+    tailer: TailerCore, out: list[bytes], max_count: int, max_bytes: int, /
+) -> tuple[list[Any], int, BaseException | None]:
+    """`Tailer.read_many`'s forward path: append copies of up to ``max_count`` data payloads to ``out``,
+    stopping after the one that brings their bytes to ``max_bytes``: ``(pending, bytes appended,
+    error)``; ``pending`` holds a document read but not copied (an excerpt not backed by a map), ``error``
+    what the tailer raised when it could not read on (the payloads before it are in ``out``)."""
+
 class Map:
     """A MAP_SHARED mapping of a file; unmapped only when the last reference (excerpt, view) dies."""
 

@@ -5,8 +5,9 @@ payloads are framed says so in its table store (key ``chronq.codec``), so every 
 knows; each payload carries a small header naming its codec, dictionary and key (layout in
 docs/codecs.md), so messages written with an older key or codec stay readable.
 
-The codec libraries (`zstandard`, `lz4`, `cryptography`, the ``codecs`` extra) are imported when a
-codec first needs them: a plain queue never loads them.
+The codec libraries (`zstandard`, `lz4`, `cryptography`, the ``codecs`` extra) and the C module
+`chronq._codecs` (which links OpenSSL's libcrypto) are imported when a codec first needs them: a plain
+queue never loads them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chronq import _codecs, _native
+from chronq import _native
 from chronq.appender import Appender
 from chronq.errors import ChronqError
 from chronq.tailer import Direction, Tailer, _read_failed
@@ -355,6 +356,8 @@ def _batch_encoder(state: _State, codec: Codec, nonces: _Nonces,
     library call per batch: zstd's batch compression, then `chronq._codecs.frame_many` builds the frames
     and seals them (AES-GCM through OpenSSL). Without OpenSSL in the build an encrypting codec frames
     message by message (`one`)."""
+    from chronq import _codecs  # here, not at the top: a plain queue never loads it (nor its libcrypto)
+
     limit = min(codec.max_message_size, state.max_message_size, 0xFFFF_FFFF)
     keys = state.keys
     if codec.encryption is not None and (keys is None or not _codecs.HAVE_AES):
@@ -511,6 +514,8 @@ def _batch_decoder(state: _State, one: Callable[[Buffer, int], bytes],
     payloads decoded before a bad frame are returned first; the tailer stands before it, so the next
     call raises. So for a queue error (`_read_failed`)."""
     import zstandard
+
+    from chronq import _codecs  # here, not at the top: a plain queue never loads it (nor its libcrypto)
 
     read_frames, source = _codecs.read_frames, _native.DOCUMENT_SOURCE
     max_size = state.max_message_size

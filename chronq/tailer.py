@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from chronq import _codecs, _native
+from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
 from chronq.pausers import Pauser, SleepingPauser
 from chronq.store import load32, load64, process_alive
@@ -370,9 +370,7 @@ class Tailer(_native.TailerCore):
             return out
         budget = max_bytes
         while len(out) < max_count and budget > 0:
-            pending, nbytes, error = _codecs.read_frames(_native.DOCUMENT_SOURCE, self, out,
-                                                         max_count - len(out), budget, -1, {}, None,
-                                                         (None, None))
+            pending, nbytes, error = _native.read_payloads(self, out, max_count - len(out), budget)
             out += [ex.bytes() for ex in pending]  # only what the C reader could not take as an excerpt
             if error is not None:
                 _read_failed(error, out)

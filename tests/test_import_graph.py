@@ -10,7 +10,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import chronq
+
+# the folder the packages are imported from: this tree, or site-packages when the suite runs against an
+# installed wheel (`make test-pythons`)
+ROOT = Path(chronq.__file__).resolve().parents[1]
 PACKAGES = ("wire", "chronq", "rpc")
 LAYER = {"wire": 0, "chronq": 1, "rpc": 2}  # a module may import only its own layer and those below
 

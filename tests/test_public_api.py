@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
+import chronq
 from tests.conftest import skip_unless_strict
 
-ROOT = Path(__file__).resolve().parents[1]
+# the folder the packages are imported from: this tree, or site-packages when the suite runs against an
+# installed wheel (`make test-pythons`)
+ROOT = Path(chronq.__file__).resolve().parents[1]
 PACKAGES = ("wire", "chronq", "rpc")
 
 EXPORTS: dict[str, list[str]] = {

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 from chronq import _directory, _native
 from chronq import codecs as _codecs
@@ -43,9 +43,12 @@ from chronq.table import (
     TableStore,
     check_tailer_name,
 )
-from chronq.tailer import Excerpt, Tailer
+from chronq.tailer import Excerpt, ExcerptLike, Tailer
 
-__all__ = ["CycleFile", "Queue", "open"]
+__all__ = ["CycleFile", "Queue", "QueueExcerpt", "open"]
+
+QueueExcerpt: TypeAlias = "Excerpt | _codecs.DecodedExcerpt"
+"""What a queue's tailer reads: the stored `Excerpt`, or on a codec queue a data excerpt decoded."""
 
 K = TypeVar("K")
 Listener = Callable[[int, Path], None]
@@ -131,7 +134,8 @@ class Queue:
         self._cycles: list[int] | None = None
         self._cycles_mod = -1
         self._closed = False
-        self._named: weakref.WeakSet[Tailer] = weakref.WeakSet()  # tailers mapping a table-store value
+        # tailers mapping a table-store value
+        self._named: weakref.WeakSet[Tailer[ExcerptLike]] = weakref.WeakSet()
         self._users: dict[int, int] = {}  # cycle -> appenders/tailers attached to it (store-file events)
         requested = by_name(roll_cycle or DEFAULT_ROLL_CYCLE)
         v4_roll = None if (self.path / TABLE_STORE_FILE).exists() else _directory.header_roll(self.path)
@@ -466,8 +470,10 @@ class Queue:
             a.codec = codec
         return a
 
-    def tailer(self, name: str | None = None) -> Tailer:
+    def tailer(self, name: str | None = None) -> Tailer[QueueExcerpt]:
         """A new tailer at the start; a named one resumes where the name last finished reading.
+
+        On a codec queue it is a `chronq.codecs.CodecTailer`, whose data excerpts are `DecodedExcerpt`s.
 
         Names are at most `chronq.table.MAX_TAILER_NAME` (1024) Latin-1 characters (ValueError
         otherwise, before anything is written) and case-insensitive, as in Java.
@@ -573,7 +579,7 @@ class Queue:
 
         return dump_text(self.path)
 
-    def __iter__(self) -> Iterator[Excerpt]:
+    def __iter__(self) -> Iterator[QueueExcerpt]:
         """Read every excerpt from the start (a fresh tailer)."""
         return iter(self.tailer())
 

@@ -22,7 +22,8 @@ PACKAGES = ("wire", "chronq", "rpc")
 EXPORTS: dict[str, list[str]] = {
     "chronq": [
         "Appender", "BusyPauser", "ChronqError", "CorruptQueueError", "Direction", "DocumentContext",
-        "Excerpt", "IndexNotFoundError", "Pauser", "Queue", "QueueLockedError", "RollCycleMismatchError",
+        "Excerpt", "ExcerptLike", "IndexNotFoundError", "Pauser", "Queue", "QueueExcerpt", "QueueLockedError",
+        "Reader", "RollCycleMismatchError",
         "SleepingPauser", "SyncMode", "Tailer", "TailerState", "YieldingPauser", "merge", "open",
     ],
     "chronq.appender": ["Appender", "AppenderListener", "DocumentContext", "SyncMode"],
@@ -48,7 +49,7 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
-    "chronq.queue": ["CycleFile", "Queue", "open"],
+    "chronq.queue": ["CycleFile", "Queue", "QueueExcerpt", "open"],
     "chronq.replication": [
         "AcknowledgedTailer", "AcknowledgementTimeout", "AuthenticationError", "ConfigError", "CycleClock",
         "HostStatus", "LinkStatus", "Position", "ProtocolError", "ReplicatedQueue", "ReplicationConfig",
@@ -111,7 +112,7 @@ EXPORTS: dict[str, list[str]] = {
         "V4_TABLE_STORE_FILE", "WRITE_LOCK", "check_key", "check_tailer_name", "find_table_store",
         "tailer_index_key", "tailer_lock_key", "tailer_version_key",
     ],
-    "chronq.tailer": ["Direction", "Excerpt", "Tailer", "TailerState"],
+    "chronq.tailer": ["Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState"],
     "rpc": [
         "InterfaceSpec", "MethodReader", "MethodSpec", "Output", "Service", "Start", "current_history",
         "describe", "interface", "method_id", "reader", "writer",

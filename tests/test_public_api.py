@@ -49,6 +49,8 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
+    "chronq.plugins": ["entry_point", "entry_points"],
+    "chronq.progress": ["Progress", "wanted"],
     "chronq.queue": ["CycleFile", "Queue", "QueueExcerpt", "open"],
     "chronq.replication": [
         "AcknowledgedTailer", "AcknowledgementTimeout", "AuthenticationError", "ConfigError", "CycleClock",
@@ -118,7 +120,7 @@ EXPORTS: dict[str, list[str]] = {
         "describe", "interface", "method_id", "reader", "writer",
     ],
     "rpc.aio": ["AsyncMethodReader", "excerpts"],
-    "rpc.cli": ["interface_decoder", "register"],
+    "rpc.cli": ["interface_calls", "interface_decoder", "register"],
     "rpc.service": ["Output", "Service", "Start", "last_source_index"],
     "rpc.testing": ["Recorder", "ReplayResult", "YamlTester", "read_calls", "render_calls"],
     "rpc.testing.plugin": [

@@ -10,8 +10,8 @@ from chronq.errors import (
 )
 from chronq.merge import merge
 from chronq.pausers import BusyPauser, Pauser, SleepingPauser, YieldingPauser
-from chronq.queue import Queue, open
-from chronq.tailer import Direction, Excerpt, Tailer, TailerState
+from chronq.queue import Queue, QueueExcerpt, open
+from chronq.tailer import Direction, Excerpt, ExcerptLike, Reader, Tailer, TailerState
 
 __all__ = [
     "Appender",
@@ -21,10 +21,13 @@ __all__ = [
     "Direction",
     "DocumentContext",
     "Excerpt",
+    "ExcerptLike",
     "IndexNotFoundError",
     "Pauser",
     "Queue",
+    "QueueExcerpt",
     "QueueLockedError",
+    "Reader",
     "RollCycleMismatchError",
     "SleepingPauser",
     "SyncMode",

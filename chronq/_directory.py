@@ -16,20 +16,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chronq import _native
-from chronq.errors import ChronqError, CorruptQueueError
+from chronq.errors import ChronqError, CorruptQueueError, RollCycleMismatchError
 from chronq.rollcycles import RollCycle, by_format, file_splits
-from chronq.store import MAX_FIRST_HEADER, CycleRoll, StoreLayout, open_regular, read_layout
-from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore
+from chronq.store import MAX_FIRST_HEADER, CycleRoll, StoreLayout, is_headerless, open_regular, read_layout
+from chronq.table import TABLE_STORE_FILE, V4_TABLE_STORE_FILE, RollMetadata, TableStore, find_table_store
 
 __all__ = [
     "Directory",
     "check_split",
+    "check_writable",
     "close_map",
     "cycle_file_names",
     "geometry",
     "head",
     "header_roll",
     "headerless_aligned",
+    "headerless_error",
     "listing",
     "mapped",
     "open_map",
@@ -43,17 +45,7 @@ PathLike = str | os.PathLike[str]
 
 
 # -- the table store -----------------------------------------------------------------------------------
-def table_store(directory: PathLike) -> Path | None:
-    """The queue's table store: `metadata.cq4t` (v5) or, without one, `directory-listing.cq4t` (v4).
-
-    Anything under the name counts: a FIFO or directory called `metadata.cq4t` is reported when it is
-    opened, rather than passed over for a queue without a table store.
-    """
-    for name in (TABLE_STORE_FILE, V4_TABLE_STORE_FILE):
-        p = Path(directory) / name
-        if p.exists():
-            return p
-    return None
+table_store = find_table_store  # (the table store's own question; the name this module's callers use)
 
 
 def headerless_aligned(table: Path | None) -> bool:
@@ -190,22 +182,63 @@ class Directory:
         return [(c, self.path / name) for c, name in self.listing() if c is not None]
 
 
-def read(directory: PathLike) -> Directory:
+def read(directory: PathLike, table: TableStore | None = None) -> Directory:
     """The table store and roll cycle of a queue directory, as a reader finds them.
 
     The roll is the table store's; a Chronicle 4.x queue (no `metadata.cq4t`, or a listing without a
-    roll) keeps it in its cycle headers instead.
+    roll) keeps it in its cycle headers instead. `table`: the table store the caller holds open (a
+    queue opens its own, writable); without one it is opened here, read-only, for its roll.
     """
     path = Path(directory)
-    table = table_store(path)
-    stored = None
     if table is not None:
-        with TableStore.open(table, readonly=True) as t:
-            stored = t.roll
+        found: Path | None = table.path
+        stored = table.roll
+    else:
+        found, stored = table_store(path), None
+        if found is not None:
+            with TableStore.open(found, readonly=True) as t:
+                stored = t.roll
     if stored is None:
         stored = header_roll(path)
-    rc = roll_cycle(stored, table or path, path) if stored is not None else None
-    return Directory(path, table, stored, rc)
+    rc = roll_cycle(stored, found or path, path) if stored is not None else None
+    return Directory(path, found, stored, rc)
+
+
+# -- what a writer may not open --------------------------------------------------------------------------
+def headerless_error(path: Path) -> ChronqError:
+    """A cycle file chronq reads but never appends to (libchronicle's, without a store header)."""
+    return ChronqError(f"{path}: cycle file without a store header (as libchronicle writes them): chronq "
+                       "reads such queues but does not append to them; open the queue with readonly=True")
+
+
+def check_writable(directory: Path, rc: RollCycle, epoch: int) -> None:
+    """Refuse, before anything is written, a writable open of a directory chronq only reads: a
+    Chronicle 4.x queue (its roll in the cycle headers), one with headerless cycle files, or (with no
+    table store to name the roll cycle) files none of whose names is one of `rc`'s, which appending
+    with `rc` would start a second, unrelated series of files beside."""
+    has_table = (directory / TABLE_STORE_FILE).exists()
+    if not has_table and header_roll(directory) is not None:
+        raise ChronqError(f"{directory}: a Chronicle 4.x queue (the roll cycle is in its cycle file "
+                          "headers): chronq reads such queues but does not append to them; open the "
+                          "queue with readonly=True")
+    for name in cycle_file_names(directory):
+        try:
+            start = head(directory / name, 128)  # as much as `is_headerless` looks at
+        except (OSError, CorruptQueueError):
+            continue
+        if is_headerless(start):
+            raise headerless_error(directory / name)
+    if has_table:
+        return
+    listed = listing(directory, rc, epoch)
+    if any(cycle is not None for cycle, _ in listed):
+        return
+    names = [name for _, name in listed]
+    if names:
+        raise RollCycleMismatchError(
+            f"{directory / names[0]}: not a file name of roll cycle {rc.name} and {directory} has no "
+            f"{TABLE_STORE_FILE}; open it with the roll cycle that wrote it"
+        )
 
 
 # -- mapping -------------------------------------------------------------------------------------------

@@ -2414,6 +2414,8 @@ static PyMethodDef Tl_methods[] = {
      "move_to_index(index) -> bool: the next read() returns excerpt index (False: absent, or just past the end)"},
     {"_set_position", (PyCFunction)Tl_set_position, METH_VARARGS, NULL},
     {"_set_release", (PyCFunction)Tl_set_release, METH_O, NULL},
+    /* TailerCore[E] (a `types.GenericAlias`): chronq.Tailer subclasses it generic in its excerpt type */
+    {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS, NULL},
     {NULL}};
 
 static PyObject *Tl_get_index(TailerObject *self, void *c) {

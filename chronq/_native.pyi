@@ -6,9 +6,9 @@ Loads are acquire, stores release, CAS/add/max are sequentially consistent read-
 """
 
 from collections.abc import Callable, Iterable
-from typing import Any, overload
+from typing import Any, Generic, Self, overload
 
-from typing_extensions import Buffer
+from typing_extensions import Buffer, TypeVar
 
 from wire.record import RecordReader
 
@@ -209,10 +209,14 @@ class AppenderCore:
     def _unlock(self) -> None: ...
     def _end_position(self) -> tuple[int, int] | None: ...
 
-class TailerCore:
-    """Native tailer. The subclass provides ``_next_cycle() -> bool``, ``_map_end() -> bool``,
-    ``_end_of_older_cycle() -> bool`` (called where the documents of a cycle end without EOF while
-    ``_older`` is set) and ``_read_directional(metadata, commit)`` (used when ``_direction != 1``)."""
+_E = TypeVar("_E", covariant=True, default=Excerpt)
+
+class TailerCore(Generic[_E]):
+    """Native tailer, generic in what its `read` returns: the C one returns `Excerpt`s, a subclass
+    that decodes (chronq.codecs.CodecTailer) overrides it with its own excerpt type. The subclass
+    provides ``_next_cycle() -> bool``, ``_map_end() -> bool``, ``_end_of_older_cycle() -> bool``
+    (called where the documents of a cycle end without EOF while ``_older`` is set) and
+    ``_read_directional(metadata, commit)`` (used when ``_direction != 1``)."""
 
     _direction: int
     _older: bool  # a newer cycle file existed when this cycle was attached (reset by `_attach`)
@@ -228,11 +232,11 @@ class TailerCore:
     def _last_read(self) -> int: ...
     @property
     def _map(self) -> Map | None: ...
-    def read(self, metadata: bool = False) -> Excerpt | None: ...
-    def __iter__(self) -> TailerCore: ...
-    def __next__(self) -> Excerpt: ...
+    def read(self, metadata: bool = False) -> _E | None: ...
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> _E: ...
     def move_to_index(self, index: int, /) -> bool: ...
-    def _read_open(self, metadata: bool, /) -> Excerpt | None: ...
+    def _read_open(self, metadata: bool, /) -> _E | None: ...
     def _finish(self) -> None: ...
     def _attach(self, geometry: Geometry, /) -> None:
         """Attach a cycle (a headerless one too) and go to its start."""

@@ -11,7 +11,8 @@ module never names rpc and works (without them) when only chronq and wire are pr
 - ``[project.entry-points."chronq.commands"]``: each entry is ``register(subparsers)``, adding one
   subcommand whose parser sets ``run=callable(args)``; `rpc.cli` registers ``write`` this way.
 - ``[project.entry-points."chronq.decoders"]``: ``interface`` names ``factory("module:Class")``
-  returning ``decode(payload, index) -> [{"method": name, "args": [...]}]`` (`rpc.cli` again).
+  returning ``decode(payload, index) -> [{"method": name, "args": [...]}]`` (`rpc.cli` again);
+  ``interface_calls`` is the Spark source's (see `chronq.plugins`).
 
 Subcommands raise `UsageError` for bad input (exit 2); chronq's own errors exit 1.
 """
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from chronq.errors import ChronqError, IndexNotFoundError
+from chronq.plugins import entry_point, entry_points
 from wire.errors import WireError
 
 __all__ = ["UsageError", "load_object", "main", "queue_stats"]
@@ -152,16 +154,10 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stats", help="cycles, indexes, counts, bytes and named tailers of a queue")
     s.add_argument("path", type=Path, metavar="QUEUE")
     s.add_argument("--json", action="store_true", help="one JSON object")
-    for ep in _entry_points("chronq.commands"):
+    for ep in entry_points("chronq.commands"):
         ep.load()(sub)
     _history_parser(sub)
     return p
-
-
-def _entry_points(group: str) -> list[Any]:
-    from importlib.metadata import entry_points
-
-    return sorted(entry_points(group=group), key=lambda ep: ep.name)
 
 
 def _duration(text: str) -> int:
@@ -262,7 +258,7 @@ def _require_queue(path: Path) -> None:
 
 def _dump(path: Path, as_json: bool) -> None:
     from chronq import dump
-    from chronq._progress import Progress
+    from chronq.progress import Progress
 
     _require_queue(path)
 
@@ -509,10 +505,9 @@ def _literal(text: str) -> Any:
 
 
 def _decoder(spec: str) -> Callable[[bytes, int], list[dict[str, Any]]]:
-    found = [ep for ep in _entry_points("chronq.decoders") if ep.name == "interface"]
-    if not found:
+    factory = entry_point("chronq.decoders", "interface")
+    if factory is None:
         raise UsageError("--interface needs the rpc package (no 'chronq.decoders' entry point 'interface')")
-    factory = found[0].load()
     decode: Callable[[bytes, int], list[dict[str, Any]]] = factory(spec)
     return decode
 
@@ -597,7 +592,7 @@ def _tail_loop(tailer: Any, args: argparse.Namespace, until: Callable[[Any], boo
 
 def _tail_progress(q: Any, tailer: Any, args: argparse.Namespace) -> Any:
     """A progress bar over the messages a finite tail has to read (none while following)."""
-    from chronq._progress import Progress, wanted
+    from chronq.progress import Progress, wanted
 
     total = None
     if wanted() and not args.follow:

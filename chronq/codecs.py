@@ -16,10 +16,10 @@ import functools
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from chronq import _native
 from chronq.appender import Appender
@@ -504,7 +504,7 @@ def _decoder(state: _State, dctxs: dict[int, Any] | None = None) -> Callable[[Bu
 
 
 def _batch_decoder(state: _State, one: Callable[[Buffer, int], bytes],
-                   dctxs: dict[int, Any]) -> Callable[[Tailer, int, int], list[bytes]]:
+                   dctxs: dict[int, Any]) -> Callable[[CodecTailer, int, int], list[bytes]]:
     """A function reading a batch of documents from a tailer and returning their plain payloads.
 
     `chronq._codecs.read_frames` reads and decodes the common frames in C (zstd runs in one
@@ -524,7 +524,7 @@ def _batch_decoder(state: _State, one: Callable[[Buffer, int], bytes],
     run_dctxs = dctxs if batch else {}
     keys = state.keys._keys if state.keys is not None and _codecs.HAVE_AES else None
 
-    def many(tailer: Tailer, max_count: int, max_bytes: int) -> list[bytes]:
+    def many(tailer: CodecTailer, max_count: int, max_bytes: int) -> list[bytes]:
         out: list[bytes] = []
         budget = max_bytes
         while len(out) < max_count and budget > 0:
@@ -646,14 +646,15 @@ class CodecAppender(Appender):
         self._doc_meta = bool(metadata)
         return int(Appender._begin(self, metadata))
 
-    def _commit(self, data: bytes) -> int:  # type: ignore[override]
+    def _commit(self, data: Buffer) -> int:
         if not self._doc_meta:
             data = self._encode(data)
         return int(Appender._commit(self, data))
 
 
-class CodecTailer(Tailer):
-    """A tailer whose reads return `DecodedExcerpt`s. Its `read` is not the native one, so
+class CodecTailer(Tailer[DecodedExcerpt | _native.Excerpt]):
+    """A tailer whose reads return `DecodedExcerpt`s (metadata documents, stored plain as Chronicle's
+    own, come as the stored `Excerpt`). Its `read` is not the native one, so
     `document_source()` is None and native consumers (rpc's fast path) take the decoded path."""
 
     def __init__(self, queue: Queue, name: str | None, state: _State) -> None:
@@ -670,33 +671,35 @@ class CodecTailer(Tailer):
             return super().read_many(max_count, max_bytes)
         return self._decode_many(self, max_count, max_bytes)
 
-    def _decoded(self, ex: Any) -> Any:
-        if ex is None or type(ex) is DecodedExcerpt or ex.metadata:
+    def _decoded(self, ex: _Read) -> _Read:
+        if ex is None or isinstance(ex, DecodedExcerpt) or ex.metadata:
             return ex
         return DecodedExcerpt(ex, self._decode(ex, ex.index))
 
-    def read(self, metadata: bool = False) -> DecodedExcerpt | None:  # type: ignore[override]
-        ex: Any = _read(self, metadata)
-        if ex is None or type(ex) is DecodedExcerpt or ex.metadata:
-            return ex  # type: ignore[no-any-return]
+    # (`_decoded` inlined in `read` and `__next__`: they run once per message)
+    def read(self, metadata: bool = False) -> DecodedExcerpt | _native.Excerpt | None:
+        ex = _read(self, metadata)
+        if ex is None or isinstance(ex, DecodedExcerpt) or ex.metadata:
+            return ex
         return DecodedExcerpt(ex, self._decode(ex, ex.index))
 
-    def _read_open(self, metadata: bool) -> DecodedExcerpt | None:  # type: ignore[override]
-        return self._decoded(_native.TailerCore._read_open(self, metadata))  # type: ignore[no-any-return]
+    def _read_open(self, metadata: bool) -> DecodedExcerpt | _native.Excerpt | None:
+        return self._decoded(_read_open(self, metadata))
 
-    def __iter__(self) -> Iterator[DecodedExcerpt]:  # type: ignore[override]
-        return self
-
-    def __next__(self) -> DecodedExcerpt:  # type: ignore[override]
-        ex: Any = _read(self)
+    def __next__(self) -> DecodedExcerpt | _native.Excerpt:
+        ex = _read(self, False)
         if ex is None:
             raise StopIteration
-        if type(ex) is DecodedExcerpt or ex.metadata:
-            return ex  # type: ignore[no-any-return]
+        if isinstance(ex, DecodedExcerpt) or ex.metadata:
+            return ex
         return DecodedExcerpt(ex, self._decode(ex, ex.index))
 
 
-_read = _native.TailerCore.read
+# The C tailer's own reads, typed as what they return to a CodecTailer: the stored excerpt, or (reading
+# in another direction, where C calls back `_read_directional` and so `CodecTailer.read`) one decoded.
+_Read: TypeAlias = DecodedExcerpt | _native.Excerpt | None
+_read = cast("Callable[[_native.TailerCore[object], bool], _Read]", _native.TailerCore.read)
+_read_open = cast("Callable[[_native.TailerCore[object], bool], _Read]", _native.TailerCore._read_open)
 
 
 def _configure(

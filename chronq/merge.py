@@ -41,8 +41,8 @@ from typing import Any
 
 from chronq import _native
 from chronq.pausers import Pauser, SleepingPauser
-from chronq.queue import Queue
-from chronq.tailer import Excerpt, Tailer
+from chronq.queue import Queue, QueueExcerpt
+from chronq.tailer import Tailer
 
 __all__ = ["merge"]
 
@@ -50,8 +50,8 @@ Item = tuple[int, int, Any]
 
 
 def merge(
-    inputs: Sequence[Tailer | Queue],
-    key: Callable[[Excerpt], Any],
+    inputs: Sequence[Tailer[QueueExcerpt] | Queue],
+    key: Callable[[QueueExcerpt], Any],
     *,
     follow: bool = False,
     copy: bool = True,
@@ -60,13 +60,13 @@ def merge(
 ) -> Iterator[Item]:
     """`(source, index, payload)` of every excerpt of `inputs` in `key` order; see the module
     docstring for ties, `copy`, `follow` and where the tailers are left."""
-    tailers: list[Tailer] = [x.tailer() if isinstance(x, Queue) else x for x in inputs]
+    tailers: list[Tailer[QueueExcerpt]] = [x.tailer() if isinstance(x, Queue) else x for x in inputs]
     if follow:
         return _live(tailers, key, copy, pauser or SleepingPauser(), timeout)
     return _replay(tailers, key, copy)
 
 
-def _give_back(tailers: list[Tailer], heap: list[list[Any]], skip: int) -> None:
+def _give_back(tailers: list[Tailer[QueueExcerpt]], heap: list[list[Any]], skip: int) -> None:
     """Move each tailer back to its pending (read, not yielded) item; `skip`: the source whose item
     was yielded and not yet replaced (its tailer is already where it must be), or -1."""
     for entry in heap:
@@ -74,7 +74,8 @@ def _give_back(tailers: list[Tailer], heap: list[list[Any]], skip: int) -> None:
             tailers[entry[1]].move_to_index(entry[2][1])
 
 
-def _entry(tailers: list[Tailer], key: Callable[[Excerpt], Any], copy: bool, src: int, ex: Excerpt) -> Any:
+def _entry(tailers: list[Tailer[QueueExcerpt]], key: Callable[[QueueExcerpt], Any], copy: bool, src: int,
+           ex: QueueExcerpt) -> Any:
     """The heap entry of `ex`, read from input `src`: (key, src, item). If `key` fails, the excerpt
     is given back to its tailer first."""
     try:
@@ -84,7 +85,9 @@ def _entry(tailers: list[Tailer], key: Callable[[Excerpt], Any], copy: bool, src
         raise
 
 
-def _replay(tailers: list[Tailer], key: Callable[[Excerpt], Any], copy: bool) -> Iterator[Item]:
+def _replay(
+    tailers: list[Tailer[QueueExcerpt]], key: Callable[[QueueExcerpt], Any], copy: bool
+) -> Iterator[Item]:
     """The finished mode in C (`_native.Merge`): one read, one key call and one heap step per item,
     without a Python frame; the same rules and heap algorithm as `_live` below (which waits, so stays
     in Python). A tailer whose `read` is TailerCore's own is read without a Python call."""
@@ -94,7 +97,8 @@ def _replay(tailers: list[Tailer], key: Callable[[Excerpt], Any], copy: bool) ->
 
 
 def _live(
-    tailers: list[Tailer], key: Callable[[Excerpt], Any], copy: bool, pauser: Pauser, timeout: float | None
+    tailers: list[Tailer[QueueExcerpt]], key: Callable[[QueueExcerpt], Any], copy: bool, pauser: Pauser,
+    timeout: float | None,
 ) -> Iterator[Item]:
     reads = [t.read for t in tailers]
     heap: list[Any] = []

@@ -15,12 +15,12 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 from chronq import _directory, _native
 from chronq import codecs as _codecs
 from chronq.appender import Appender
-from chronq.errors import ChronqError, CorruptQueueError, RollCycleMismatchError
+from chronq.errors import ChronqError, CorruptQueueError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_name
 from chronq.store import (
     END_OF_DATA,
@@ -29,7 +29,6 @@ from chronq.store import (
     create_cycle_file,
     cycle_file_prefix,
     cycle_file_size,
-    is_headerless,
     load32,
     open_regular,
     read_layout,
@@ -43,9 +42,12 @@ from chronq.table import (
     TableStore,
     check_tailer_name,
 )
-from chronq.tailer import Excerpt, Tailer
+from chronq.tailer import Excerpt, ExcerptLike, Tailer
 
-__all__ = ["CycleFile", "Queue", "open"]
+__all__ = ["CycleFile", "Queue", "QueueExcerpt", "open"]
+
+QueueExcerpt: TypeAlias = "Excerpt | _codecs.DecodedExcerpt"
+"""What a queue's tailer reads: the stored `Excerpt`, or on a codec queue a data excerpt decoded."""
 
 K = TypeVar("K")
 Listener = Callable[[int, Path], None]
@@ -131,25 +133,19 @@ class Queue:
         self._cycles: list[int] | None = None
         self._cycles_mod = -1
         self._closed = False
-        self._named: weakref.WeakSet[Tailer] = weakref.WeakSet()  # tailers mapping a table-store value
+        # tailers mapping a table-store value
+        self._named: weakref.WeakSet[Tailer[ExcerptLike]] = weakref.WeakSet()
         self._users: dict[int, int] = {}  # cycle -> appenders/tailers attached to it (store-file events)
         requested = by_name(roll_cycle or DEFAULT_ROLL_CYCLE)
-        v4_roll = None if (self.path / TABLE_STORE_FILE).exists() else _directory.header_roll(self.path)
         if readonly:
             if not self.path.is_dir():
                 raise ChronqError(f"{self.path}: no queue directory to open read-only")
         else:
-            if v4_roll is not None:
-                raise ChronqError(f"{self.path}: a Chronicle 4.x queue (the roll cycle is in its cycle file "
-                                  "headers): chronq reads such queues but does not append to them; open the "
-                                  "queue with readonly=True")
             _make_dirs(self.path)
-            _refuse_headerless(self.path)
-            if not (self.path / TABLE_STORE_FILE).exists():
-                _refuse_foreign_names(self.path, requested, epoch)
+            _directory.check_writable(self.path, requested, epoch)
+        # a writable open creates metadata.cq4t (never writes a 4.x directory-listing.cq4t)
         found = _directory.table_store(self.path) if readonly else None
-        table = found or self.path / TABLE_STORE_FILE  # a writable open creates metadata.cq4t
-        self._headerless_aligned = _directory.headerless_aligned(table)
+        table = found or self.path / TABLE_STORE_FILE
         self.table: TableStore | None = None
         if table.exists() or not readonly:
             try:
@@ -161,12 +157,13 @@ class Queue:
                                   f"store: {e}") from e
         if not readonly:
             remove_abandoned_files(self.path)
-        stored = self.table.roll if self.table is not None else None
-        if stored is None:
-            stored = v4_roll
+        # the rest as any reader finds it: the stored roll (the table store's, or a 4.x queue's cycle
+        # headers), with the index split of its files
+        found_dir = _directory.read(self.path, self.table)
+        self._headerless_aligned = found_dir.headerless_aligned
         self.epoch = epoch
-        if stored is not None:
-            rc = _directory.roll_cycle(stored, table, self.path)
+        if found_dir.roll is not None and found_dir.stored is not None:
+            rc = found_dir.roll
             differs = (rc.format, rc.length_ms) != (requested.format, requested.length_ms)
             if differs and roll_cycle is not None:  # None means "whatever the queue has"
                 warnings.warn(
@@ -174,7 +171,7 @@ class Queue:
                     f"using it instead of {requested.name}",
                     stacklevel=3,
                 )
-            self.epoch = stored.epoch
+            self.epoch = found_dir.stored.epoch
             requested = rc
         self.roll_cycle: RollCycle = requested
         if self.table is not None and not readonly:
@@ -332,7 +329,7 @@ class Queue:
                 raise
             if layout.headerless and writable:
                 os.close(fd)
-                raise _headerless_error(path)
+                raise _directory.headerless_error(path)
             cf = CycleFile(cycle, path, m, layout, fd)
             self._files[(cycle, writable)] = cf
             self._evict()
@@ -466,8 +463,10 @@ class Queue:
             a.codec = codec
         return a
 
-    def tailer(self, name: str | None = None) -> Tailer:
+    def tailer(self, name: str | None = None) -> Tailer[QueueExcerpt]:
         """A new tailer at the start; a named one resumes where the name last finished reading.
+
+        On a codec queue it is a `chronq.codecs.CodecTailer`, whose data excerpts are `DecodedExcerpt`s.
 
         Names are at most `chronq.table.MAX_TAILER_NAME` (1024) Latin-1 characters (ValueError
         otherwise, before anything is written) and case-insensitive, as in Java.
@@ -573,7 +572,7 @@ class Queue:
 
         return dump_text(self.path)
 
-    def __iter__(self) -> Iterator[Excerpt]:
+    def __iter__(self) -> Iterator[QueueExcerpt]:
         """Read every excerpt from the start (a fresh tailer)."""
         return iter(self.tailer())
 
@@ -647,36 +646,6 @@ def _not_started(fd: int, hole: int) -> bool:
     if header & NOT_COMPLETE and header != END_OF_DATA:
         return True
     return not any(start)
-
-
-def _headerless_error(path: Path) -> ChronqError:
-    return ChronqError(f"{path}: cycle file without a store header (as libchronicle writes them): chronq "
-                       "reads such queues but does not append to them; open the queue with readonly=True")
-
-
-def _refuse_headerless(directory: Path) -> None:
-    """A writable open fails up front on a queue with headerless cycle files (never appended to)."""
-    for name in _directory.cycle_file_names(directory):
-        try:
-            start = _directory.head(directory / name, 128)  # as much as `is_headerless` looks at
-        except (OSError, CorruptQueueError):
-            continue
-        if is_headerless(start):
-            raise _headerless_error(directory / name)
-
-
-def _refuse_foreign_names(directory: Path, rc: RollCycle, epoch: int) -> None:
-    """Without a table store, the roll cycle that wrote existing cycle files is unknown: if none of their
-    names is one of `rc`'s, appending with `rc` would start a second, unrelated series of files."""
-    listed = _directory.listing(directory, rc, epoch)
-    if any(cycle is not None for cycle, _ in listed):
-        return
-    names = [name for _, name in listed]
-    if names:
-        raise RollCycleMismatchError(
-            f"{directory / names[0]}: not a file name of roll cycle {rc.name} and {directory} has no "
-            f"{TABLE_STORE_FILE}; open it with the roll cycle that wrote it"
-        )
 
 
 def _first_hole(fd: int, size: int) -> int:

@@ -176,10 +176,16 @@ def tailer_lock_key(name: str) -> str | None:
 
 
 def find_table_store(queue_dir: str | os.PathLike[str]) -> Path | None:
-    """The queue's table store: `metadata.cq4t` (v5) or `directory-listing.cq4t` (v4), if present."""
-    from chronq._directory import table_store  # the directory module builds on this one
+    """The queue's table store: `metadata.cq4t` (v5) or, without one, `directory-listing.cq4t` (v4).
 
-    return table_store(queue_dir)
+    Anything under the name counts: a FIFO or directory called `metadata.cq4t` is reported when it is
+    opened, rather than passed over for a queue without a table store.
+    """
+    for name in (TABLE_STORE_FILE, V4_TABLE_STORE_FILE):
+        p = Path(queue_dir) / name
+        if p.exists():
+            return p
+    return None
 
 
 @dataclass(frozen=True, slots=True)

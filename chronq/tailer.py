@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import enum
 import os
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, Protocol, Self
+
+from typing_extensions import Buffer, TypeVar
 
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
@@ -18,9 +21,48 @@ from chronq.table import UNLOCKED, tailer_index_key, tailer_lock_key, tailer_ver
 if TYPE_CHECKING:
     from chronq.queue import CycleFile, Queue
 
-__all__ = ["Direction", "Excerpt", "Tailer", "TailerState"]
+__all__ = ["Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState"]
 
 Excerpt = _native.Excerpt
+
+
+class ExcerptLike(Protocol):
+    """What every excerpt is, whichever reader returned it: a `chronq.Excerpt` (a view of the mapped
+    file), a `chronq.codecs.DecodedExcerpt` (the decoded bytes), a `chronq.archive.ArchivedExcerpt` (a
+    copy). Code that only needs this much (rpc's method reader) takes any of them."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def cycle(self) -> int: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def metadata(self) -> bool: ...
+    @property
+    def payload(self) -> Buffer:
+        """Valid at least until the reader is asked for the next excerpt."""
+    def bytes(self) -> builtins.bytes:
+        """A copy of the payload that stays valid."""
+
+
+E_co = TypeVar("E_co", bound=ExcerptLike, covariant=True, default=ExcerptLike)
+
+
+class Reader(Protocol[E_co]):
+    """What every reader is: `chronq.Tailer` (and `CodecTailer`), `replication.AcknowledgedTailer`,
+    `archive.ArchiveTailer`. `read()` returns the next excerpt in its order, or None when there is none
+    yet (a queue may grow) or any more (an archive); `index` is that of the excerpt `read()` returns next.
+    rpc's method reader, service and asyncio adapters take a `Reader`, so any of them can feed a handler."""
+
+    @property
+    def index(self) -> int: ...
+    def read(self) -> E_co | None: ...
+
+
+E = TypeVar("E", bound=ExcerptLike, covariant=True, default=Excerpt)
 
 #: how long a replicated named tailer waits for its `index.NAME.lock` held by a live process (Java:
 #: 1.5 x the queue's 10 s timeout) before raising QueueLockedError
@@ -48,12 +90,15 @@ def _read_failed(error: BaseException, out: list[bytes]) -> None:
         raise error
 
 
-class Tailer(_native.TailerCore):
+class Tailer(_native.TailerCore[E], Generic[E]):
     """Reads excerpts in order without consuming them.
 
     `read()` returns an `Excerpt` whose `payload` is a zero-copy view of the mapped file. Iteration
     (``for ex in tailer``) stops at the current end and reuses the excerpt object between steps when
     nothing else holds it, so keep ``bytes(ex.payload)`` (or `ex.bytes()`), not `ex`, beyond one step.
+
+    Generic in its excerpt type `E`: a plain `Tailer` is a ``Tailer[Excerpt]``; a codec queue's
+    `CodecTailer` is a ``Tailer[DecodedExcerpt]`` (its `read` decodes). Both are a `Reader`.
     """
 
     def __init__(self, queue: Queue, name: str | None = None) -> None:
@@ -169,7 +214,7 @@ class Tailer(_native.TailerCore):
         self._older = self._queue.next_cycle_after(cycle) is not None
         return True
 
-    def to_start(self) -> Tailer:
+    def to_start(self) -> Self:
         """Go to the first excerpt of the queue (or wait for the first cycle file)."""
         self._before_start = False
         first = self._queue.next_cycle_after(None)
@@ -180,7 +225,7 @@ class Tailer(_native.TailerCore):
             self._attach_cycle(first)
         return self
 
-    def to_end(self) -> Tailer:
+    def to_end(self) -> Self:
         """Go past the last excerpt (FORWARD: `read()` returns the next one written; BACKWARD: the last)."""
         self._before_start = False
         cycles = self._queue._fresh_cycles()
@@ -304,7 +349,7 @@ class Tailer(_native.TailerCore):
         self._remap(cf.map)
         return True
 
-    def _read_directional(self, metadata: bool, commit: bool) -> Excerpt | None:
+    def _read_directional(self, metadata: bool, commit: bool) -> E | None:
         direction = self._direction
         if self._before_start:
             return None
@@ -344,7 +389,7 @@ class Tailer(_native.TailerCore):
         self._before_start = True
 
     # -- conveniences ----------------------------------------------------------------------------------
-    def document_source(self) -> tuple[Tailer, object] | None:
+    def document_source(self) -> tuple[Self, object] | None:
         """What a native consumer (rpc's method reader) needs to read this tailer's documents in C
         without a Python call per document: (the tailer, a capsule of `wire/_document_source.h`'s
         table), or None when `read()` has been replaced (a subclass override, or an instance
@@ -381,7 +426,7 @@ class Tailer(_native.TailerCore):
         return out
 
     @contextlib.contextmanager
-    def reading_document(self, metadata: bool = False) -> Iterator[Excerpt | None]:
+    def reading_document(self, metadata: bool = False) -> Iterator[E | None]:
         """Read one document; a named tailer's stored position moves only when the block finishes.
 
         If the block raises, the tailer is put back so the same document is read again.
@@ -423,7 +468,7 @@ class Tailer(_native.TailerCore):
             return -1
         return self._queue._count_in(cycle)
 
-    def wait_read(self, timeout: float | None = None, pauser: Pauser | None = None) -> Excerpt | None:
+    def wait_read(self, timeout: float | None = None, pauser: Pauser | None = None) -> E | None:
         """Block until an excerpt is available (or `timeout` seconds pass: None)."""
         p = pauser or SleepingPauser()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -436,7 +481,7 @@ class Tailer(_native.TailerCore):
                 return None
             p.pause()
 
-    def follow(self, pauser: Pauser | None = None) -> Iterator[Excerpt]:
+    def follow(self, pauser: Pauser | None = None) -> Iterator[E]:
         """Yield excerpts forever, waiting with `pauser` when there is nothing new."""
         p = pauser or SleepingPauser()
         while True:

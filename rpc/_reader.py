@@ -6,13 +6,16 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rpc import _codec
 from rpc._codec import event_call as _event_call
 from rpc._history import Pending, current
 from rpc._interface import MethodSpec, describe, is_protocol
 from wire import WireType, unknown_types
+
+if TYPE_CHECKING:
+    from chronq.tailer import ExcerptLike, Reader
 
 log = logging.getLogger("rpc")
 
@@ -137,6 +140,10 @@ def _handler_specs(handler: object, interfaces: Sequence[type]) -> dict[str, Met
 class MethodReader:
     """Reads documents from a tailer and calls the handlers' methods named by each document's event.
 
+    The tailer is any `chronq.Reader` (a `chronq.Tailer`, an acknowledged or an archive tailer); with
+    a `metadata_handler` it must be a `chronq.Tailer` (whose `read(metadata=True)` returns metadata
+    documents too). None builds a reader fed only through `dispatch` (replay tests, decoders).
+
     Only methods of the Protocols a handler's class declares, or of `interfaces`, are ever called:
     event names are queue data, so no other method (public, `_private` or dunder) may be reachable
     from them. A handler with no Protocol either way is a TypeError here.
@@ -155,7 +162,7 @@ class MethodReader:
 
     def __init__(
         self,
-        tailer: Any,
+        tailer: Reader | None,
         *handlers: object,
         interfaces: Sequence[type] = (),
         on_unknown: UnknownHook | None = None,
@@ -245,7 +252,14 @@ class MethodReader:
         return n
 
     def _read_general(self) -> bool:
-        ex = self.tailer.read(True) if self._metadata_handler is not None else self.tailer.read()
+        tailer = self.tailer
+        if tailer is None:
+            raise TypeError("this MethodReader has no tailer to read: feed it with dispatch()")
+        if self._metadata_handler is not None:
+            # with a metadata handler the tailer is a chronq.Tailer (see the class docstring)
+            ex = cast("Callable[[bool], ExcerptLike | None]", tailer.read)(True)
+        else:
+            ex = tailer.read()
         if ex is None:
             return False
         return self._take(ex)
@@ -259,10 +273,10 @@ class MethodReader:
             raise err
         return self._take(got)
 
-    def _take(self, ex: Any) -> bool:
+    def _take(self, ex: ExcerptLike) -> bool:
         if ex.metadata:
             if self._metadata_handler is not None:
-                self._metadata_handler(ex.payload, ex.index)
+                self._metadata_handler(memoryview(ex.payload), ex.index)
             return True
         self.dispatch(ex.payload, ex.index)
         return True
@@ -393,7 +407,7 @@ class MethodReader:
 
 
 def reader(
-    tailer: Any,
+    tailer: Reader | None,
     *handlers: object,
     interfaces: Sequence[type] = (),
     on_unknown: UnknownHook | None = None,

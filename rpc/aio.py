@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from rpc._reader import MethodReader
+
+if TYPE_CHECKING:
+    from chronq.tailer import ExcerptLike, Reader
+
+E = TypeVar("E", bound="ExcerptLike")
 
 __all__ = ["AsyncMethodReader", "excerpts"]
 
@@ -40,8 +45,8 @@ class _Waiter:
 
 
 async def excerpts(
-    tailer: Any, *, batch: int = 256, min_sleep: float = 5e-5, max_latency: float = 1e-3
-) -> AsyncIterator[Any]:
+    tailer: Reader[E], *, batch: int = 256, min_sleep: float = 5e-5, max_latency: float = 1e-3
+) -> AsyncIterator[E]:
     """`async for ex in excerpts(tailer)`: every excerpt as it arrives, forever (break to stop).
 
     Each excerpt's payload is valid until the loop asks for the next one, as with `tailer.read()`.

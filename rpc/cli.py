@@ -2,7 +2,8 @@
 
 chronq may not import rpc (imports point rpc -> chronq -> wire), so `chronq.cli` finds these through
 the entry points this package declares in pyproject.toml: ``chronq.commands`` → `register` (adds the
-``write`` subcommand) and ``chronq.decoders`` → `interface_decoder` (what ``tail --interface`` calls).
+``write`` subcommand), ``chronq.decoders`` → `interface_decoder` (what ``tail --interface`` calls) and
+`interface_calls` (what the Spark source's typed ``args`` column decodes with).
 
 `chronq write QUEUE FILE.yaml...` is Chronicle's ChronicleWriterMain: each YAML document becomes
 method calls, the method named by the document's top-level key(s) (``say: hello``) or by
@@ -15,6 +16,7 @@ Each file is one `atomic()` block: a bad document in it writes nothing of that f
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +32,7 @@ from wire import WireError
 from wire.methods import encode_call
 from wire.text import from_yaml_all
 
-__all__ = ["interface_decoder", "register"]
+__all__ = ["interface_calls", "interface_decoder", "register"]
 
 
 def _protocol(spec: str) -> type:
@@ -85,6 +87,44 @@ def interface_decoder(spec: str) -> Callable[[bytes, int], list[dict[str, Any]] 
         return list(calls)
 
     return decode
+
+
+class _Capture:
+    """A handler for every method of a Protocol that records the decoded call instead of acting on it."""
+
+    def __init__(self, names: list[str], got: list[tuple[str, tuple[Any, ...]]]) -> None:
+        for name in names:
+            setattr(self, name, functools.partial(self._call, got, name))
+
+    @staticmethod
+    def _call(got: list[tuple[str, tuple[Any, ...]]], name: str, *args: Any) -> None:
+        got.append((name, args))
+
+
+def _ignore(event: str | int, index: int) -> None:
+    """An event the Protocol does not declare is no call of it."""
+
+
+CallDecoder = Callable[[Any], "tuple[str, tuple[Any, ...]] | None"]
+
+
+def interface_calls(proto: type) -> tuple[tuple[MethodSpec, ...], CallDecoder]:
+    """The ``chronq.decoders`` entry point ``interface_calls``, for the Spark source's typed ``args``
+    column: the methods of Protocol `proto`, and ``decode(body) -> (method, args)`` of the first call
+    of one of them in a document body (None if it holds none); the values are those rpc's method
+    reader passes a handler. A TypeError if `proto` is not an interface rpc can describe; `decode`
+    raises when a call of the interface has arguments that do not decode."""
+    methods = describe(proto).methods
+    got: list[tuple[str, tuple[Any, ...]]] = []
+    reader = MethodReader(None, _Capture([m.name for m in methods], got), interfaces=[proto],
+                          on_unknown=_ignore, source_id=0)
+
+    def decode(body: Any) -> tuple[str, tuple[Any, ...]] | None:
+        got.clear()
+        reader.dispatch(body)
+        return got[0] if got else None
+
+    return methods, decode
 
 
 # ------------------------------------------------------------------------------------------- write
@@ -179,7 +219,7 @@ def _write(args: argparse.Namespace) -> None:
                 _check_encodes(proto, name, value, f"{f} document {n}")
                 calls.append((name, value))
         batches.append((f, calls))
-    from chronq._progress import Progress
+    from chronq.progress import Progress
 
     with chronq.open(args.path, roll_cycle=args.roll_cycle) as q, \
             Progress(sum(len(c) for _, c in batches), f"write {args.path}") as bar:

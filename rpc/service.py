@@ -11,13 +11,19 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chronq.errors import IndexNotFoundError
 from chronq.pausers import Pauser, SleepingPauser
 from chronq.tailer import Direction
 from rpc import _codec
 from rpc._reader import MethodReader, UnknownHook, UnknownTypeHook
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from chronq.appender import Appender
+    from chronq.queue import Queue
 
 __all__ = ["Output", "Service", "Start", "last_source_index"]
 
@@ -36,20 +42,21 @@ class Output:
     While the service replays to rebuild state `enabled` is False and writes are dropped.
     """
 
-    def __init__(self, appender: Any, source_id: int) -> None:
+    def __init__(self, appender: Appender, source_id: int) -> None:
         self._write = appender.write
         self.source_id = source_id
         self.enabled = True
         self.dropped = 0
 
-    def write(self, data: Any) -> Any:
+    def write(self, data: Buffer) -> int | None:
+        """The index written, or None: dropped while replaying."""
         if self.enabled:
             return self._write(data)
         self.dropped += 1
         return None
 
 
-def last_source_index(output: Any, input_source_id: int) -> int | None:
+def last_source_index(output: Queue, input_source_id: int) -> int | None:
     """The input index recorded in the newest output document whose history names `input_source_id`.
 
     Scans backwards from the end, so it costs one document when the service owns its output queue.
@@ -86,8 +93,8 @@ class Service:
 
     def __init__(
         self,
-        input: Any,
-        output: Any,
+        input: Queue,
+        output: Queue,
         handler_factory: Callable[[Output], object],
         source_id: int,
         *,

@@ -1,14 +1,21 @@
-"""No import cycle among the modules of wire, chronq and rpc; imports point one way: rpc -> chronq -> wire.
+"""The import rules of wire, chronq and rpc, read from each module's AST.
 
-Read from the AST of the imports a module runs when it is imported: statements at module level (also
-inside a module-level ``try``/``if``), not those inside functions or ``if TYPE_CHECKING:`` blocks. A
-cycle there means some module sees another half-initialised depending on which one is imported first.
+- No import cycle among the imports a module runs when it is imported: statements at module level (also
+  inside a module-level ``try``/``if``), not those inside functions or ``if TYPE_CHECKING:`` blocks. A
+  cycle there means some module sees another half-initialised depending on which one is imported first.
+- On every import statement anywhere in a module (inside functions and ``TYPE_CHECKING`` blocks too):
+  imports point one way, rpc -> chronq -> wire; nothing outside `chronq.spark` imports it (the Spark
+  source is a leaf: it needs pyspark); and no package imports another package's private module (a
+  module named with a leading underscore, or one inside such a package) -- what another package
+  needs gets a public name.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 import chronq
 
@@ -54,6 +61,26 @@ def _run_at_import(body: list[ast.stmt]) -> list[ast.Import | ast.ImportFrom]:
     return out
 
 
+def _targets(node: ast.Import | ast.ImportFrom, name: str, is_pkg: bool, files: set[str] | dict[str, Path]
+             ) -> list[str]:
+    """The modules (of `files`, or outside them by name) one import statement of module `name` names.
+
+    ``from pkg import name`` is ``pkg.name`` when that is a module (or private: a private module, or
+    a private name of it, either way not another package's to take), else ``pkg`` itself."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = node.module or ""
+    if node.level:
+        anchor = name.split(".") if is_pkg else name.split(".")[:-1]
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join([*anchor, *([base] if base else [])])
+    out = []
+    for alias in node.names:
+        sub = f"{base}.{alias.name}"
+        out.append(sub if sub in files or alias.name.startswith("_") else base)
+    return out
+
+
 def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
     """Module -> the modules of `packages` its body imports.
 
@@ -65,19 +92,7 @@ def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
     for name, path in files.items():
         is_pkg = path.name == "__init__.py"
         for node in _run_at_import(ast.parse(path.read_text(), str(path)).body):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            else:
-                base = node.module or ""
-                if node.level:
-                    anchor = name.split(".") if is_pkg else name.split(".")[:-1]
-                    anchor = anchor[: len(anchor) - (node.level - 1)]
-                    base = ".".join([*anchor, *([base] if base else [])])
-                for alias in node.names:
-                    sub = f"{base}.{alias.name}"
-                    targets.append(sub if sub in files else base)
-            for t in targets:
+            for t in _targets(node, name, is_pkg, files):
                 if t in files and t != name and not name.startswith(t + "."):
                     graph[name].add(t)
     return graph
@@ -118,6 +133,75 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _private_owner(module: str) -> str | None:
+    """The package a private module belongs to (`chronq` for `chronq._directory`), None if public."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def rule_violations(name: str, source: str, is_pkg: bool = False, modules: set[str] | None = None
+                    ) -> list[str]:
+    """The import rules module `name` (with this `source`) breaks, one line each, on every import
+    statement anywhere in it. `modules`: the known module names (to tell ``from pkg import mod``)."""
+    known = modules or set()
+    found = []
+    own_top = name.split(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        for t in _targets(node, name, is_pkg, known):
+            top = t.split(".")[0]
+            if top not in LAYER:
+                continue
+            where = f"{name}:{node.lineno} imports {t}"
+            if LAYER[top] > LAYER[own_top]:
+                found.append(f"{where}: upward (imports point rpc -> chronq -> wire)")
+            if (t == "chronq.spark" or t.startswith("chronq.spark.")) and not (
+                    name == "chronq.spark" or name.startswith("chronq.spark.")):
+                found.append(f"{where}: nothing outside chronq.spark imports it")
+            owner = _private_owner(t)
+            if owner is not None and top != own_top:
+                found.append(f"{where}: a private module of another package ({owner})")
+    return found
+
+
+def test_import_rules_hold_on_every_import() -> None:
+    files = module_files(ROOT, PACKAGES)
+    broken = [v for name, path in sorted(files.items())
+              for v in rule_violations(name, path.read_text(), path.name == "__init__.py", set(files))]
+    assert broken == []
+
+
+@pytest.mark.parametrize(("name", "source", "rule"), [
+    # the two violations fixed, reintroduced: rpc inside a function of the Spark source ...
+    ("chronq.spark._typed", "def interface_columns(spec):\n    import rpc\n    return rpc.describe\n",
+     "upward"),
+    # ... and chronq's private progress module from rpc's command line
+    ("rpc.cli", "def _write(args):\n    from chronq._progress import Progress\n", "private module"),
+    ("rpc.cli", "from chronq import _directory\n", "private module"),
+    ("chronq.queue", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rpc import Service\n",
+     "upward"),
+    ("wire.binary", "def f():\n    from chronq.errors import ChronqError\n", "upward"),
+    ("chronq.cli", "def f():\n    from chronq.spark import source\n", "outside chronq.spark"),
+    ("rpc.service", "import chronq.spark._typed\n", "outside chronq.spark"),
+    ("chronq.codecs", "from wire import _accel\n", "private module"),
+])
+def test_the_checker_sees_each_broken_rule(name: str, source: str, rule: str) -> None:
+    found = rule_violations(name, source, modules={"chronq._directory", "chronq.spark.source"})
+    assert any(rule in v for v in found), found
+
+
+def test_the_checker_passes_allowed_imports() -> None:
+    # downward, within a package's own private modules (a subpackage included), the Spark source itself
+    ok = "from chronq import _directory\nfrom chronq.spark import _typed\nimport wire.binary\n"
+    modules = {"chronq._directory", "chronq.spark._typed"}
+    assert rule_violations("chronq.spark.source", ok, modules=modules) == []
+    assert rule_violations("rpc.cli", "import chronq.progress\nfrom wire import binary\n") == []
+
+
 def test_no_import_cycles() -> None:
     graph = import_graph(ROOT, PACKAGES)
     assert "chronq.queue" in graph and graph["chronq.queue"] >= {"chronq.appender", "chronq.tailer"}
@@ -148,3 +232,12 @@ def test_the_checker_sees_a_cycle(tmp_path: Path) -> None:
     graph = import_graph(tmp_path, ("pk",))
     assert graph == {"pk": {"pk.a"}, "pk.a": {"pk.b"}, "pk.b": {"pk.c"}, "pk.c": {"pk.a"}, "pk.d": {"pk.c"}}
     assert cycles(graph) == [["pk.a", "pk.b", "pk.c"]]
+
+
+def test_the_table_store_is_below_the_directory() -> None:
+    # Chronicle's directory listing builds on the table store, never the reverse (not even lazily)
+    files = module_files(ROOT, PACKAGES)
+    tree = ast.parse(files["chronq.table"].read_text())
+    imported = {t for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                for t in _targets(node, "chronq.table", False, files)}
+    assert "chronq._directory" not in imported

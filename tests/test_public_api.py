@@ -25,7 +25,8 @@ PACKAGES = ("wire", "chronq", "rpc")
 EXPORTS: dict[str, list[str]] = {
     "chronq": [
         "Appender", "BusyPauser", "ChronqError", "CorruptQueueError", "Direction", "DocumentContext",
-        "Excerpt", "IndexNotFoundError", "Pauser", "Queue", "QueueLockedError", "RollCycleMismatchError",
+        "Excerpt", "ExcerptLike", "IndexNotFoundError", "Pauser", "Queue", "QueueExcerpt", "QueueLockedError",
+        "Reader", "RollCycleMismatchError",
         "SleepingPauser", "SyncMode", "Tailer", "TailerState", "YieldingPauser", "merge", "open",
     ],
     "chronq.appender": ["Appender", "AppenderListener", "DocumentContext", "SyncMode"],
@@ -51,7 +52,9 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": ["BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
-    "chronq.queue": ["CycleFile", "Queue", "open"],
+    "chronq.plugins": ["entry_point", "entry_points"],
+    "chronq.progress": ["Progress", "wanted"],
+    "chronq.queue": ["CycleFile", "Queue", "QueueExcerpt", "open"],
     "chronq.replication": [
         "AcknowledgedTailer", "AcknowledgementTimeout", "AuthenticationError", "ConfigError", "CycleClock",
         "HostStatus", "LinkStatus", "Position", "ProtocolError", "ReplicatedQueue", "ReplicationConfig",
@@ -116,13 +119,13 @@ EXPORTS: dict[str, list[str]] = {
         "V4_TABLE_STORE_FILE", "WRITER_SLOTS", "WRITE_LOCK", "check_key", "check_tailer_name",
         "find_table_store", "tailer_index_key", "tailer_lock_key", "tailer_version_key",
     ],
-    "chronq.tailer": ["Direction", "Excerpt", "Tailer", "TailerState"],
+    "chronq.tailer": ["Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState"],
     "rpc": [
         "InterfaceSpec", "MethodReader", "MethodSpec", "Output", "Service", "Start", "current_history",
         "describe", "interface", "method_id", "reader", "writer",
     ],
     "rpc.aio": ["AsyncMethodReader", "excerpts"],
-    "rpc.cli": ["interface_decoder", "register"],
+    "rpc.cli": ["interface_calls", "interface_decoder", "register"],
     "rpc.service": ["Output", "Service", "Start", "last_source_index"],
     "rpc.testing": ["Recorder", "ReplayResult", "YamlTester", "read_calls", "render_calls"],
     "rpc.testing.plugin": [

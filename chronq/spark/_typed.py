@@ -24,6 +24,7 @@ from typing import Any
 
 import wire
 from chronq.errors import ChronqError
+from chronq.plugins import entry_point
 
 Convert = Callable[[Any], Any]
 
@@ -183,35 +184,36 @@ def spark_type(tp: Any, _open: frozenset[Any] = frozenset()) -> tuple[str, Conve
 class InterfaceColumns:
     """``args`` typed from a Protocol: one struct field per method, holding that method's parameters.
 
-    Decoding is rpc's method reader (the same code a service runs), fed one body at a time.
+    Decoding is rpc's method reader (the same code a service runs), fed one body at a time. chronq may
+    not import rpc: rpc offers it as the ``chronq.decoders`` entry point ``interface_calls``.
     """
 
     ddl: str
     converts: dict[str, Callable[[tuple[Any, ...]], dict[str, Any]]]
-    reader: Any  # rpc.MethodReader calling a _Capture
-    got: list[tuple[str, tuple[Any, ...]]]
+    call: Callable[[Any], tuple[str, tuple[Any, ...]] | None]
 
     def decode(self, body: Any) -> tuple[str | None, Any]:
         """(method, args value) of one message; (None, None) when it is not a call of this interface.
 
         Raises when the message names a method of the interface but its arguments do not decode.
         """
-        self.got.clear()
-        self.reader.dispatch(body)
-        if not self.got:
+        got = self.call(body)
+        if got is None:
             return None, None
-        name, args = self.got[0]
+        name, args = got
         return name, {name: self.converts[name](args)}
 
 
 @functools.cache
 def interface_columns(spec: str) -> InterfaceColumns:
     """The typed ``args`` column of the Protocol ``spec`` names (cached per process: workers are reused)."""
-    import rpc
-
+    interface_calls = entry_point("chronq.decoders", "interface_calls")
+    if interface_calls is None:
+        raise ChronqError("option interface needs the rpc package "
+                          "(no 'chronq.decoders' entry point 'interface_calls')")
     proto = load(spec, "interface")
     try:
-        methods = rpc.describe(proto).methods
+        methods, call = interface_calls(proto)
     except TypeError as e:
         raise ChronqError(f"option interface: {spec!r}: {e}") from e
     ddls: list[tuple[str, str]] = []
@@ -220,31 +222,12 @@ def interface_columns(spec: str) -> InterfaceColumns:
         typed = [(p, *spark_type(tp)) for p, tp in m.params]
         ddls.append((m.name, struct_ddl([(p, ddl) for p, ddl, _ in typed])))
         converts[m.name] = _params(tuple((p, conv) for p, _, conv in typed))
-    got: list[tuple[str, tuple[Any, ...]]] = []
-    capture = _Capture([m.name for m in methods], got)
-    reader = rpc.reader(None, capture, interfaces=[proto], on_unknown=_ignore)
-    return InterfaceColumns(struct_ddl(ddls), converts, reader, got)
-
-
-def _ignore(event: str | int, index: int) -> None:
-    """Unknown methods are rows with null ``args``, not log lines."""
+    return InterfaceColumns(struct_ddl(ddls), converts, call)
 
 
 def _params(params: tuple[tuple[str, Convert | None], ...]) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
     """``args -> {param: value}`` for one method (generated like a struct's)."""
     return _record("params", [(p, f"v[{i}]", conv) for i, (p, conv) in enumerate(params)])
-
-
-class _Capture:
-    """A handler for every method of a Protocol that records the decoded call instead of acting on it."""
-
-    def __init__(self, names: list[str], got: list[tuple[str, tuple[Any, ...]]]) -> None:
-        for name in names:
-            setattr(self, name, functools.partial(self._call, got, name))
-
-    @staticmethod
-    def _call(got: list[tuple[str, tuple[Any, ...]]], name: str, *args: Any) -> None:
-        got.append((name, args))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -134,7 +134,7 @@ class YamlTester:
         naming the input message each output answered."""
         out = Recorder()
         handler = self.handler_factory(out)
-        reader = MethodReader(_NoTailer(), handler, interfaces=self.interfaces, source_id=0)
+        reader = MethodReader(None, handler, interfaces=self.interfaces, source_id=0)
         out.enabled = False
         for doc in setup:
             reader.dispatch(encode_call(doc))
@@ -171,12 +171,3 @@ class YamlTester:
             raise AssertionError(f"{folder}/out.yaml was missing: written from this run, review it")
         if not result.passed:
             raise AssertionError(f"replay of {folder} differs from its out.yaml:\n{result.diff()}")
-
-
-class _NoTailer:
-    """YamlTester dispatches documents itself; a reader built on this is never polled."""
-
-    queue = None
-
-    def read(self) -> None:
-        return None

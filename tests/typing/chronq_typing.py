@@ -32,13 +32,14 @@ with a.writing_document() as dc:
 a.write("text")  # type: ignore[arg-type]
 
 t = q.tailer("reader")
-assert_type(t, chronq.Tailer)
+# on a codec queue the tailer is a CodecTailer: its data excerpts are decoded ones
+assert_type(t, chronq.Tailer[chronq.QueueExcerpt])
 assert_type(t.index, int)
 assert_type(t.direction, chronq.Direction)
-assert_type(t.to_start(), chronq.Tailer)
+assert_type(t.to_start(), chronq.Tailer[chronq.QueueExcerpt])
 assert_type(t.move_to_index(0), bool)
 ex = t.read()
-assert_type(ex, chronq.Excerpt | None)
+assert_type(ex, chronq.QueueExcerpt | None)
 assert ex is not None
 assert_type(ex.payload, memoryview)
 assert_type(ex.index, int)
@@ -48,10 +49,13 @@ assert_type(ex.position, int)
 assert_type(ex.metadata, bool)
 assert_type(ex.bytes(), bytes)
 for e in t:
-    assert_type(e, chronq.Excerpt)
+    assert_type(e, chronq.QueueExcerpt)
 for e in q:
-    assert_type(e, chronq.Excerpt)
-assert_type(t.wait_read(0.1), chronq.Excerpt | None)
+    assert_type(e, chronq.QueueExcerpt)
+assert_type(t.wait_read(0.1), chronq.QueueExcerpt | None)
+plain: chronq.Tailer = chronq.Tailer(q)  # a plain tailer reads the stored excerpts
+assert_type(plain.read(), chronq.Excerpt | None)
+plain = t  # type: ignore[assignment]
 ex.index = 3  # type: ignore[misc]
 
 

@@ -1,5 +1,8 @@
 """Progress on stderr for the long commands (`dump --json`, `tail` of a large queue, `write`).
 
+Internal to the command lines (chronq's, and rpc's ``chronq write``): public by name so that rpc,
+which may not reach into chronq's private modules, shows the same progress.
+
 Shown only when stderr is a terminal and stdout is not (the output goes to a file or a pipe, so the
 bar does not interleave with it); otherwise, and in scripts, nothing is printed. With the ``cli``
 extra installed (`rich`) it is a rich progress bar; without it, one plain line rewritten in place.
@@ -11,6 +14,8 @@ import sys
 import time
 from types import TracebackType
 from typing import Any
+
+__all__ = ["Progress", "wanted"]
 
 _EVERY = 0.1  # s between redraws of the plain line: redrawing per message would cost more than reading it
 

@@ -41,3 +41,20 @@ def dictionary_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]
     with open_q(path, codec=Codec("zstd")) as q:
         q.appender().write_many([trade(i) for i in range(2000)])
         return path, train_dictionary(q, size=4096)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's `--dist loadgroup` (`make test` runs the suite in parallel): every Spark
+    test in one worker, so that one JVM serves them all instead of one per worker; the `exclusive` tests
+    (latency-sensitive, pinned CPUs, kill loops) one after another in one worker, never beside each
+    other."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        for group in ("spark", "exclusive"):
+            if item.get_closest_marker(group) is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break

@@ -31,15 +31,21 @@ lint: build
 typecheck: build
 	$(VENV)/bin/mypy --strict wire chronq rpc
 
+# pytest-xdist: one worker per core (XDIST=-n 0 runs in this process); --dist loadgroup keeps each
+# xdist_group in one worker (the Spark tests share one JVM, the `exclusive` ones never run beside each
+# other: tests/conftest.py). The slowest tests are listed: a new one over a few seconds belongs in `slow`
+# or needs a cheaper default version.
+XDIST ?= -n auto --dist loadgroup
+
 unit: build
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST) --durations=25
 
 test: lint typecheck unit
 
 # pytest exits 5 when nothing is marked slow; that is not a failure. The durations are the figures
 # docs/guarantees.md quotes.
 test-slow: build
-	$(PY) -m pytest -q -m slow --durations=0 --durations-min=5 || [ $$? -eq 5 ]
+	$(PY) -m pytest -q $(XDIST) -m slow --durations=0 --durations-min=5 || [ $$? -eq 5 ]
 
 # The sdist and wheel `python -m build` makes carry the C modules, stubs, markers, shim, entry points and
 # licence, and the sdist builds with and without OpenSSL's headers (tests/test_wheel.py); then each of
@@ -53,12 +59,12 @@ test-pythons: $(STAMP)
 # (../shared/java/run.sh, needs a JDK 17). run.sh installs the Debian jars Chronicle needs on first use
 # when it runs as root (apt-get); otherwise the tests skip, naming the packages (fail under CHRONQ_STRICT=1).
 test-interop: build
-	$(PY) -m pytest -q -m interop
+	$(PY) -m pytest -q $(XDIST) -m interop
 
 # The wire and rpc suites again on the pure-Python reference codec (what runs where the C
 # accelerator cannot be built); the differential tests then compare it with nothing but itself.
 test-pure: build
-	WIRE_NO_SPEEDUPS=1 $(PY) -m pytest -q tests/test_wire_binary.py tests/test_wire_typed.py \
+	WIRE_NO_SPEEDUPS=1 $(PY) -m pytest -q $(XDIST) tests/test_wire_binary.py tests/test_wire_typed.py \
 		tests/test_wire_text.py tests/test_wire_history.py tests/test_wire_wiretypes.py tests/test_wire_fuzz.py tests/test_wire_bounds.py tests/test_wire_fields.py \
 		tests/test_rpc_reader.py tests/test_rpc_writer.py tests/test_rpc_history.py tests/test_rpc_java_queues.py \
 		tests/test_rpc_service.py tests/test_rpc_wires.py tests/test_rpc_fuzz.py tests/test_rpc_dispatch_scope.py \
@@ -95,7 +101,7 @@ asan-build: build
 
 test-asan: asan-build
 	rm -rf $(ASAN_LOGS) && mkdir -p $(ASAN_LOGS)
-	cd $(ASAN_TREE) && $(ASAN_ENV) $(abspath $(PY)) -m pytest -q -m 'not slow and not interop and not spark' \
+	cd $(ASAN_TREE) && $(ASAN_ENV) $(abspath $(PY)) -m pytest -q $(XDIST) -m 'not slow and not interop and not spark' \
 		$(ASAN_TESTS); rc=$$?; \
 		$(ASAN_CHECK); exit $$rc
 

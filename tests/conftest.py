@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,35 @@ def dictionary_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]
     with open_q(path, codec=Codec("zstd")) as q:
         q.appender().write_many([trade(i) for i in range(2000)])
         return path, train_dictionary(q, size=4096)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Groups for pytest-xdist's `--dist loadgroup` (`make test` runs the suite in parallel): every Spark
+    test in one worker, so that one JVM serves them all instead of one per worker; the `exclusive` tests
+    (latency-sensitive, pinned CPUs, kill loops) one after another in one worker, never beside each
+    other. Set as each test is collected: xdist reads the groups in its collection_modifyitems hook."""
+    if item.get_closest_marker("xdist_group") is not None or not item.config.pluginmanager.hasplugin("xdist"):
+        return
+    for group in ("spark", "exclusive"):
+        if item.get_closest_marker(group) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+            return
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """Make xdist's groups take effect on pytest 9.2+. An xdist worker names each grouped test's group in
+    its node id (`path::test@group`), which the scheduler reads; xdist 3.8 still writes the id to the
+    attribute older pytest read it from, so on pytest 9.2 every group was silently ignored (tests of one
+    group ran on every worker). Carry its id over to the one pytest now reads."""
+    yield
+    if not config.pluginmanager.hasplugin("xdist") or config.getvalue("dist") != "no":
+        return  # only the workers (whose dist is "no") name the groups
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:  # pytest before 9.2: xdist's own id is the one read
+        return
+    for item in items:
+        grouped = item.__dict__.get("_nodeid")
+        if isinstance(grouped, str) and grouped != item.nodeid:
+            item._id = coerce_node_id(grouped)  # type: ignore[attr-defined]

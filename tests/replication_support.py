@@ -21,10 +21,40 @@ Doc = tuple[int, bool, bytes]
 KEY = "a pre-shared key of the test cluster, long enough"
 
 
+def _port_slice() -> range:
+    """This process's ports: below the kernel's ephemeral range (net.ipv4.ip_local_port_range), one
+    slice of 500 per pytest-xdist worker. A port the kernel handed out by a bind to port 0 and closed
+    again could be handed to another test's connect() (or bind to 0) before the child process binds it;
+    one outside the ephemeral range is only ever taken by a test that chose it, and no other worker of
+    the run chooses from this slice."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    slices = max(1, (low - 10000) // 500)  # from port 10000 up to the ephemeral range
+    start = 10000 + (int(worker) if worker.isdigit() else 0) % slices * 500
+    return range(start, start + 500)
+
+
+_PORTS = _port_slice()
+_next_port = secrets.randbelow(len(_PORTS))  # another run on this machine most likely starts elsewhere
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A local port no one listens on, for a child process (`chronq replicate`) to listen on: the next
+    one of this worker's slice (never one handed out before in this process) that a bind shows free."""
+    global _next_port
+    for _ in range(len(_PORTS)):
+        port = _PORTS[_next_port % len(_PORTS)]
+        _next_port += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or in TIME_WAIT from an earlier test
+            return port
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 class RawPeer:

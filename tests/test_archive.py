@@ -12,9 +12,9 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -415,6 +415,7 @@ def test_cli_archives_and_reports(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--keep" in bad.stderr
 
 
+@pytest.mark.exclusive
 def test_sigkill_at_random_points_never_loses_a_cycle(tmp_path: Path) -> None:
     """Kill `chronq archive` at random moments, over and over: after each kill every cycle is still in
     the queue (byte-identical) or complete in the archive with a valid manifest entry, and a final
@@ -521,31 +522,23 @@ def _check_nothing_lost(q: Path, dest: Path, originals: dict[str, str]) -> int:
 
 
 # -- S3 (moto's server) ----------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")
-    port = _free_port()
-    log = open(os.devnull, "wb")  # noqa: SIM115 - closed with the server below
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+    # the server binds port 0 and names its port (a port chosen here and closed again could be taken
+    # by another test running in parallel before the server binds it)
+    log_path = tmp_path_factory.mktemp("moto") / "server.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed with the server below
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
                               stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail("moto's S3 server did not start")
-                time.sleep(0.1)
+        while (found := re.search(rb"Running on http://127\.0\.0\.1:(\d+)", log_path.read_bytes())) is None:
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"moto's S3 server did not start: {log_path.read_text(errors='replace')}")
+            time.sleep(0.1)
+        port = int(found[1])
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()

@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+# the benchmarks pin CPUs and time themselves: under xdist one at a time (tests/conftest.py)
+pytestmark = pytest.mark.exclusive
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 

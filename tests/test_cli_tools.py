@@ -280,7 +280,10 @@ def _with_tty_stderr(cmd: list[str], cwd: Path = REPO) -> tuple[str, str]:
     reader = threading.Thread(target=drain)
     reader.start()
     try:
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, text=True, cwd=cwd) as p:
+        # 500 columns: the progress line names the queue's whole path (longer under xdist's basetemp,
+        # popen-gwN/), which the default 80 would cut
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, text=True, cwd=cwd,
+                              env={**os.environ, "COLUMNS": "500"}) as p:
             os.close(slave)
             out, _ = p.communicate(timeout=120)
         reader.join(timeout=30)

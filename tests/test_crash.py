@@ -102,11 +102,13 @@ def crash_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
     assert report["live"] == final, "the reader that tailed through the crashes saw something else"
 
 
+@pytest.mark.exclusive
 def test_sigkill_at_random_points(tmp_path: Path) -> None:
     crash_rounds(tmp_path, rounds=60, seed=SEED)
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive
 @pytest.mark.parametrize("seed", range(3))
 def test_sigkill_at_random_points_long(tmp_path: Path, seed: int) -> None:
     crash_rounds(tmp_path, rounds=250, seed=SEED + seed)
@@ -168,6 +170,7 @@ def test_next_writer_proceeds_after_kill_while_creating_the_table_store(tmp_path
     assert [i for i, _ in read_all(queue)] == new and len(new) == 2
 
 
+@pytest.mark.exclusive
 def test_named_tailer_killed_at_random_points_resumes_without_skipping(tmp_path: Path) -> None:
     """At-least-once for a named consumer: after any kill it resumes at the excerpt it was inside, or the
     one after the last it finished, never earlier and never later (also across rolls)."""
@@ -175,6 +178,7 @@ def test_named_tailer_killed_at_random_points_resumes_without_skipping(tmp_path:
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive
 def test_named_tailer_killed_at_random_points_long(tmp_path: Path) -> None:
     named_tailer_kills(tmp_path, rounds=150, seed=SEED + 1)
 

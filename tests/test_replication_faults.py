@@ -164,11 +164,13 @@ def _first_difference(expected: list[tuple[int, bool, bytes]], got: list[tuple[i
     return f"round {r}, {sink}: {len(expected)} documents in the source, {len(got)} in the sink"
 
 
+@pytest.mark.exclusive
 def test_fault_rounds(tmp_path: Path) -> None:
     _run_rounds(tmp_path, 20, seed=20)
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_fault_rounds_long(tmp_path: Path, seed: int) -> None:
     _run_rounds(tmp_path, 20, seed=seed)  # 5 x 20 = 100 rounds

@@ -19,7 +19,7 @@ import chronq
 from chronq.table import TABLE_STORE_FILE, TableStore, tailer_index_key
 from tests.conftest import skip_unless_strict
 from tests.procs.qhelp import child_env, script, wait_line
-from tests.test_full_disk import can_mount_tmpfs
+from tests.test_full_disk import require_tmpfs
 
 JAVA = Path(__file__).resolve().parents[2] / "shared" / "java" / "run.sh"
 SEED = int(os.environ.get("CHRONQ_CRASH_SEED", "20261122"))
@@ -37,6 +37,12 @@ def java(*args: str) -> str:
         skip_unless_strict(f"the Java tool cannot run here: {p.stderr.strip()}")
     assert p.returncode == 0, f"Java failed on {args}: {p.stdout}{p.stderr}"
     return p.stdout
+
+
+def java_tailers(queue: Path, names: dict[str, int]) -> dict[str, int]:
+    """Where Java Chronicle resumes each of these named tailers of `queue`."""
+    lines = java("tailers", str(queue), *names).splitlines()
+    return {name: int(index, 16) for name, index, _ in (line.split("\t") for line in lines)}
 
 
 def make_queue(path: Path, excerpts: int = 8) -> None:
@@ -164,9 +170,7 @@ def test_kill_at_each_step_of_adding_a_key(tmp_path: Path) -> None:
         acks |= run_add(queue, f"k{r}", 6, step, str(kill_at))
         acks |= run_add(queue, f"ok{r}", 3)
         check_keys(queue, acks)
-    lines = java("tailers", str(queue), *acks).splitlines()
-    resumed = {name: int(index, 16) for name, index, _ in (line.split("\t") for line in lines)}
-    assert resumed == acks
+    assert java_tailers(queue, acks) == acks
 
 
 def kill_loop(tmp_path: Path, rounds: int) -> None:
@@ -202,13 +206,16 @@ def kill_loop(tmp_path: Path, rounds: int) -> None:
         if r % 5 == 4 or r == rounds - 1:
             check_keys(queue, acks, tailers=r == rounds - 1)
     assert len(acks) > rounds  # the kills landed while keys were being added, not before
+    assert java_tailers(queue, acks) == acks, "Java resumes a named tailer elsewhere than chronq"
 
 
+@pytest.mark.exclusive
 def test_kill_loop(tmp_path: Path) -> None:
     kill_loop(tmp_path, 12)
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive
 def test_kill_loop_long(tmp_path: Path) -> None:
     kill_loop(tmp_path, 300)
 
@@ -220,8 +227,7 @@ def test_full_tmpfs_while_adding_keys(tmp_path: Path) -> None:
     completed key and takes new ones."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    if not can_mount_tmpfs(mnt):
-        pytest.skip("cannot mount a private tmpfs here (needs unshare -m and CAP_SYS_ADMIN)")
+    require_tmpfs(mnt)
     queue = mnt / "q"
     interp, path = script("table_keys")
     # the mount exists only in this mount namespace: everything that touches it runs inside

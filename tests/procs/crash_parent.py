@@ -7,8 +7,9 @@ pipe. The parent kills it after a random short delay (sometimes before it
 even opened the queue, sometimes mid-document), reaps it (so its pid is really dead), and records what
 was acknowledged. The clock moves one day every few rounds, so rolls and EOF back-filling are killed
 too. The last round writes a fixed number of messages and exits normally: the queue must still take
-writes after all the kills. Between rounds the parent tails the queue read-only, the way a live
-consumer would: it must never see a torn message. Prints one JSON object:
+writes after all the kills. Throughout (while each writer writes, is killed, and between rounds) the
+parent tails the queue read-only, the way a live consumer would: it must never see a torn message.
+Prints one JSON object:
 {"acks": {round: [[n, index], ...]}, "blocks": {round: [[n, count], ...]}, "live": [[index, round, n], ...],
 "kills": k}.
 """
@@ -80,9 +81,10 @@ def child(path: str, rnd: int, seed: int, block_size: int, ack_fd: int, limit: i
 
 
 def run_round(
-    path: str, rnd: int, seed: int, block_size: int, rng: random.Random, final: bool
+    path: str, rnd: int, seed: int, block_size: int, rng: random.Random, final: bool, live: LiveReader
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Run one writer; return its acknowledgements [n, index] and the atomic blocks it began [n, count]."""
+    """Run one writer; return its acknowledgements [n, index] and the atomic blocks it began [n, count].
+    The live reader (once open) tails the queue every few milliseconds while the writer runs."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -103,8 +105,10 @@ def run_round(
 
         end = time.monotonic() + timeout
         while (left := end - time.monotonic()) > 0:
-            if not select.select([r], [], [], left)[0]:
-                return True
+            if live.tailer is not None:
+                live.poll()  # beside the writer: a document may be half written, or its writer killed
+            if not select.select([r], [], [], min(left, 0.002))[0]:
+                continue
             chunk = os.read(r, 65536)
             if not chunk:
                 return False
@@ -169,7 +173,7 @@ def main() -> None:
     live = LiveReader(path)
     acks, blocks = {}, {}
     for r in range(rounds + 1):
-        acks[r], blocks[r] = run_round(path, r, seed, block_size, rng, final=r == rounds)
+        acks[r], blocks[r] = run_round(path, r, seed, block_size, rng, final=r == rounds, live=live)
         if live.tailer is not None or any(acks.values()):
             live.poll()
     print(json.dumps({"acks": acks, "blocks": blocks, "live": live.seen, "kills": rounds}))

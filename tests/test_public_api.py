@@ -47,7 +47,7 @@ EXPORTS: dict[str, list[str]] = {
         "format_table", "plot", "write_csv",
     ],
     "chronq.merge": ["merge"],
-    "chronq.pausers": ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
+    "chronq.pausers": ["BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
     "chronq.queue": ["CycleFile", "Queue", "open"],
     "chronq.replication": [
         "AcknowledgedTailer", "AcknowledgementTimeout", "AuthenticationError", "ConfigError", "CycleClock",
@@ -79,8 +79,8 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.replication.source": ["CodecState", "SourceReader"],
     "chronq.replication.status": [
-        "HostStatus", "LinkStatus", "format_status", "read_status_file", "status_file_path",
-        "write_status_file",
+        "HostStatus", "LinkState", "LinkStatus", "Role", "format_status", "read_status_file",
+        "status_file_path", "write_status_file",
     ],
     "chronq.retention": [
         "Policy", "RetentionResult", "delete_cycle_file", "parse_duration", "protected_from", "retain",

@@ -14,6 +14,7 @@ import pytest
 import chronq
 from chronq.replication import ConfigError, ReplicatedQueue, load_config, parse_config
 from chronq.replication import protocol as p
+from chronq.replication.config import MAX_CONFIG_BYTES
 from tests.procs.qhelp import child_env
 from tests.replication_support import (
     Host,
@@ -143,6 +144,12 @@ def test_in_process_api_and_acknowledged_index(tmp_path: Path, caplog: pytest.Lo
             assert ex is not None and (ex.index, ex.bytes()) == (index, b"hello replica")
 
 
+def _cfg(context: str = "", host: str = "hostId: 1") -> str:
+    """One host, one queue, the key file `k`, with `context` and `host` settings added."""
+    return (f"cluster: {{context: {{keyFile: k, {context}}}, h: {{connectUri: 'a:1', {host}}}}}\n"
+            "queues: {q: {masterId: 1}}")
+
+
 @pytest.mark.parametrize(("text", "error"), [
     ("cluster: {context: {keyFile: k}, h: {hostId: 1, connectUri: x}}\nqueues: {q: {masterId: 1}}",
      "connectUri 'x' is not host:port"),
@@ -160,12 +167,51 @@ def test_in_process_api_and_acknowledged_index(tmp_path: Path, caplog: pytest.Lo
      "queues: {q: {masterId: 1}}", "busySpinMicros must be an integer >= 0"),
     ("cluster: {context: {keyFile: missing}}", "missing: .*No such file"),
     ("cluster: [1, 2]", "cluster: expected a map"),
+    # unknown keys at every level, named with the nearest known one
+    ("clustr: {}", r"configuration: unknown key 'clustr' \(did you mean 'cluster'\?\)"),
+    ("cluster: {context: {keyFile: k, tlsCAFile: ca.pem}, h: {hostId: 1, connectUri: 'a:1'}}\n"
+     "queues: {q: {masterId: 1}}", r"cluster.context: unknown key 'tlsCAFile' \(did you mean 'tlsCaFile'"),
+    ("cluster: {context: {keyFile: k}, h: {hostId: 1, connectUri: 'a:1', port: 7}}\n"
+     "queues: {q: {masterId: 1}}", r"cluster.h: unknown key 'port' \(known: hostId, connectUri"),
+    ("cluster: {context: {keyFile: k}, h: {hostId: 1, connectUri: 'a:1'}}\n"
+     "queues: {q: {masterId: 1, acknowlege: true}}",
+     r"queues.q: unknown key 'acknowlege' \(did you mean 'acknowledge'"),
+    # every number bounded
+    (_cfg(context=f"maxFrameSize: {2**63 - 1}"),
+     f"maxFrameSize must be an integer >= 1024 and <= {1 << 30}, got {2**63 - 1}"),
+    (_cfg(context=f"heartbeatTimeoutMs: {10**15}"),
+     "heartbeatTimeoutMs must be an integer >= 1 and <= 86400000"),
+    (_cfg(host=f"hostId: {2**32}"), "hostId must be an integer >= 1 and <= 2147483647"),
+    (_cfg(context="busySpinMicros: 100000000"), "busySpinMicros must be an integer >= 0 and <= 1000000"),
+    # neither a key nor TLS: the message says either would do
+    ("cluster: {context: {}, h: {hostId: 1, connectUri: 'a:1'}}\nqueues: {q: {masterId: 1}}",
+     r"keyFile is missing: replication needs a pre-shared key \(keyFile\) or TLS \(tlsCaFile, tlsCertFile"),
+    # hostile YAML: one line, no RecursionError
+    ("cluster: " + "[" * 100_000 + "]" * 100_000, "not valid YAML: YAML line 1, column [0-9]+: nesting deep"),
 ])
 def test_config_errors(tmp_path: Path, text: str, error: str) -> None:
     (tmp_path / "k").write_text("sixteen bytes or more\n")
     (tmp_path / "short").write_text("short")
     with pytest.raises(ConfigError, match=error):
         parse_config(text, tmp_path)
+
+
+def test_config_larger_than_the_bound_is_refused_unread(tmp_path: Path) -> None:
+    """An 8 MiB configuration (it took 3.8 s to parse before) is refused with one line, without
+    parsing it; so is a 100 MB one, without reading it all."""
+    config = write_config(tmp_path, hosts=2)
+    text = config.read_text()
+    huge = tmp_path / "huge.yaml"
+    huge.write_text(text + "#" * (8 << 20) + "\n")
+    with pytest.raises(ConfigError, match=f"huge.yaml: the configuration is larger than {MAX_CONFIG_BYTES}"):
+        load_config(huge)
+    with pytest.raises(ConfigError, match=f"larger than {MAX_CONFIG_BYTES}"):
+        parse_config(text + "#" * (8 << 20), tmp_path)
+    with huge.open("r+b") as f:
+        f.truncate(100_000_000)  # sparse: read whole, it would take as long as before
+    with pytest.raises(ConfigError, match="larger than"):
+        load_config(huge)
+    assert load_config(config).max_frame > 0
 
 
 def test_cli_refuses_an_unknown_host(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from tests import strategies
 from tests.conftest import require_vectors
 from wire import WireError, binary
 from wire.text import (
+    MAX_YAML_DOCUMENT,
     from_yaml,
     from_yaml_all,
     java_double,
@@ -311,6 +312,32 @@ def test_from_yaml_errors_name_the_line() -> None:
         from_yaml("a: 1\na: 2\n")
     with pytest.raises(WireError, match="one YAML document"):
         from_yaml("---\na: 1\n---\nb: 2\n")
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000,
+    "{a: " * 100_000 + "1" + "}" * 100_000,
+    "- " * 100_000 + "x",
+    "!t " * 100_000 + "x",
+    "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 400)),
+])
+def test_from_yaml_refuses_deep_nesting_with_one_line(text: str) -> None:
+    """Nesting beyond binary wire's depth is a WireError naming the place, not a RecursionError."""
+    deeper = f"line [0-9]+, column [0-9]+: nesting deeper than {binary.MAX_DEPTH} "
+    with pytest.raises(WireError, match=deeper):
+        from_yaml(text)
+    assert from_yaml("[" * (binary.MAX_DEPTH - 1) + "]" * (binary.MAX_DEPTH - 1)) is not None
+
+
+def test_from_yaml_refuses_an_oversized_text_before_parsing() -> None:
+    with pytest.raises(WireError, match="longer than 1000"):
+        from_yaml("a: " + "x" * 1000, max_size=1000)
+    with pytest.raises(WireError, match=f"longer than {MAX_YAML_DOCUMENT}"):
+        from_yaml("#" * (MAX_YAML_DOCUMENT + 1))
+    big = "---\n".join(f"a: {'x' * 400}\n" for _ in range(10))  # each document fits, the stream may not
+    assert len(from_yaml_all(big, max_document=500)) == 10
+    with pytest.raises(WireError, match="document at line 1 holds 403 characters, more than 100"):
+        from_yaml_all(big, max_document=100)
 
 
 def test_from_yaml_into_a_type() -> None:

@@ -23,7 +23,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -608,11 +608,27 @@ _UNESCAPE = {
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 
 
+MAX_YAML_DOCUMENT = 16 << 20  # characters in one document: a bound on the time and memory a reader takes
+
+
 class _Parser:
-    """Recursive descent over one document's text; `i` is the position in `s`."""
+    """Recursive descent over one document's text; `i` is the position in `s`. Collections nest at most
+    `binary.MAX_DEPTH` deep (the limit binary wire has), so hostile text meets a WireError, not Python's
+    recursion limit."""
 
     def __init__(self, text: str, line0: int) -> None:
         self.s, self.i, self.line0 = text, 0, line0
+        self.depth = 0
+
+    def nested(self, parse: Callable[..., Any], *args: Any) -> Any:
+        """`parse(*args)` one collection (or tag) deeper."""
+        if self.depth >= binary.MAX_DEPTH:
+            raise self.error(f"nesting deeper than {binary.MAX_DEPTH} levels")
+        self.depth += 1
+        try:
+            return parse(*args)
+        finally:
+            self.depth -= 1
 
     # ----- positions and errors
     def error(self, msg: str) -> WireError:
@@ -670,9 +686,9 @@ class _Parser:
             return None
         c = self.col()
         if self.is_seq_item():
-            return self.block_seq(c)
+            return self.nested(self.block_seq, c)
         if self.is_key():
-            return self.block_map(c)
+            return self.nested(self.block_map, c)
         value = self.flow(block_indent=c)
         if not self.at_line_end():
             raise self.error(f"unexpected {self.peek()!r} after a value")
@@ -712,7 +728,7 @@ class _Parser:
                 save = self.i
                 self.skip_blank()
                 if self.i < len(self.s) and self.col() == c and self.is_seq_item():
-                    value = self.block_seq(c)  # "key:\n- a\n- b"
+                    value = self.nested(self.block_seq, c)  # "key:\n- a\n- b"
                 else:
                     self.i = save
                     value = self.block(c)
@@ -757,11 +773,11 @@ class _Parser:
         self.skip_inline()
         ch = self.peek()
         if ch == "!":
-            return self.tagged(block_indent)
+            return self.nested(self.tagged, block_indent)
         if ch == "{":
-            return self.flow_map()
+            return self.nested(self.flow_map)
         if ch == "[":
-            return self.flow_seq()
+            return self.nested(self.flow_seq)
         if ch in "\"'":
             return self.quoted()
         start = self.i
@@ -932,11 +948,12 @@ _DOC_LINE = re.compile(r"(---|\.\.\.)(\s|$)")
 _DOCUMENT_MARKERS = frozenset({"!!data", "!!meta-data", "!!not-ready-data", "!!not-ready-meta-data"})
 
 
-def from_yaml_all(text: str) -> list[Any]:
+def from_yaml_all(text: str, max_document: int = MAX_YAML_DOCUMENT) -> list[Any]:
     """Every document in `text` (separated by `---` lines, optionally ended by `...`).
 
     Empty documents (only comments) are left out, so a file of commented method calls reads as
-    just the calls.
+    just the calls. A document longer than `max_document` characters is a WireError before it is
+    parsed (a stream of many documents may be as long as it likes).
     """
     docs: list[Any] = []
     chunk: list[str] = []
@@ -946,6 +963,9 @@ def from_yaml_all(text: str) -> list[Any]:
             chunk.append(line)
             continue
         body = "\n".join(chunk)
+        if len(body) > max_document:
+            raise WireError(f"YAML document at line {start + 1} holds {len(body)} characters, more than "
+                            f"{max_document}")
         p = _Parser(body, start)
         p.skip_blank()
         if p.i < len(body) or tag:
@@ -968,10 +988,13 @@ def from_yaml_all(text: str) -> list[Any]:
     return docs
 
 
-def from_yaml(text: str, type: Any = None) -> Any:
+def from_yaml(text: str, type: Any = None, max_size: int = MAX_YAML_DOCUMENT) -> Any:
     """The one document in `text` (None for an empty text); with `type`, converted by msgspec
-    (msgspec Structs, attrs classes, dataclasses, builtins)."""
-    docs = from_yaml_all(text)
+    (msgspec Structs, attrs classes, dataclasses, builtins). A text longer than `max_size` characters
+    is a WireError before anything is parsed."""
+    if len(text) > max_size:
+        raise WireError(f"YAML text of {len(text)} characters is longer than {max_size}")
+    docs = from_yaml_all(text, max_size)
     if len(docs) > 1:
         raise WireError(f"expected one YAML document, found {len(docs)}; use from_yaml_all")
     value = docs[0] if docs else None
@@ -984,6 +1007,7 @@ def from_yaml(text: str, type: Any = None) -> Any:
 
 
 __all__ = [
+    "MAX_YAML_DOCUMENT",
     "from_yaml",
     "from_yaml_all",
     "java_double",

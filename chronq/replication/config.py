@@ -32,6 +32,7 @@ used together.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass
@@ -39,13 +40,22 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chronq.replication.errors import ConfigError
-from chronq.replication.protocol import DEFAULT_MAX_FRAME, MAX_TEXT, MIN_MAX_FRAME
+from chronq.replication.protocol import DEFAULT_MAX_FRAME, MAX_HOST_ID, MAX_MAX_FRAME, MAX_TEXT, MIN_MAX_FRAME
 from chronq.rollcycles import by_name
 
 __all__ = ["HostCfg", "QueueCfg", "ReplicationConfig", "load_config", "parse_config"]
 
 MIN_KEY_BYTES = 16
 DEFAULT_BUSY_SPIN_US = 100
+MAX_CONFIG_BYTES = 1 << 20  # a configuration is a few lines: a bigger file is a mistake, refused unread
+MAX_MS = 86_400_000  # heartbeats and the back-fill wait: a day at most (a timer beyond overflows threads)
+MAX_BUSY_SPIN_US = 1_000_000
+_ROOT_KEYS = ("cluster", "queues")
+_CONTEXT_KEYS = ("heartbeatIntervalMs", "heartbeatTimeoutMs", "baseSourcePath", "baseSinkPath", "keyFile",
+                 "busySpinMicros", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "maxFrameSize",
+                 "backfillTimeoutMs")
+_HOST_KEYS = ("hostId", "connectUri", "baseSourcePath", "baseSinkPath", "tlsCertFile", "tlsKeyFile")
+_QUEUE_KEYS = ("path", "acknowledge", "masterId", "rollCycle")
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
@@ -110,12 +120,25 @@ def _map(v: Any, where: str) -> dict[str, Any]:
     return v
 
 
-def _int(m: dict[str, Any], key: str, where: str, default: int | None = None, low: int = 0) -> int:
+def _known(m: dict[str, Any], known: tuple[str, ...], where: str) -> None:
+    """Refuse a key the configuration does not define: a misspelt `acknowledge` or `tlsCaFile` would
+    otherwise silently change what is guaranteed (no acks; a key instead of TLS)."""
+    for key in m:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(known)})"
+            raise ConfigError(f"{where}: unknown key {key!r}{hint}")
+
+
+def _int(m: dict[str, Any], key: str, where: str, default: int | None = None, low: int = 0,
+         high: int = 2**31 - 1) -> int:
+    """An integer setting within [low, high]: every one is bounded, so that no value from a file can
+    overflow a timer, a struct field or an allocation later, in a thread far from the configuration."""
     v = _untag(m.get(key, default))
     if v is None:
         raise ConfigError(f"{where}: {key} is missing")
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise ConfigError(f"{where}: {key} must be an integer >= {low}, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+        raise ConfigError(f"{where}: {key} must be an integer >= {low} and <= {high}, got {v!r}")
     return v
 
 
@@ -146,27 +169,34 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
     from wire.text import from_yaml
 
     base = Path(base_dir)
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"configuration of {len(text)} characters is larger than {MAX_CONFIG_BYTES}")
     try:
-        root = _map(from_yaml(text), "configuration")
+        root = _map(from_yaml(text, max_size=MAX_CONFIG_BYTES), "configuration")
     except WireError as e:
         raise ConfigError(f"configuration is not valid YAML: {e}") from None
+    _known(root, _ROOT_KEYS, "configuration")
     cluster = _map(root.get("cluster"), "cluster")
     ctx = _map(cluster.get("context"), "cluster.context")
     where = "cluster.context"
-    interval = _int(ctx, "heartbeatIntervalMs", where, 1000, 1)
-    timeout = _int(ctx, "heartbeatTimeoutMs", where, max(5000, 3 * interval), 1)
+    _known(ctx, _CONTEXT_KEYS, where)
+    interval = _int(ctx, "heartbeatIntervalMs", where, 1000, 1, MAX_MS)
+    timeout = _int(ctx, "heartbeatTimeoutMs", where, max(5000, 3 * interval), 1, MAX_MS)
     if timeout <= interval:
         raise ConfigError(f"{where}: heartbeatTimeoutMs ({timeout}) must exceed heartbeatIntervalMs "
                           f"({interval})")
-    max_frame = _int(ctx, "maxFrameSize", where, DEFAULT_MAX_FRAME, MIN_MAX_FRAME)
-    backfill = _int(ctx, "backfillTimeoutMs", where, 0, 0)
-    spin = _int(ctx, "busySpinMicros", where, DEFAULT_BUSY_SPIN_US, 0)
+    max_frame = _int(ctx, "maxFrameSize", where, DEFAULT_MAX_FRAME, MIN_MAX_FRAME, MAX_MAX_FRAME)
+    backfill = _int(ctx, "backfillTimeoutMs", where, 0, 0, MAX_MS)
+    spin = _int(ctx, "busySpinMicros", where, DEFAULT_BUSY_SPIN_US, 0, MAX_BUSY_SPIN_US)
     src_base = _str(ctx, "baseSourcePath", where, "replica/source")
     sink_base = _str(ctx, "baseSinkPath", where, "replica/sink")
     tls_ca = _path(ctx, "tlsCaFile", where, base)
     ctx_cert, ctx_key = _path(ctx, "tlsCertFile", where, base), _path(ctx, "tlsKeyFile", where, base)
     key: bytes | None = None
     if "keyFile" in ctx or tls_ca is None:
+        if ctx.get("keyFile") is None:
+            raise ConfigError(f"{where}: keyFile is missing: replication needs a pre-shared key (keyFile) "
+                              "or TLS (tlsCaFile, tlsCertFile and tlsKeyFile), or both")
         key_file = base / _str(ctx, "keyFile", where)
         try:
             key = key_file.read_bytes().strip()
@@ -181,7 +211,8 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
             continue
         where = f"cluster.{name}"
         h = _map(value, where)
-        host_id = _int(h, "hostId", where, low=1)
+        _known(h, _HOST_KEYS, where)
+        host_id = _int(h, "hostId", where, low=1, high=MAX_HOST_ID)
         uri = _str(h, "connectUri", where)
         addr, sep, port_text = uri.rpartition(":")
         if not sep or not addr or not port_text.isdigit() or not 0 < int(port_text) < 65536:
@@ -205,7 +236,8 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
         if not _QUEUE_NAME.match(name) or len(name.encode()) > MAX_TEXT:
             raise ConfigError(f"{where}: a queue name is letters, digits, '_', '.' and '-'")
         q = _map(value, where)
-        master = _int(q, "masterId", where, low=1)
+        _known(q, _QUEUE_KEYS, where)
+        master = _int(q, "masterId", where, low=1, high=MAX_HOST_ID)
         if master not in hosts:
             raise ConfigError(f"{where}: masterId {master} is not a host of the cluster")
         ack = _untag(q.get("acknowledge", False))
@@ -227,7 +259,11 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
 def load_config(path: str | os.PathLike[str]) -> ReplicationConfig:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)  # a huge file is refused without reading it all
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{p}: the configuration is larger than {MAX_CONFIG_BYTES} bytes")
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{p}: cannot read the configuration: {e}") from None
     try:

@@ -45,6 +45,8 @@ from chronq.replication.errors import ProtocolError
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
+    "MAX_HOST_ID",
+    "MAX_MAX_FRAME",
     "NONCE_SIZE",
     "RUN_HEAD",
     "RUN_META",
@@ -71,6 +73,8 @@ __all__ = [
 VERSION = 4  # 2: Subscribe carries the sink's last excerpt and its hash; 3: Run frames; 4: QueueCodec
 DEFAULT_MAX_FRAME = 4 << 20
 MIN_MAX_FRAME = 1024
+MAX_MAX_FRAME = 1 << 30  # a Run document's length has 30 bits; a frame buffer beyond 1 GiB is a mistake
+MAX_HOST_ID = 2**31 - 1  # a Java int, and what a frame's uint32 and the table store both hold
 NONCE_SIZE = 32
 MAX_TEXT = 1024  # queue names, roll cycle formats and error texts
 _LEN = struct.Struct(">I")
@@ -393,8 +397,8 @@ class FrameDecoder:
     """Turns a byte stream into frames. Holds fewer than ``4 + max_frame`` bytes between calls."""
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
-        if max_frame < MIN_MAX_FRAME:
-            raise ValueError(f"max_frame must be at least {MIN_MAX_FRAME}")
+        if not MIN_MAX_FRAME <= max_frame <= MAX_MAX_FRAME:
+            raise ValueError(f"max_frame must be in {MIN_MAX_FRAME}..{MAX_MAX_FRAME}, not {max_frame}")
         self.max_frame = max_frame
         self._buf = bytearray()
 

@@ -82,7 +82,7 @@ def write_run(
     (ValueError)."""
 
 def read_payloads(
-    tailer: TailerCore, out: list[bytes], max_count: int, max_bytes: int, /
+    tailer: TailerCore[Any], out: list[bytes], max_count: int, max_bytes: int, /
 ) -> tuple[list[Any], int, BaseException | None]:
     """`Tailer.read_many`'s forward path: append copies of up to ``max_count`` data payloads to ``out``,
     stopping after the one that brings their bytes to ``max_bytes``: ``(pending, bytes appended,

@@ -356,3 +356,19 @@ def test_a_tls_handshake_cut_by_a_stopping_source_is_not_logged_as_a_refusal(
             wait_until(lambda: last_index(sink.sink_path("queue1")) == last, 30, "the sink")
     assert "TLS handshake failed" not in caplog.text
     assert "closed the connection in the TLS handshake" in caplog.text
+
+
+def test_a_sink_with_a_damaged_queue_fails_visibly_and_recovers_once_repaired(tmp_path: Path) -> None:
+    """A CorruptQueueError (the sink's own table store damaged) killed the sink's thread for good. Now
+    the link reports `failing` naming the file, and replicates once the operator repaired the sink."""
+    config, written = _source(tmp_path, hosts=2)
+    sink = tmp_path / "sink2/queue1"
+    sink.mkdir(parents=True)
+    (sink / "metadata.cq4t").write_bytes(b"\xff" * 4096)
+    with ReplicatedQueue(config, 1), ReplicatedQueue(config, 2) as rq:
+        wait_until(lambda: sink_link(rq).state == "failing", 30, "the link to report the damage")
+        error = sink_link(rq).error
+        assert error is not None and "metadata.cq4t" in error, error
+        (sink / "metadata.cq4t").unlink()  # the operator's repair: the sink starts over
+        wait_until(lambda: last_index(sink) == written[-1], 30, "the repaired sink to catch up")
+        wait_until(lambda: sink_link(rq).state == "replicating", 10, "the link to recover")

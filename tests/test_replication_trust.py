@@ -25,7 +25,7 @@ import chronq
 from chronq.replication import ReplicatedQueue, load_config
 from chronq.replication import protocol as p
 from chronq.replication._sink_side import MAX_REPLICATED_TAILERS
-from chronq.replication.status import LinkStatus
+from chronq.replication.status import LinkStatus, format_status
 from chronq.rollcycles import SystemClock, by_name
 from tests.procs.qhelp import child_env, script
 from tests.replication_support import KEY, last_index, wait_until, write_config
@@ -369,6 +369,8 @@ def test_a_sink_with_a_damaged_queue_fails_visibly_and_recovers_once_repaired(tm
         wait_until(lambda: sink_link(rq).state == "failing", 30, "the link to report the damage")
         error = sink_link(rq).error
         assert error is not None and "metadata.cq4t" in error, error
+        printed = format_status(rq.host_status())  # what `chronq replicate --status` prints
+        assert " failing " in printed and "CorruptQueueError" in printed and "metadata.cq4t" in printed
         (sink / "metadata.cq4t").unlink()  # the operator's repair: the sink starts over
         wait_until(lambda: last_index(sink) == written[-1], 30, "the repaired sink to catch up")
         wait_until(lambda: sink_link(rq).state == "replicating", 10, "the link to recover")

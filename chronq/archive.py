@@ -892,8 +892,14 @@ def open(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None 
 
 # -- whole-archive operations --------------------------------------------------------------------------
 def verify(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> int:
-    """Check every archived cycle against its manifest entry (every frame, the sha256 of the whole
-    file, the excerpt count); returns the number of cycles checked, raises CorruptQueueError."""
+    """Check every archived cycle against its manifest entry; returns the number of cycles checked,
+    raises CorruptQueueError naming the cycle and what disagrees.
+
+    The manifest is checked first as every reader checks it (its names, frame list, seek index, roll
+    cycle). Then per cycle: the archive file's size, every frame (zstd's checksum, the crc32 of its
+    original bytes), the sha256 of the whole file, and the excerpts counted again from the archived
+    data against the entry's `count`, `first_index` and `last_index` (a reader trusts these to know
+    where a cycle ends)."""
     with Archive(url, storage_options) as a:
         for cycle in a.cycles():
             entry = a.entry(cycle)
@@ -903,7 +909,33 @@ def verify(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | Non
                     pass
             finally:
                 reader.close()
+            _recount(a, cycle)
         return len(a.cycles())
+
+
+def _recount(a: Archive, cycle: int) -> None:
+    """Count the data documents of an archived cycle from its bytes; a manifest whose count or first
+    and last index say otherwise (hiding excerpts, or claiming some that are not there) is refused."""
+    entry = a.entry(cycle)
+    reader, layout = a._cycle(cycle)
+    pos, count = layout.header_end, 0
+    while pos + 4 <= reader.size:
+        header = int.from_bytes(reader.read(pos, 4), "little")
+        if header in (0, END_OF_DATA) or header & NOT_COMPLETE:
+            break
+        end = pos + 4 + (header & LENGTH_MASK)
+        if end > reader.size:
+            raise CorruptQueueError(reader._where(), pos, f"header 0x{header:08x} runs past the end of the "
+                                                          f"{reader.size}-byte file")
+        count += not header & META_DATA
+        pos = ArchiveTailer._after(layout, pos, header)
+    rc = a.roll_cycle
+    counted = {"count": count, "first_index": rc.to_index(cycle, 0) if count else None,
+               "last_index": rc.to_index(cycle, count - 1) if count else None}
+    for key, value in counted.items():
+        if key in entry and entry[key] != value:
+            raise CorruptQueueError(reader._where(), 0, f"the archived data holds {count} excerpts, so "
+                                                        f"{key} {value}; the manifest says {entry[key]}")
 
 
 def restore(url: str | os.PathLike[str], directory: str | os.PathLike[str], *,

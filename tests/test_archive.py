@@ -289,6 +289,35 @@ def test_manifest_disagreeing_with_the_file_is_reported(archived: Path) -> None:
         assert n == 2000 and "cycle 0" in info.value.file and info.value.position > 0
 
 
+def _hide_50(e: dict[str, Any]) -> None:
+    e["count"] -= 50  # the seek index made to agree: only counting the data shows it
+    e["seek"]["positions"] = e["seek"]["positions"][:-(-e["count"] // e["seek"]["step"])]
+    e["last_index"] -= 50
+
+
+def _claim_5(e: dict[str, Any]) -> None:
+    e["count"] += 5
+    e["seek"]["positions"] += e["seek"]["positions"][-1:] * 5
+    e["last_index"] += 5
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    (_hide_50, "count 2000; the manifest says 1950"), (_claim_5, "count 2000; the manifest says 2005"),
+    (lambda e: e.__setitem__("first_index", e["first_index"] + 5), "first_index"),
+    (lambda e: e.__setitem__("last_index", e["last_index"] - 1), "last_index"),
+], ids=["hides-50", "claims-5", "first-index", "last-index"])
+def test_verify_recounts_the_excerpts_from_the_archived_data(archived: Path, damage: Any, said: str) -> None:
+    """A manifest whose `count`, `first_index` or `last_index` was edited (everything else consistent):
+    reading would silently skip or miss excerpts; `verify` counts them again from the data and says so."""
+    m = json.loads((archived / archives.MANIFEST).read_text())
+    assert m["cycles"][1]["count"] == 2000
+    damage(m["cycles"][1])
+    (archived / archives.MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(CorruptQueueError, match=f"holds 2000 excerpts.*{said}") as info:
+        archives.verify(archived)
+    assert "cycle 1" in info.value.file
+
+
 @pytest.mark.parametrize("damage", [
     lambda e: e["frames"].pop(),                                  # a frame left out
     lambda e: e["frames"][1].__setitem__(1, 7),                   # a frame at the wrong archive offset

@@ -64,6 +64,8 @@ from typing import Any
 from chronq import _directory
 from chronq.codecs import CODEC_KEY, dictionary_ids, dictionary_path
 from chronq.errors import ChronqError, CorruptQueueError
+from chronq.queue import open as open_queue
+from chronq.retention import protected_from
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_format
 from chronq.store import (
     END_OF_DATA,
@@ -326,13 +328,16 @@ def archive(
     level: int = 3,
     frame: int = FRAME,
     read_back: bool = False,
+    replication_source: bool | None = None,
 ) -> list[dict[str, Any]]:
     """Move the queue's finished cycles to `dest`; returns the manifest entries of the cycles moved.
 
     A cycle is finished when a later cycle file exists or its file ends in an EOF marker, and it is not
     the cycle of `clock`'s now (default the system clock). The newest `keep` finished cycles stay in
-    the queue. `compress` is None (a plain copy) or ``"zstd"`` (at `level`, in frames of `frame` bytes of
-    the original). Cycles go oldest first and
+    the queue, and so does every cycle retention protects (`chronq.retention.protected_from`: from the
+    cycle a named tailer has not finished, and on a replication source from the one sinks have not all
+    acknowledged; `replication_source` as there). `compress` is None (a plain copy) or ``"zstd"`` (at
+    `level`, in frames of `frame` bytes of the original). Cycles go oldest first and
     only up to the first unfinished one, so the archive and the queue each hold a contiguous run.
     `read_back` reads every archive file back and checks its sha256 before publishing it (a second pass
     over the data; by default the written size is checked, see the module's crash-safety note).
@@ -347,9 +352,15 @@ def archive(
     rc = d.roll
     if rc is None:
         raise ChronqError(f"{d.path}: no roll cycle (no metadata.cq4t and no cycle file): nothing to archive")
-    now = rc.cycle_at((clock or SystemClock()).millis(), d.epoch)
+    clock = clock or SystemClock()
+    stop = rc.cycle_at(clock.millis(), d.epoch)  # the current cycle and later ones stay
     with _archive_lock(d.path):
-        return _archive_locked(d, rc, now, dest, compress, keep, storage_options, level, frame, read_back)
+        with open_queue(d.path, readonly=True, clock=clock) as q:  # what readers need retention keeps:
+            limit, why = protected_from(q, replication_source, newest=False)  # archiving may not move
+        if limit is not None and limit < stop:
+            log.info("%s: not archiving from cycle %d: %s", d.path, limit, "; ".join(why))
+            stop = limit
+        return _archive_locked(d, rc, stop, dest, compress, keep, storage_options, level, frame, read_back)
 
 
 @contextlib.contextmanager
@@ -369,7 +380,7 @@ def _archive_lock(queue: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _archive_locked(d: _directory.Directory, rc: RollCycle, now: int, dest: str | os.PathLike[str],
+def _archive_locked(d: _directory.Directory, rc: RollCycle, stop: int, dest: str | os.PathLike[str],
                     compress: str | None, keep: int, storage_options: Mapping[str, Any] | None, level: int,
                     frame: int, read_back: bool) -> list[dict[str, Any]]:
     fs, root = _filesystem(dest, storage_options)
@@ -392,7 +403,7 @@ def _archive_locked(d: _directory.Directory, rc: RollCycle, now: int, dest: str 
     files = d.cycle_files()
     finished: list[tuple[int, Path, StoreLayout, _Scan]] = []
     for i, (cycle, path) in enumerate(files):
-        if cycle >= now:
+        if cycle >= stop:
             break
         layout = read_layout(_directory.head(path), path, roll_cycle=rc,
                              aligned_headerless=d.headerless_aligned)
@@ -881,8 +892,14 @@ def open(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None 
 
 # -- whole-archive operations --------------------------------------------------------------------------
 def verify(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> int:
-    """Check every archived cycle against its manifest entry (every frame, the sha256 of the whole
-    file, the excerpt count); returns the number of cycles checked, raises CorruptQueueError."""
+    """Check every archived cycle against its manifest entry; returns the number of cycles checked,
+    raises CorruptQueueError naming the cycle and what disagrees.
+
+    The manifest is checked first as every reader checks it (its names, frame list, seek index, roll
+    cycle). Then per cycle: the archive file's size, every frame (zstd's checksum, the crc32 of its
+    original bytes), the sha256 of the whole file, and the excerpts counted again from the archived
+    data against the entry's `count`, `first_index` and `last_index` (a reader trusts these to know
+    where a cycle ends)."""
     with Archive(url, storage_options) as a:
         for cycle in a.cycles():
             entry = a.entry(cycle)
@@ -892,7 +909,33 @@ def verify(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | Non
                     pass
             finally:
                 reader.close()
+            _recount(a, cycle)
         return len(a.cycles())
+
+
+def _recount(a: Archive, cycle: int) -> None:
+    """Count the data documents of an archived cycle from its bytes; a manifest whose count or first
+    and last index say otherwise (hiding excerpts, or claiming some that are not there) is refused."""
+    entry = a.entry(cycle)
+    reader, layout = a._cycle(cycle)
+    pos, count = layout.header_end, 0
+    while pos + 4 <= reader.size:
+        header = int.from_bytes(reader.read(pos, 4), "little")
+        if header in (0, END_OF_DATA) or header & NOT_COMPLETE:
+            break
+        end = pos + 4 + (header & LENGTH_MASK)
+        if end > reader.size:
+            raise CorruptQueueError(reader._where(), pos, f"header 0x{header:08x} runs past the end of the "
+                                                          f"{reader.size}-byte file")
+        count += not header & META_DATA
+        pos = ArchiveTailer._after(layout, pos, header)
+    rc = a.roll_cycle
+    counted = {"count": count, "first_index": rc.to_index(cycle, 0) if count else None,
+               "last_index": rc.to_index(cycle, count - 1) if count else None}
+    for key, value in counted.items():
+        if key in entry and entry[key] != value:
+            raise CorruptQueueError(reader._where(), 0, f"the archived data holds {count} excerpts, so "
+                                                        f"{key} {value}; the manifest says {entry[key]}")
 
 
 def restore(url: str | os.PathLike[str], directory: str | os.PathLike[str], *,

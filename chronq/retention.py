@@ -100,19 +100,24 @@ def _named_positions(table: TableStore) -> dict[str, int]:
     return out
 
 
-def protected_from(queue: Queue, replication_source: bool | None = None) -> tuple[int | None, list[str]]:
+def protected_from(queue: Queue, replication_source: bool | None = None,
+                   newest: bool = True) -> tuple[int | None, list[str]]:
     """The oldest cycle retention must not delete (every later one is protected too), with the reasons.
 
     `replication_source` None detects a source by its table store having recorded a replicated or
-    acknowledged index; pass True for a source that has not sent anything yet.
+    acknowledged index; pass True for a source that has not sent anything yet. `newest` False leaves
+    out the newest and the current cycle, keeping only what readers still need (named tailers, sinks):
+    archiving, which has its own rule for the cycles still being written, moves nothing they need.
     """
     cycles = queue._fresh_cycles()
     if not cycles:
         return None, []
     rc = queue.roll_cycle
-    limits: list[tuple[int, str]] = [(cycles[-1], f"cycle {cycles[-1]} is the newest")]
-    now = queue.cycle_now()
-    limits.append((now, f"cycle {now} is the current cycle"))
+    limits: list[tuple[int, str]] = []
+    if newest:
+        now = queue.cycle_now()
+        limits += [(cycles[-1], f"cycle {cycles[-1]} is the newest"),
+                   (now, f"cycle {now} is the current cycle")]
     table = queue.table
     if table is not None:
         for name, index in _named_positions(table).items():
@@ -127,6 +132,8 @@ def protected_from(queue: Queue, replication_source: bool | None = None) -> tupl
         if source:
             c = rc.to_cycle(acked) if acked >= 0 else cycles[0]
             limits.append((c, f"sinks acknowledged up to cycle {c} (index {acked:#x})"))
+    if not limits:
+        return None, []
     oldest = min(c for c, _ in limits)
     return oldest, [why for c, why in limits if c == oldest]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -288,6 +289,35 @@ def test_manifest_disagreeing_with_the_file_is_reported(archived: Path) -> None:
         assert n == 2000 and "cycle 0" in info.value.file and info.value.position > 0
 
 
+def _hide_50(e: dict[str, Any]) -> None:
+    e["count"] -= 50  # the seek index made to agree: only counting the data shows it
+    e["seek"]["positions"] = e["seek"]["positions"][:-(-e["count"] // e["seek"]["step"])]
+    e["last_index"] -= 50
+
+
+def _claim_5(e: dict[str, Any]) -> None:
+    e["count"] += 5
+    e["seek"]["positions"] += e["seek"]["positions"][-1:] * 5
+    e["last_index"] += 5
+
+
+@pytest.mark.parametrize(("damage", "said"), [
+    (_hide_50, "count 2000; the manifest says 1950"), (_claim_5, "count 2000; the manifest says 2005"),
+    (lambda e: e.__setitem__("first_index", e["first_index"] + 5), "first_index"),
+    (lambda e: e.__setitem__("last_index", e["last_index"] - 1), "last_index"),
+], ids=["hides-50", "claims-5", "first-index", "last-index"])
+def test_verify_recounts_the_excerpts_from_the_archived_data(archived: Path, damage: Any, said: str) -> None:
+    """A manifest whose `count`, `first_index` or `last_index` was edited (everything else consistent):
+    reading would silently skip or miss excerpts; `verify` counts them again from the data and says so."""
+    m = json.loads((archived / archives.MANIFEST).read_text())
+    assert m["cycles"][1]["count"] == 2000
+    damage(m["cycles"][1])
+    (archived / archives.MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(CorruptQueueError, match=f"holds 2000 excerpts.*{said}") as info:
+        archives.verify(archived)
+    assert "cycle 1" in info.value.file
+
+
 @pytest.mark.parametrize("damage", [
     lambda e: e["frames"].pop(),                                  # a frame left out
     lambda e: e["frames"][1].__setitem__(1, 7),                   # a frame at the wrong archive offset
@@ -501,6 +531,46 @@ def test_rerun_refuses_when_the_archive_is_damaged_and_the_queue_copy_differs(tm
     p = _cli("archive", str(q), str(dest), "--compress", "zstd")
     assert p.returncode != 0 and "cycle 1 is archived already with other content" in p.stderr, p.stderr
     assert (q / done[1]["file"]).read_bytes() == bytes(data)
+
+
+def _archived_cycles(p: subprocess.CompletedProcess[str]) -> list[int]:
+    assert p.returncode == 0, p.stderr
+    return [int(line.split()[2]) for line in p.stdout.splitlines()]
+
+
+def test_archive_leaves_what_a_named_tailer_has_not_read(tmp_path: Path) -> None:
+    """Retention never deletes the cycles a named tailer has not finished; `chronq archive` (the real
+    command) does not move them out of its reach either."""
+    q, dest = tmp_path / "q", tmp_path / "arch"
+    clock, written = make_queue(q, 5, 10)
+    with chronq.open(q, clock=clock) as queue:
+        t = queue.tailer("audit")
+        read = [(ex.index, bytes(ex.payload)) for ex in itertools.islice(t, 15)]
+        assert read == written[:15]  # into cycle 1
+        t.close()
+    assert _archived_cycles(_cli("archive", str(q), str(dest))) == [0]
+    with chronq.open(q, clock=clock) as queue:
+        t = queue.tailer("audit")
+        assert [(ex.index, bytes(ex.payload)) for ex in t] == written[15:]
+        t.close()
+    assert _archived_cycles(_cli("archive", str(q), str(dest))) == [1, 2, 3]
+
+
+def test_archive_on_a_replication_source_leaves_what_sinks_have_not_acknowledged(tmp_path: Path) -> None:
+    from chronq.table import LAST_ACKNOWLEDGED_INDEX_REPLICATED, LAST_INDEX_REPLICATED
+
+    q, dest = tmp_path / "q", tmp_path / "arch"
+    clock, _ = make_queue(q, 5, 10)
+    # a source that has sent nothing yet is one only by what the caller says
+    assert archives.archive(q, dest, clock=clock, replication_source=True) == []
+    with chronq.open(q, clock=clock) as queue:
+        assert queue.table is not None
+        queue.table.set_max(LAST_INDEX_REPLICATED, queue.roll_cycle.to_index(3, 0))  # sent, none acked
+    assert _archived_cycles(_cli("archive", str(q), str(dest))) == []
+    with chronq.open(q, clock=clock) as queue:
+        assert queue.table is not None
+        queue.table.set_max(LAST_ACKNOWLEDGED_INDEX_REPLICATED, queue.roll_cycle.to_index(2, 5))
+    assert _archived_cycles(_cli("archive", str(q), str(dest))) == [0, 1]
 
 
 def _check_nothing_lost(q: Path, dest: Path, originals: dict[str, str]) -> int:

@@ -53,7 +53,7 @@ import mmap
 import os
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -301,6 +301,7 @@ def archive(
     level: int = 3,
     frame: int = FRAME,
     read_back: bool = False,
+    on_bytes: Callable[[int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Move the queue's finished cycles to `dest`; returns the manifest entries of the cycles moved.
 
@@ -311,6 +312,8 @@ def archive(
     only up to the first unfinished one, so the archive and the queue each hold a contiguous run.
     `read_back` reads every archive file back and checks its sha256 before publishing it (a second pass
     over the data; by default the written size is checked, see the module's crash-safety note).
+    `on_bytes(done, total)` is told after every frame how many bytes of the cycles this run moves
+    are archived, of how many (a progress bar that moves inside a large cycle too).
     """
     if compress not in (None, "zstd"):
         raise ValueError(f"compress is None or 'zstd', not {compress!r}")
@@ -324,7 +327,8 @@ def archive(
         raise ChronqError(f"{d.path}: no roll cycle (no metadata.cq4t and no cycle file): nothing to archive")
     now = rc.cycle_at((clock or SystemClock()).millis(), d.epoch)
     with _archive_lock(d.path):
-        return _archive_locked(d, rc, now, dest, compress, keep, storage_options, level, frame, read_back)
+        return _archive_locked(d, rc, now, dest, compress, keep, storage_options, level, frame, read_back,
+                               on_bytes)
 
 
 @contextlib.contextmanager
@@ -346,7 +350,8 @@ def _archive_lock(queue: Path) -> Iterator[None]:
 
 def _archive_locked(d: _directory.Directory, rc: RollCycle, now: int, dest: str | os.PathLike[str],
                     compress: str | None, keep: int, storage_options: Mapping[str, Any] | None, level: int,
-                    frame: int, read_back: bool) -> list[dict[str, Any]]:
+                    frame: int, read_back: bool,
+                    on_bytes: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     fs, root = _filesystem(dest, storage_options)
     manifest = _load_manifest(fs, root)
     roll = _roll_json(rc, d.epoch)
@@ -384,9 +389,19 @@ def _archive_locked(d: _directory.Directory, rc: RollCycle, now: int, dest: str 
             _copy_dictionaries(d.path, fs, root)
     done = []
     following = {c: nxt for (c, _), (nxt, _) in itertools.pairwise(files)}
+    total, moved = sum(path.stat().st_size for _, path, _, _ in finished), 0
+
+    def archived(n: int) -> None:
+        nonlocal moved
+        moved += n
+        if on_bytes is not None:
+            on_bytes(moved, total)
+
     for cycle, path, _layout, scan in finished:
+        start = moved
         entry = _archive_cycle(fs, root, manifest, rc, cycle, path, scan, compress, level, frame,
-                               following.get(cycle), read_back)
+                               following.get(cycle), read_back, archived)
+        archived(start + path.stat().st_size - moved)  # (all of it: also a cycle archived by an earlier run)
         if entry is not None:
             done.append(entry)
         os.unlink(path)
@@ -432,7 +447,8 @@ def _same_original(path: Path, entry: Mapping[str, Any]) -> bool:
 
 def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, cycle: int, path: Path,
                    scan: _Scan, compress: str | None, level: int, frame: int,
-                   next_cycle: int | None, read_back: bool) -> dict[str, Any] | None:
+                   next_cycle: int | None, read_back: bool,
+                   on_frame: Callable[[int], None] | None = None) -> dict[str, Any] | None:
     """Archive one cycle file and publish its manifest entry; None when a killed earlier run already
     did (the queue's copy then only has to go). `next_cycle` is the cycle file after it in the queue
     (None: it was the last): a reader of archive and queue together checks nothing went missing between."""
@@ -463,6 +479,8 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
                 size += len(chunk)
                 out_size += len(data)
                 del data
+                if on_frame is not None:
+                    on_frame(len(chunk))
         if local:  # on disk before the manifest can name it (object storage: the upload ends at close)
             out.flush()
             os.fsync(out.fileno())

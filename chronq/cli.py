@@ -233,7 +233,13 @@ def _history(args: argparse.Namespace) -> None:
         raise UsageError(f"--ignore must be >= 0, not {args.ignore}")
     if args.interval is not None and not args.interval > 0:
         raise UsageError(f"--interval must be > 0 seconds, not {args.interval}")
-    rep = history.analyze(args.queues, ignore=args.ignore, interval=args.interval, by_method=args.by_method)
+    from chronq._progress import Progress, wanted
+
+    total = sum(_messages_in(q) for q in history.queues_read(args.queues)) if wanted() else None
+    names = " ".join(str(q) for q in args.queues)
+    with Progress(total, f"history {names}", force=None if total is not None else False) as bar:
+        rep = history.analyze(args.queues, ignore=args.ignore, interval=args.interval,
+                              by_method=args.by_method, on_read=bar.advance)
     sys.stdout.write(history.format_table(rep, args.unit))
     if args.csv is not None:
         history.write_csv(rep, args.csv, args.unit)
@@ -242,6 +248,17 @@ def _history(args: argparse.Namespace) -> None:
             history.plot(rep, args.plot, args.unit)
         except ChronqError as e:  # the table and CSV are still worth having without the plot extra
             print(f"chronq history: plot skipped: {_one_line(e)}", file=sys.stderr)
+
+
+def _messages_in(path: Path) -> int:
+    """How many messages a queue holds (0 for what is not a queue: the command reports that itself)."""
+    import chronq
+
+    if not path.is_dir():
+        return 0
+    with chronq.open(path, readonly=True) as q:
+        first, last = q.first_index, q.last_index
+        return 0 if first is None or last is None else q.count_excerpts(first, last + 1)
 
 
 def _one_line(e: BaseException) -> str:
@@ -342,7 +359,12 @@ def _archive(path: Path, dest: str, compress: str | None, keep: int, read_back: 
         raise UsageError(f"--keep is not negative: {keep}")
     if not path.is_dir():
         raise ChronqError(f"{path}: no queue directory")
-    for entry in archive.archive(path, dest, compress=compress, keep=keep, read_back=read_back):
+    from chronq._progress import Progress
+
+    with Progress(None, f"archive {path} (bytes)") as bar:
+        entries = archive.archive(path, dest, compress=compress, keep=keep, read_back=read_back,
+                                  on_bytes=bar.update)
+    for entry in entries:
         print(f"archived cycle {entry['cycle']} {entry['file']}: {entry['count']} excerpts, "
               f"{entry['size']} -> {entry['archive_size']} bytes", flush=True)
 

@@ -380,3 +380,46 @@ def test_reading_a_directory_that_is_not_a_queue_says_so(tmp_path: Path, command
     assert run("append", empty, stdin="").returncode == 0  # an empty queue is still a queue
     r = run(command, empty)
     assert r.returncode == 0, r.stderr
+
+
+def test_history_shows_progress_on_a_terminal(big: Path) -> None:
+    out, tty = _with_tty_stderr([CHRONQ, "history", str(big)])
+    assert "3000 messages, 3000 without history" in out and f"history {big}" in tty
+    quiet = run("history", big)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == out
+
+
+def _three_cycles(q: Path) -> list[int]:
+    """A queue of three 1970 cycles (TEST4_SECONDLY) of 200 messages each; the sizes of its files."""
+    import chronq
+    from chronq.rollcycles import FixedClock
+
+    clock = FixedClock(0)
+    with chronq.open(q, "TEST4_SECONDLY", clock=clock, block_size=64 << 10) as queue:
+        a = queue.appender()
+        for cycle in range(3):
+            clock.advance(1000 if cycle else 0)
+            for i in range(200):
+                a.write(b"%d %d " % (cycle, i) + bytes(300))
+    return [f.stat().st_size for f in sorted(q.glob("*.cq4"))]
+
+
+def test_archive_reports_progress_inside_a_cycle(tmp_path: Path) -> None:
+    """The bar of `chronq archive` moves frame by frame, not only from one cycle to the next."""
+    pytest.importorskip("fsspec")
+    from chronq.archive import archive
+
+    q = tmp_path / "q"
+    sizes = _three_cycles(q)[:2]  # the last cycle has no EOF and nothing after it: it stays
+    seen: list[tuple[int, int]] = []
+    moved = archive(q, str(tmp_path / "arch"), frame=4096, on_bytes=lambda d, t: seen.append((d, t)))
+    assert [e["cycle"] for e in moved] == [0, 1]
+    assert {t for _, t in seen} == {sum(sizes)}
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] == sum(sizes)
+    assert sum(1 for d in done if d < sizes[0]) >= sizes[0] // 4096 - 1  # inside the first cycle
+
+    q2 = tmp_path / "q2"
+    _three_cycles(q2)
+    out, tty = _with_tty_stderr([CHRONQ, "archive", "q2", "arch2"], cwd=tmp_path)
+    assert out.count("archived cycle") == 2 and "archive q2 (bytes)" in tty

@@ -44,7 +44,7 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.history": [
         "FRACTION_BITS", "Histogram", "HistoryReport", "METRICS", "PERCENTILES", "UNITS", "analyze",
-        "format_table", "plot", "write_csv",
+        "format_table", "plot", "queues_read", "write_csv",
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],

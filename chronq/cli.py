@@ -371,7 +371,17 @@ def _archive(path: Path, dest: str, compress: str | None, keep: int, read_back: 
 
 def _replicate(config: Path, host_id: int, status: bool = False, promote: bool = False) -> None:
     """Runs until SIGTERM or SIGINT, then stops every connection before returning (exit status 0).
-    With `status`, prints what the running host last wrote to its status file instead."""
+    With `status`, prints what the running host last wrote to its status file instead. A configuration
+    that does not fit exits 2, as any bad usage."""
+    from chronq.replication.errors import ConfigError
+
+    try:
+        _replicate_run(config, host_id, status, promote)
+    except ConfigError as e:  # a configuration that does not fit is bad usage, as a bad option is
+        raise UsageError(f"{config}: {e}") from None
+
+
+def _replicate_run(config: Path, host_id: int, status: bool, promote: bool) -> None:
     import logging
     import threading
 

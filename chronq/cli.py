@@ -339,7 +339,8 @@ def _retain(args: argparse.Namespace) -> None:
         raise UsageError("give at least one of --keep-cycles, --max-age, --max-bytes")
     if not args.path.is_dir():
         raise ChronqError(f"{args.path}: no queue directory")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s chronq retain: %(message)s")
+    # each deletion is printed once, on stdout; the library's INFO line for it stays out of stderr
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s chronq retain: %(message)s")
     policy = Policy(keep_cycles=args.keep_cycles, max_age_ms=args.max_age, max_bytes=args.max_bytes)
     with chronq.open(args.path) as q:
         result = retain(q, policy, replication_source=args.replication_source or None, dry_run=args.dry_run)

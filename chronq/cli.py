@@ -465,8 +465,11 @@ def queue_stats(path: Path) -> dict[str, Any]:
         cycles = []
         for c in q._fresh_cycles():
             f = q.file_for(c)
+            st = f.stat() if f.exists() else None
+            # a cycle file is sparse: its apparent size (`bytes`) is the mapping Java sizes it to, what
+            # it takes on disk (`allocated`, st_blocks * 512) is what a user counts against a volume
             cycles.append({"cycle": c, "file": f.name, "count": q._count_in(c),
-                           "bytes": f.stat().st_size if f.exists() else 0})
+                           "bytes": st.st_size if st else 0, "allocated": st.st_blocks * 512 if st else 0})
         first, last = q.first_index, q.last_index
         end = last + 1 if last is not None else 0
         tailers = []
@@ -479,7 +482,8 @@ def queue_stats(path: Path) -> dict[str, Any]:
             tailers.append({"name": name, "index": value, "behind": behind})
         return {"queue": str(path), "roll_cycle": q.roll_cycle.name, "cycles": cycles,
                 "first_index": first, "last_index": last, "count": sum(c["count"] for c in cycles),
-                "bytes": sum(c["bytes"] for c in cycles), "tailers": tailers}
+                "bytes": sum(c["bytes"] for c in cycles), "allocated": sum(c["allocated"] for c in cycles),
+                "tailers": tailers}
 
 
 def _stats(path: Path, as_json: bool) -> None:
@@ -489,9 +493,10 @@ def _stats(path: Path, as_json: bool) -> None:
         return
     hexed = {k: "-" if st[k] is None else f"0x{st[k]:x}" for k in ("first_index", "last_index")}
     print(f"queue {st['queue']}  roll cycle {st['roll_cycle']}  first {hexed['first_index']}  "
-          f"last {hexed['last_index']}  messages {st['count']}  bytes {st['bytes']}")
-    _table_out(["cycle", "file", "messages", "bytes"],
-               [[c["cycle"], c["file"], c["count"], c["bytes"]] for c in st["cycles"]])
+          f"last {hexed['last_index']}  messages {st['count']}  allocated bytes {st['allocated']}  "
+          f"apparent bytes {st['bytes']}")
+    _table_out(["cycle", "file", "messages", "allocated bytes", "apparent bytes"],
+               [[c["cycle"], c["file"], c["count"], c["allocated"], c["bytes"]] for c in st["cycles"]])
     if st["tailers"]:
         _table_out(["named tailer", "next index", "behind"],
                    [[t["name"], f"0x{t['index']:x}", t["behind"]] for t in st["tailers"]])

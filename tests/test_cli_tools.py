@@ -238,14 +238,15 @@ def test_stats_of_a_java_queue_with_named_tailers(vectors: Path) -> None:
     q = vectors / "generated-cq5.26/named_tailer"
     st = json.loads(run("stats", q, "--json").stdout)
     assert (st["first_index"], st["last_index"], st["count"]) == (0x4D1900000000, 0x4D1900000004, 5)
+    on_disk = (q / "20240115F.cq4").stat()
     assert st["cycles"] == [{"cycle": 19737, "file": "20240115F.cq4", "count": 5,
-                             "bytes": (q / "20240115F.cq4").stat().st_size}]
+                             "bytes": on_disk.st_size, "allocated": on_disk.st_blocks * 512}]
     assert {t["name"]: t["behind"] for t in st["tailers"]} == {
         "myTailer": 2, "replicated:tailerOne": 3, "unreadTailer": 5}
     lines = run("stats", q).stdout.splitlines()
     assert lines[0].startswith(f"queue {q}  roll cycle FAST_DAILY  first 0x4d1900000000")
     rows = lines[lines.index("") + 1:]
-    assert rows[0].split() == ["cycle", "file", "messages", "bytes"]
+    assert rows[0].split() == ["cycle", "file", "messages", "allocated", "bytes", "apparent", "bytes"]
     # aligned: every column of the tailer table starts at the same offset on each line
     tailer_rows = lines[len(lines) - 4:]
     assert len({r.index("0x") for r in tailer_rows[1:]}) == 1
@@ -423,3 +424,18 @@ def test_archive_reports_progress_inside_a_cycle(tmp_path: Path) -> None:
     _three_cycles(q2)
     out, tty = _with_tty_stderr([CHRONQ, "archive", "q2", "arch2"], cwd=tmp_path)
     assert out.count("archived cycle") == 2 and "archive q2 (bytes)" in tty
+
+
+def test_stats_reports_what_a_sparse_cycle_file_takes_on_disk(tmp_path: Path) -> None:
+    """Five messages in a default FAST_DAILY queue: 83,886,080 bytes apparent, a few pages allocated."""
+    q = tmp_path / "q"
+    assert run("append", q, stdin="".join(f"m{i}\n" for i in range(5))).returncode == 0
+    cycle = next(q.glob("*.cq4")).stat()
+    st = json.loads(run("stats", q, "--json").stdout)
+    assert st["cycles"][0]["bytes"] == cycle.st_size and st["bytes"] == cycle.st_size
+    assert st["cycles"][0]["allocated"] == cycle.st_blocks * 512 == st["allocated"]
+    assert st["allocated"] < st["bytes"] // 4  # sparse: the apparent size is not what the disk holds
+    lines = run("stats", q).stdout.splitlines()
+    assert f"allocated bytes {cycle.st_blocks * 512}  apparent bytes {cycle.st_size}" in lines[0]
+    row = lines[lines.index("") + 2].split()
+    assert row[-2:] == [str(cycle.st_blocks * 512), str(cycle.st_size)]

@@ -56,7 +56,7 @@ import mmap
 import os
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -329,6 +329,7 @@ def archive(
     frame: int = FRAME,
     read_back: bool = False,
     replication_source: bool | None = None,
+    on_bytes: Callable[[int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Move the queue's finished cycles to `dest`; returns the manifest entries of the cycles moved.
 
@@ -341,6 +342,8 @@ def archive(
     only up to the first unfinished one, so the archive and the queue each hold a contiguous run.
     `read_back` reads every archive file back and checks its sha256 before publishing it (a second pass
     over the data; by default the written size is checked, see the module's crash-safety note).
+    `on_bytes(done, total)` is told after every frame how many bytes of the cycles this run moves
+    are archived, of how many (a progress bar that moves inside a large cycle too).
     """
     if compress not in (None, "zstd"):
         raise ValueError(f"compress is None or 'zstd', not {compress!r}")
@@ -360,7 +363,8 @@ def archive(
         if limit is not None and limit < stop:
             log.info("%s: not archiving from cycle %d: %s", d.path, limit, "; ".join(why))
             stop = limit
-        return _archive_locked(d, rc, stop, dest, compress, keep, storage_options, level, frame, read_back)
+        return _archive_locked(d, rc, stop, dest, compress, keep, storage_options, level, frame, read_back,
+                               on_bytes)
 
 
 @contextlib.contextmanager
@@ -382,7 +386,8 @@ def _archive_lock(queue: Path) -> Iterator[None]:
 
 def _archive_locked(d: _directory.Directory, rc: RollCycle, stop: int, dest: str | os.PathLike[str],
                     compress: str | None, keep: int, storage_options: Mapping[str, Any] | None, level: int,
-                    frame: int, read_back: bool) -> list[dict[str, Any]]:
+                    frame: int, read_back: bool,
+                    on_bytes: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     fs, root = _filesystem(dest, storage_options)
     manifest = _load_manifest(fs, root)
     roll = _roll_json(rc, d.epoch)
@@ -420,9 +425,19 @@ def _archive_locked(d: _directory.Directory, rc: RollCycle, stop: int, dest: str
             _copy_dictionaries(d.path, fs, root)
     done = []
     following = {c: nxt for (c, _), (nxt, _) in itertools.pairwise(files)}
+    total, moved = sum(path.stat().st_size for _, path, _, _ in finished), 0
+
+    def archived(n: int) -> None:
+        nonlocal moved
+        moved += n
+        if on_bytes is not None:
+            on_bytes(moved, total)
+
     for cycle, path, _layout, scan in finished:
+        start = moved
         entry = _archive_cycle(fs, root, manifest, rc, cycle, path, scan, compress, level, frame,
-                               following.get(cycle), read_back)
+                               following.get(cycle), read_back, archived)
+        archived(start + path.stat().st_size - moved)  # (all of it: also a cycle archived by an earlier run)
         if entry is not None:
             done.append(entry)
         os.unlink(path)
@@ -468,7 +483,8 @@ def _same_original(path: Path, entry: Mapping[str, Any]) -> bool:
 
 def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, cycle: int, path: Path,
                    scan: _Scan, compress: str | None, level: int, frame: int,
-                   next_cycle: int | None, read_back: bool) -> dict[str, Any] | None:
+                   next_cycle: int | None, read_back: bool,
+                   on_frame: Callable[[int], None] | None = None) -> dict[str, Any] | None:
     """Archive one cycle file and publish its manifest entry; None when a killed earlier run already
     did and its archived object is intact (the queue's copy then only has to go). `next_cycle` is the
     cycle file after it in the queue (None: it was the last): a reader of archive and queue together
@@ -507,6 +523,8 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
                 size += len(chunk)
                 out_size += len(data)
                 del data
+                if on_frame is not None:
+                    on_frame(len(chunk))
         if local:  # on disk before the manifest can name it (object storage: the upload ends at close)
             out.flush()
             os.fsync(out.fileno())

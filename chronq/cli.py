@@ -229,7 +229,13 @@ def _history(args: argparse.Namespace) -> None:
         raise UsageError(f"--ignore must be >= 0, not {args.ignore}")
     if args.interval is not None and not args.interval > 0:
         raise UsageError(f"--interval must be > 0 seconds, not {args.interval}")
-    rep = history.analyze(args.queues, ignore=args.ignore, interval=args.interval, by_method=args.by_method)
+    from chronq._progress import Progress, wanted
+
+    total = sum(_messages_in(q) for q in history.queues_read(args.queues)) if wanted() else None
+    names = " ".join(str(q) for q in args.queues)
+    with Progress(total, f"history {names}", force=None if total is not None else False) as bar:
+        rep = history.analyze(args.queues, ignore=args.ignore, interval=args.interval,
+                              by_method=args.by_method, on_read=bar.advance)
     sys.stdout.write(history.format_table(rep, args.unit))
     if args.csv is not None:
         history.write_csv(rep, args.csv, args.unit)
@@ -238,6 +244,17 @@ def _history(args: argparse.Namespace) -> None:
             history.plot(rep, args.plot, args.unit)
         except ChronqError as e:  # the table and CSV are still worth having without the plot extra
             print(f"chronq history: plot skipped: {_one_line(e)}", file=sys.stderr)
+
+
+def _messages_in(path: Path) -> int:
+    """How many messages a queue holds (0 for what is not a queue: the command reports that itself)."""
+    import chronq
+
+    if not path.is_dir():
+        return 0
+    with chronq.open(path, readonly=True) as q:
+        first, last = q.first_index, q.last_index
+        return 0 if first is None or last is None else q.count_excerpts(first, last + 1)
 
 
 def _one_line(e: BaseException) -> str:
@@ -318,7 +335,8 @@ def _retain(args: argparse.Namespace) -> None:
         raise UsageError("give at least one of --keep-cycles, --max-age, --max-bytes")
     if not args.path.is_dir():
         raise ChronqError(f"{args.path}: no queue directory")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s chronq retain: %(message)s")
+    # each deletion is printed once, on stdout; the library's INFO line for it stays out of stderr
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s chronq retain: %(message)s")
     policy = Policy(keep_cycles=args.keep_cycles, max_age_ms=args.max_age, max_bytes=args.max_bytes)
     with chronq.open(args.path) as q:
         result = retain(q, policy, replication_source=args.replication_source or None, dry_run=args.dry_run)
@@ -338,14 +356,29 @@ def _archive(path: Path, dest: str, compress: str | None, keep: int, read_back: 
         raise UsageError(f"--keep is not negative: {keep}")
     if not path.is_dir():
         raise ChronqError(f"{path}: no queue directory")
-    for entry in archive.archive(path, dest, compress=compress, keep=keep, read_back=read_back):
+    from chronq._progress import Progress
+
+    with Progress(None, f"archive {path} (bytes)") as bar:
+        entries = archive.archive(path, dest, compress=compress, keep=keep, read_back=read_back,
+                                  on_bytes=bar.update)
+    for entry in entries:
         print(f"archived cycle {entry['cycle']} {entry['file']}: {entry['count']} excerpts, "
               f"{entry['size']} -> {entry['archive_size']} bytes", flush=True)
 
 
 def _replicate(config: Path, host_id: int, status: bool = False, promote: bool = False) -> None:
     """Runs until SIGTERM or SIGINT, then stops every connection before returning (exit status 0).
-    With `status`, prints what the running host last wrote to its status file instead."""
+    With `status`, prints what the running host last wrote to its status file instead. A configuration
+    that does not fit exits 2, as any bad usage."""
+    from chronq.replication.errors import ConfigError
+
+    try:
+        _replicate_run(config, host_id, status, promote)
+    except ConfigError as e:  # a configuration that does not fit is bad usage, as a bad option is
+        raise UsageError(f"{config}: {e}") from None
+
+
+def _replicate_run(config: Path, host_id: int, status: bool, promote: bool) -> None:
     import logging
     import threading
 
@@ -428,8 +461,11 @@ def queue_stats(path: Path) -> dict[str, Any]:
         cycles = []
         for c in q._fresh_cycles():
             f = q.file_for(c)
+            st = f.stat() if f.exists() else None
+            # a cycle file is sparse: its apparent size (`bytes`) is the mapping Java sizes it to, what
+            # it takes on disk (`allocated`, st_blocks * 512) is what a user counts against a volume
             cycles.append({"cycle": c, "file": f.name, "count": q._count_in(c),
-                           "bytes": f.stat().st_size if f.exists() else 0})
+                           "bytes": st.st_size if st else 0, "allocated": st.st_blocks * 512 if st else 0})
         first, last = q.first_index, q.last_index
         end = last + 1 if last is not None else 0
         tailers = []
@@ -442,7 +478,8 @@ def queue_stats(path: Path) -> dict[str, Any]:
             tailers.append({"name": name, "index": value, "behind": behind})
         return {"queue": str(path), "roll_cycle": q.roll_cycle.name, "cycles": cycles,
                 "first_index": first, "last_index": last, "count": sum(c["count"] for c in cycles),
-                "bytes": sum(c["bytes"] for c in cycles), "tailers": tailers}
+                "bytes": sum(c["bytes"] for c in cycles), "allocated": sum(c["allocated"] for c in cycles),
+                "tailers": tailers}
 
 
 def _stats(path: Path, as_json: bool) -> None:
@@ -452,9 +489,10 @@ def _stats(path: Path, as_json: bool) -> None:
         return
     hexed = {k: "-" if st[k] is None else f"0x{st[k]:x}" for k in ("first_index", "last_index")}
     print(f"queue {st['queue']}  roll cycle {st['roll_cycle']}  first {hexed['first_index']}  "
-          f"last {hexed['last_index']}  messages {st['count']}  bytes {st['bytes']}")
-    _table_out(["cycle", "file", "messages", "bytes"],
-               [[c["cycle"], c["file"], c["count"], c["bytes"]] for c in st["cycles"]])
+          f"last {hexed['last_index']}  messages {st['count']}  allocated bytes {st['allocated']}  "
+          f"apparent bytes {st['bytes']}")
+    _table_out(["cycle", "file", "messages", "allocated bytes", "apparent bytes"],
+               [[c["cycle"], c["file"], c["count"], c["allocated"], c["bytes"]] for c in st["cycles"]])
     if st["tailers"]:
         _table_out(["named tailer", "next index", "behind"],
                    [[t["name"], f"0x{t['index']:x}", t["behind"]] for t in st["tailers"]])

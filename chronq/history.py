@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +34,7 @@ PERCENTILES: tuple[float, ...] = (0.5, 0.9, 0.99, 0.999, 0.9999)
 METRICS: tuple[str, ...] = ("queue", "service", "hop")
 UNITS: dict[str, int] = {"ns": 1, "us": 1_000, "ms": 1_000_000}
 FRACTION_BITS = 7
+_REPORT_EVERY = 1024  # messages between `on_read` calls: a call per message would cost more than the bar
 
 Key = tuple[int | None, str | None, str, str]  # (window, method, hop, metric)
 
@@ -129,12 +130,14 @@ class HistoryReport:
 
 
 def analyze(queues: Sequence[str | os.PathLike[str]], *, ignore: int = 0, interval: float | None = None,
-            by_method: bool = False) -> HistoryReport:
+            by_method: bool = False, on_read: Callable[[int], None] | None = None) -> HistoryReport:
     """Latency histograms of a chain ``queues[0] -> ... -> queues[-1]`` (or of one queue's histories).
 
     `ignore` skips the first messages of each queue read (warm-up); `interval` (seconds) adds a
     histogram per window of that length, counted from the first message's write time; `by_method`
-    keys by the message's first event (the method called).
+    keys by the message's first event (the method called). `on_read(n)` is told of every `n` messages
+    read (skipped ones included), a thousand or so at a time, for a progress bar over
+    `queues_read(queues)`.
     """
     import chronq
 
@@ -158,8 +161,12 @@ def analyze(queues: Sequence[str | os.PathLike[str]], *, ignore: int = 0, interv
         end_to_end = chain and k == len(paths) - 1 and len(paths) > 2
         with chronq.open(path, readonly=True) as q:
             tailer = q.tailer()
-            skipped = 0
+            skipped = pending = 0
             while (ex := tailer.read()) is not None:
+                pending += 1
+                if pending == _REPORT_EVERY and on_read is not None:
+                    on_read(pending)
+                    pending = 0
                 if skipped < ignore:
                     skipped += 1
                     continue
@@ -198,7 +205,15 @@ def analyze(queues: Sequence[str | os.PathLike[str]], *, ignore: int = 0, interv
                     _add_hop(rep, window, method, name, timings[2 * j - 2: 2 * j + 1])
                 if hops >= 2:
                     rep._add(window, method, "end_to_end", "hop", timings[-1] - timings[0])
+            if on_read is not None and pending:
+                on_read(pending)
     return rep
+
+
+def queues_read(queues: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """The queues `analyze` reads: all of a chain but its input (whose messages its first hop measures)."""
+    paths = [Path(q) for q in queues]
+    return paths[1:] if len(paths) > 1 else paths
 
 
 def _add_hop(rep: HistoryReport, window: int | None, method: str | None, hop: str, t: Sequence[int]) -> None:
@@ -287,4 +302,4 @@ def plot(rep: HistoryReport, path: str | os.PathLike[str], unit: str = "us") -> 
 
 
 __all__ = ["FRACTION_BITS", "METRICS", "PERCENTILES", "UNITS", "Histogram", "HistoryReport", "analyze",
-           "format_table", "plot", "write_csv"]
+           "format_table", "plot", "queues_read", "write_csv"]

@@ -1,4 +1,5 @@
-"""Progress on stderr for the long commands (`dump --json`, `tail` of a large queue, `write`).
+"""Progress on stderr for the long commands (`dump`, `tail` of a large queue, `write`, `history`,
+`archive`).
 
 Internal to the command lines (chronq's, and rpc's ``chronq write``): public by name so that rpc,
 which may not reach into chronq's private modules, shows the same progress.
@@ -47,6 +48,13 @@ class Progress:
                 self._rich.start()
                 self._task = self._rich.add_task(self.what, total=self.total)
         return self
+
+    def update(self, done: int, total: int | None) -> None:
+        """Set where the work is (for work whose size is known only once it starts)."""
+        self.total = total
+        if self._rich is not None:
+            self._rich.update(self._task, total=total)
+        self.advance(done - self.done)
 
     def advance(self, n: int = 1) -> None:
         self.done += n

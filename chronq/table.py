@@ -125,7 +125,7 @@ MAX_KEY_LENGTH = 1100
 MAX_TAILER_NAME = 1024
 
 _process_lock = threading.RLock()  # POSIX record locks do not exclude threads of one process
-# (pid, st_dev, st_ino) of a table store -> [lock value, appenders using it] for this process's writers
+# (pid, st_dev, st_ino) of a table store -> [writer slot, appenders using it] for this process's writers
 _registered: dict[tuple[int, int, int], list[int]] = {}
 
 # Called with the name of each step of adding a key; the crash tests SIGKILL the process there to

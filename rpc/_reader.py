@@ -43,8 +43,16 @@ class _Entry:
     targets: list[Callable[..., Any]] = field(default_factory=list)
 
 
+def _parameter_error(method: str, param: tuple[str, Any], e: Exception) -> Exception:
+    """`e` (a value that does not convert to the parameter's type) naming the method, the parameter and
+    its type; `_deliver` adds a note with the document's index."""
+    name, tp = param
+    return _codec.WireError(f"{method}() parameter {name!r} expects {getattr(tp, '__name__', tp)}: {e}")
+
+
 def _decoder(
-    params: Sequence[tuple[str, Any]], defaults: tuple[Any, ...] = (), wire: WireType = WireType.BINARY
+    params: Sequence[tuple[str, Any]], defaults: tuple[Any, ...] = (), wire: WireType = WireType.BINARY,
+    method: str = "",
 ) -> Callable[[Any, int], tuple[tuple[Any, ...], int]]:
     """Arguments at `pos`: one value, a sequence of values, or (no parameters) one ignored value, as
     Java's method writer writes them (docs/rpc.md, Writing); returns them with the position after them.
@@ -83,7 +91,10 @@ def _decoder(
 
         def single(buf: Any, pos: int) -> tuple[tuple[Any, ...], int]:
             r = reader(buf, pos)
-            return (one(r),), r.position
+            try:
+                return (one(r),), r.position
+            except _codec.WireError as e:
+                raise _parameter_error(method, params[0], e) from None
 
         return single
     decs = [_codec.value_decoder(tp, wire) for _, tp in params]
@@ -94,10 +105,13 @@ def _decoder(
         r = reader(buf, pos)
         s = _codec.enter_sequence(r)
         args = []
-        for d in decs:
+        for param, d in zip(params, decs, strict=True):
             if not s.has_more():
                 break
-            args.append(d(s))
+            try:
+                args.append(d(s))
+            except _codec.WireError as e:
+                raise _parameter_error(method, param, e) from None
         if len(args) < len(decs):
             if len(args) < required:
                 raise _codec.WireError(f"{len(args)} arguments where {required} are needed", pos)
@@ -186,7 +200,7 @@ class MethodReader:
             for name, m in _handler_specs(h, interfaces).items():
                 entry = self._entries.get(m.event)
                 if entry is None:
-                    entry = _Entry(name, m.event, _decoder(m.params, m.defaults, wire), m.chain)
+                    entry = _Entry(name, m.event, _decoder(m.params, m.defaults, wire, m.name), m.chain)
                     self._entries[m.event] = entry
                     if m.chain is None and isinstance(m.event, str):
                         plan = _codec.fast_plan(m.params, wire)
@@ -389,7 +403,7 @@ class MethodReader:
             if table is None:
                 wire = self.wire
                 table = {
-                    m.event: _Entry(m.name, m.event, _decoder(m.params, m.defaults, wire), m.chain)
+                    m.event: _Entry(m.name, m.event, _decoder(m.params, m.defaults, wire, m.name), m.chain)
                     for m in describe(chain).methods
                 }
                 self._chains[chain] = table

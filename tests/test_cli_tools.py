@@ -238,14 +238,15 @@ def test_stats_of_a_java_queue_with_named_tailers(vectors: Path) -> None:
     q = vectors / "generated-cq5.26/named_tailer"
     st = json.loads(run("stats", q, "--json").stdout)
     assert (st["first_index"], st["last_index"], st["count"]) == (0x4D1900000000, 0x4D1900000004, 5)
+    on_disk = (q / "20240115F.cq4").stat()
     assert st["cycles"] == [{"cycle": 19737, "file": "20240115F.cq4", "count": 5,
-                             "bytes": (q / "20240115F.cq4").stat().st_size}]
+                             "bytes": on_disk.st_size, "allocated": on_disk.st_blocks * 512}]
     assert {t["name"]: t["behind"] for t in st["tailers"]} == {
         "myTailer": 2, "replicated:tailerOne": 3, "unreadTailer": 5}
     lines = run("stats", q).stdout.splitlines()
     assert lines[0].startswith(f"queue {q}  roll cycle FAST_DAILY  first 0x4d1900000000")
     rows = lines[lines.index("") + 1:]
-    assert rows[0].split() == ["cycle", "file", "messages", "bytes"]
+    assert rows[0].split() == ["cycle", "file", "messages", "allocated", "bytes", "apparent", "bytes"]
     # aligned: every column of the tailer table starts at the same offset on each line
     tailer_rows = lines[len(lines) - 4:]
     assert len({r.index("0x") for r in tailer_rows[1:]}) == 1
@@ -383,3 +384,61 @@ def test_reading_a_directory_that_is_not_a_queue_says_so(tmp_path: Path, command
     assert run("append", empty, stdin="").returncode == 0  # an empty queue is still a queue
     r = run(command, empty)
     assert r.returncode == 0, r.stderr
+
+
+def test_history_shows_progress_on_a_terminal(big: Path) -> None:
+    out, tty = _with_tty_stderr([CHRONQ, "history", str(big)])
+    assert "3000 messages, 3000 without history" in out and f"history {big}" in tty
+    quiet = run("history", big)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == out
+
+
+def _three_cycles(q: Path) -> list[int]:
+    """A queue of three 1970 cycles (TEST4_SECONDLY) of 200 messages each; the sizes of its files."""
+    import chronq
+    from chronq.rollcycles import FixedClock
+
+    clock = FixedClock(0)
+    with chronq.open(q, "TEST4_SECONDLY", clock=clock, block_size=64 << 10) as queue:
+        a = queue.appender()
+        for cycle in range(3):
+            clock.advance(1000 if cycle else 0)
+            for i in range(200):
+                a.write(b"%d %d " % (cycle, i) + bytes(300))
+    return [f.stat().st_size for f in sorted(q.glob("*.cq4"))]
+
+
+def test_archive_reports_progress_inside_a_cycle(tmp_path: Path) -> None:
+    """The bar of `chronq archive` moves frame by frame, not only from one cycle to the next."""
+    pytest.importorskip("fsspec")
+    from chronq.archive import archive
+
+    q = tmp_path / "q"
+    sizes = _three_cycles(q)[:2]  # the last cycle has no EOF and nothing after it: it stays
+    seen: list[tuple[int, int]] = []
+    moved = archive(q, str(tmp_path / "arch"), frame=4096, on_bytes=lambda d, t: seen.append((d, t)))
+    assert [e["cycle"] for e in moved] == [0, 1]
+    assert {t for _, t in seen} == {sum(sizes)}
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] == sum(sizes)
+    assert sum(1 for d in done if d < sizes[0]) >= sizes[0] // 4096 - 1  # inside the first cycle
+
+    q2 = tmp_path / "q2"
+    _three_cycles(q2)
+    out, tty = _with_tty_stderr([CHRONQ, "archive", "q2", "arch2"], cwd=tmp_path)
+    assert out.count("archived cycle") == 2 and "archive q2 (bytes)" in tty
+
+
+def test_stats_reports_what_a_sparse_cycle_file_takes_on_disk(tmp_path: Path) -> None:
+    """Five messages in a default FAST_DAILY queue: 83,886,080 bytes apparent, a few pages allocated."""
+    q = tmp_path / "q"
+    assert run("append", q, stdin="".join(f"m{i}\n" for i in range(5))).returncode == 0
+    cycle = next(q.glob("*.cq4")).stat()
+    st = json.loads(run("stats", q, "--json").stdout)
+    assert st["cycles"][0]["bytes"] == cycle.st_size and st["bytes"] == cycle.st_size
+    assert st["cycles"][0]["allocated"] == cycle.st_blocks * 512 == st["allocated"]
+    assert st["allocated"] < st["bytes"] // 4  # sparse: the apparent size is not what the disk holds
+    lines = run("stats", q).stdout.splitlines()
+    assert f"allocated bytes {cycle.st_blocks * 512}  apparent bytes {cycle.st_size}" in lines[0]
+    row = lines[lines.index("") + 2].split()
+    assert row[-2:] == [str(cycle.st_blocks * 512), str(cycle.st_size)]

@@ -48,7 +48,7 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.history": [
         "FRACTION_BITS", "Histogram", "HistoryReport", "METRICS", "PERCENTILES", "UNITS", "analyze",
-        "format_table", "plot", "write_csv",
+        "format_table", "plot", "queues_read", "write_csv",
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": ["BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],

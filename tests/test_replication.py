@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -218,7 +219,24 @@ def test_cli_refuses_an_unknown_host(tmp_path: Path) -> None:
     config = write_config(tmp_path, hosts=2)
     p = subprocess.run([sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", "9"],
                        capture_output=True, text=True, timeout=60, env={**os.environ})
-    assert p.returncode == 1 and "host id 9 is not in the cluster" in p.stderr
+    assert p.returncode == 2 and "host id 9 is not in the cluster" in p.stderr and str(config) in p.stderr
+    assert p.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("cluster: {context: {keyFile: missing}, hosts: {h1: {hostId: 1, connectUri: 'localhost:1'}}}",
+     "missing: .*No such file"),
+    ("cluster: [1, 2]", "cluster: expected a map"),
+    ("cluster: {", "not valid YAML"),
+])
+def test_cli_exits_2_on_a_bad_configuration(tmp_path: Path, text: str, error: str) -> None:
+    """A configuration that does not fit is bad usage: exit 2 with one line (it was 1, a queue error's)."""
+    config = tmp_path / "replication.yaml"
+    config.write_text(text)
+    p = subprocess.run([sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", "1"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert re.search(error, p.stderr) and str(config) in p.stderr, p.stderr
 
 
 def test_a_sink_reading_nothing_times_the_send_out(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -277,7 +277,7 @@ class _Said(Protocol):
 def test_a_str_parameter_converts_as_wires_str_fields_do(tmp_path):
     """One rule for typed decoding (docs/wire.md, docs/rpc.md): a `str` parameter reads a number as its
     text, exactly as a `str` field of a typed message does (and as Java's `text()`); a value that cannot
-    be text raises WireError naming the event."""
+    be text raises WireError naming the method, the parameter, its type and what was found."""
     import msgspec
 
     from wire import binary
@@ -297,7 +297,8 @@ def test_a_str_parameter_converts_as_wires_str_fields_do(tmp_path):
         reader.dispatch(encode_call([("say", value)]))
         assert got[-1] == binary.decode(binary.encode({"text": value}), type=Said).text
     assert got == ["5", "1.5", "true"]
-    with pytest.raises(WireError, match="expected text, found list") as err:
+    wrong = r"say\(\) parameter 'text' expects str: expected text, found list"
+    with pytest.raises(WireError, match=wrong) as err:
         reader.dispatch(encode_call([("say", [1, 2])]), 0x10)
     assert any("'say'" in note and "0x10" in note for note in err.value.__notes__)
     with pytest.raises(WireError, match="expected text"):

@@ -229,7 +229,7 @@ def _history(args: argparse.Namespace) -> None:
         raise UsageError(f"--ignore must be >= 0, not {args.ignore}")
     if args.interval is not None and not args.interval > 0:
         raise UsageError(f"--interval must be > 0 seconds, not {args.interval}")
-    from chronq._progress import Progress, wanted
+    from chronq.progress import Progress, wanted
 
     total = sum(_messages_in(q) for q in history.queues_read(args.queues)) if wanted() else None
     names = " ".join(str(q) for q in args.queues)
@@ -356,7 +356,7 @@ def _archive(path: Path, dest: str, compress: str | None, keep: int, read_back: 
         raise UsageError(f"--keep is not negative: {keep}")
     if not path.is_dir():
         raise ChronqError(f"{path}: no queue directory")
-    from chronq._progress import Progress
+    from chronq.progress import Progress
 
     with Progress(None, f"archive {path} (bytes)") as bar:
         entries = archive.archive(path, dest, compress=compress, keep=keep, read_back=read_back,

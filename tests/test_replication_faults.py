@@ -98,7 +98,7 @@ class _Acknowledged:
                 + ", ".join(f"{s} ends at {last_index(s)}" for s in self.sinks))
 
 
-def _run_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
+def run_fault_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
     rng = random.Random(seed)
     with FaultProxy(("127.0.0.1", 0), seed) as proxy:  # its target is set once the ports are drawn
         config, sinks_cfg, port = _configs(tmp_path, proxy.port)
@@ -166,14 +166,14 @@ def _first_difference(expected: list[tuple[int, bool, bytes]], got: list[tuple[i
 
 @pytest.mark.exclusive
 def test_fault_rounds(tmp_path: Path) -> None:
-    _run_rounds(tmp_path, 20, seed=20)
+    run_fault_rounds(tmp_path, 20, seed=20)
 
 
 @pytest.mark.slow
 @pytest.mark.exclusive
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_fault_rounds_long(tmp_path: Path, seed: int) -> None:
-    _run_rounds(tmp_path, 20, seed=seed)  # 5 x 20 = 100 rounds
+    run_fault_rounds(tmp_path, 20, seed=seed)  # 5 x 20 = 100 rounds
 
 
 def test_sink_reconnects_at_once_after_many_cut_sessions(tmp_path: Path) -> None:

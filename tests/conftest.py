@@ -7,6 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No per-example time limit (hypothesis' default is 200 ms): on a loaded 2-core machine, beside the
+# other xdist worker, or under ASan an example can take longer without anything being wrong, and a
+# deadline would turn that into a failure. Loaded here, before any test module builds its settings.
+settings.register_profile("chronq", deadline=None)
+settings.load_profile("chronq")
 
 VECTORS = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "chronicle"
 GENERATED = VECTORS / "generated-cq5.26"

@@ -129,6 +129,22 @@ def excerpts(path: Path) -> list[Doc]:
     return [d for d in all_documents(path) if not (d[1] and is_store_document(d[2]))]
 
 
+JavaDoc = tuple[int, bool, int, str, str, int]
+
+
+def java_documents(queue: Path) -> list[JavaDoc]:
+    """Every document Java Chronicle finds in `queue` (`../shared/java/run.sh list`): index, metadata,
+    length, sha256, file and position; the store's own documents included."""
+    import json
+
+    from tests.test_java_interop import java
+
+    out = queue.parent / f"{queue.name}-java.jsonl"
+    java("list", queue, out)
+    return [(d["index"], d["metadata"], d["length"], d["sha256"], d["file"], d["position"])
+            for d in map(json.loads, out.read_text().splitlines())]
+
+
 def cycle_files(path: Path) -> list[str]:
     return sorted(n for n in os.listdir(path) if n.endswith(".cq4"))
 

@@ -41,8 +41,20 @@ from tests.codec_support import (
     raw_frames,
     trade,
 )
+from tests.conftest import skip_unless_strict
 
-needs_openssl = pytest.mark.skipif(not _codecs.HAVE_AES, reason="chronq._codecs built without OpenSSL")
+
+@pytest.fixture
+def openssl_aes() -> None:
+    """Skip where chronq._codecs was built without OpenSSL's headers (it falls back to `cryptography`),
+    or fail under CHRONQ_STRICT=1: CI's build has them, and a build that quietly went without must not
+    pass these tests by skipping them."""
+    if not _codecs.HAVE_AES:
+        skip_unless_strict("chronq._codecs was built without OpenSSL (no AES-GCM through libcrypto)")
+
+
+needs_openssl = pytest.mark.usefixtures("openssl_aes")
+
 
 def make_codec(name: str, path: Path, dictionary_dir: tuple[Path, int]) -> Codec:
     comp, _, enc = name.partition("+")

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.spark
+@pytest.mark.spark  # the demo's latency report runs Spark (its own JVM): in the Spark tests' xdist worker
 def test_demo_answers_every_trade_once_across_a_kill_and_reports_latency(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     proc = subprocess.run(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from chronq.replication.errors import ReplicationError
 from chronq.replication.sink import Position, SinkWriter, is_store_document, read_position
 from chronq.replication.source import SourceReader
 from chronq.rollcycles import FixedClock
-from tests.replication_support import all_documents, cycle_files, excerpts, last_index
+from tests.replication_support import all_documents, cycle_files, excerpts, java_documents, last_index
 
 
 def make_source(path: Path) -> chronq.Queue:
@@ -109,16 +108,9 @@ def test_read_position_of_empty_and_metadata_only_queues(tmp_path: Path) -> None
 
 @pytest.mark.interop
 def test_java_lists_the_same_documents(tmp_path: Path) -> None:
-    from tests.test_java_interop import java
-
     with make_source(tmp_path / "src") as src:
         replicate(src, tmp_path / "sink").close()
-    listed = []
-    for name in ("src", "sink"):
-        out = tmp_path / f"{name}.jsonl"
-        java("list", tmp_path / name, out)
-        listed.append([(d["index"], d["metadata"], d["length"], d["sha256"], d["file"], d["position"])
-                       for d in map(json.loads, out.read_text().splitlines())])
+    listed = [java_documents(tmp_path / name) for name in ("src", "sink")]
     assert listed[0] == listed[1]
     assert len([d for d in listed[1] if not d[1]]) == 53
 

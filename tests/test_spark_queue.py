@@ -73,13 +73,16 @@ def test_million_messages_over_cycles_count_exactly(spark: Any, tmp_path: Path) 
     df = spark.read.format("chronq").option("partitionRows", "100000").load(str(tmp_path))
     payload_seq = F.conv(F.hex(F.reverse(F.substring("payload", 1, 8))), 16, 10).cast("long")
     got = df.groupBy("cycle").agg(F.count("*").alias("n"), F.min("seq").alias("lo"), F.max("seq").alias("hi"),
-                                  F.sum("seq").alias("total"),
+                                  F.countDistinct("seq").alias("seqs"),
+                                  F.countDistinct("index").alias("indexes"),
                                   F.sum((payload_seq != F.col("seq")).cast("int")).alias("wrong")
                                   ).orderBy("cycle").collect()
     first = T0 // HOUR_MS
-    # n rows with seq in [0, n) summing to n(n-1)/2, each carrying its own seq: every message exactly once
-    assert [(r.cycle, r.n, r.lo, r.hi, r.total, r.wrong) for r in got] == [
-        (first + 2 * k, n, 0, n - 1, n * (n - 1) // 2, 0) for k, n in enumerate(per_cycle)]
+    # n rows, n distinct seqs in [0, n): the set of seqs is exactly range(n), no duplicate and no gap (a
+    # duplicate plus a gap would leave fewer distinct seqs than rows); n distinct indexes; each row
+    # carrying its own seq: every message exactly once
+    assert [(r.cycle, r.n, r.lo, r.hi, r.seqs, r.indexes, r.wrong) for r in got] == [
+        (first + 2 * k, n, 0, n - 1, n, n, 0) for k, n in enumerate(per_cycle)]
     assert df.rdd.getNumPartitions() >= 10
 
 

@@ -23,6 +23,27 @@ VECTORS = REPO.parent / "shared" / "testdata" / "chronicle" / "generated-cq5.26"
 #: Larger files than any vector are still interesting (a grown file), larger than this only slow.
 MAX_FILE = 1 << 20
 _SEG = struct.Struct("<IH")
+
+
+def load_queues(names: list[str]) -> list[tuple[str, dict[str, bytes]]]:
+    """The files (.cq4, .cq4t) of these Java-written queues, the seeds a harness starts from and mutates.
+    A missing one is named on stderr, and under ``CHRONQ_STRICT=1`` (CI) ends the harness with exit 1:
+    without its vectors a harness returns at once on every input, and `make fuzz` would pass having
+    fuzzed nothing."""
+    out, missing = [], []
+    for name in names:
+        d = VECTORS / name
+        if d.is_dir():
+            out.append((name, {p.name: p.read_bytes() for p in sorted(d.iterdir())
+                               if p.suffix in (".cq4", ".cq4t")}))
+        else:
+            missing.append(name)
+    if missing:
+        message = f"Java-written vectors missing from {VECTORS}: {', '.join(missing)}"
+        if os.environ.get("CHRONQ_STRICT") == "1":
+            raise SystemExit(f"CHRONQ_STRICT=1 but {message}")
+        print(f"warning: {message}; fuzzing without them", file=sys.stderr)
+    return out
 _NONZERO = re.compile(rb"[^\x00](?:\x00{0,32}[^\x00])*")
 
 

@@ -16,7 +16,7 @@ import shutil
 import struct
 
 import atheris
-from common import VECTORS, pack_sparse, run, scratch_dir, unpack_sparse, write_file
+from common import load_queues, pack_sparse, run, scratch_dir, unpack_sparse, write_file
 
 with atheris.instrument_imports(include=["chronq", "wire"]):
     import chronq
@@ -31,17 +31,7 @@ BASE_MS = 1_705_312_800_000  # the clock the vectors were written with (2024-01-
 LIMIT = 100_000  # more excerpts than a 1 MiB file can hold: the reader goes round in circles
 
 
-def _load() -> list[tuple[str, dict[str, bytes]]]:
-    out = []
-    for name in NAMES:
-        d = VECTORS / name
-        if d.is_dir():
-            out.append((name, {p.name: p.read_bytes() for p in sorted(d.iterdir())
-                               if p.suffix in (".cq4", ".cq4t")}))
-    return out
-
-
-QUEUES = _load()
+QUEUES = load_queues(NAMES)
 WORK = scratch_dir()
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 
 import atheris
-from common import VECTORS, pack_sparse, run, scratch_dir, unpack_sparse, write_file
+from common import load_queues, pack_sparse, run, scratch_dir, unpack_sparse, write_file
 
 with atheris.instrument_imports(include=["chronq", "wire"]):
     import chronq
@@ -25,17 +25,7 @@ NAMES = ["fast_daily_basic", "named_tailer", "fast_hourly_roll_eof", "rc_weekly"
          "rc_legacy_minutely"]
 
 
-def _load() -> list[tuple[str, dict[str, bytes]]]:
-    out = []
-    for name in NAMES:
-        d = VECTORS / name
-        if d.is_dir():
-            out.append((name, {p.name: p.read_bytes() for p in sorted(d.iterdir())
-                               if p.suffix in (".cq4", ".cq4t")}))
-    return out
-
-
-QUEUES = _load()
+QUEUES = load_queues(NAMES)
 WORK = scratch_dir()
 
 

@@ -25,8 +25,9 @@ EXTRAS = "dev,spark,docs,archive,archive-test,codecs,cli"
 # and pyspark_chronq, which must come from the installed wheel.
 TREE = ("tests", "docs", "examples", "benchmarks", "README.md", "pyproject.toml", "mkdocs.yml",
         "mkdocs_hooks.py", "Makefile")
-# Tests that read this repository's source tree rather than the installed package: they build chronq
-# from its sources (the wheel's own test, which `make test-pythons` runs first on the dev interpreter).
+# The only tests left out: they cannot run from an installed wheel, since they build the sdist and wheel
+# from this repository's sources; `make test-pythons` runs them first, on the dev interpreter. (Tests that
+# read the packages' files find them where the packages are imported from: site-packages here.)
 NOT_FROM_A_WHEEL = ("tests/test_wheel.py",)
 
 nox.options.download_python = "never"

@@ -43,7 +43,10 @@ class RawPeer:
         """The next frame not of a `skip` kind, which must be of `kind`."""
         while True:
             while not self._got:
-                self._got = self._decoder.feed(self.sock.recv(65536))
+                data = self.sock.recv(65536)
+                if not data:
+                    raise ConnectionError(f"the peer closed the connection before a {kind.__name__}")
+                self._got = self._decoder.feed(data)
             frame = self._got.pop(0)
             if isinstance(frame, kind):
                 return frame

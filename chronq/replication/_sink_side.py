@@ -19,13 +19,13 @@ import time
 from chronq.pausers import BackoffPauser
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Host
+from chronq.replication.bounds import IndexBound, queue_roll_cycle
 from chronq.replication.config import QueueCfg
 from chronq.replication.errors import AuthenticationError, ProtocolError, ReplicationError, SplitBrainError
 from chronq.replication.failover import check_same_history, last_excerpt
 from chronq.replication.sink import Position, SinkWriter, record_codec
 from chronq.replication.source import SourceReader
 from chronq.replication.status import LinkState, Role
-from chronq.rollcycles import RollCycle, by_format
 from chronq.table import (
     UNLOCKED,
     TableStore,
@@ -60,13 +60,6 @@ def _apply_tailer_positions(table: TableStore, items: list[tuple[str, int, int]]
         table.acquire(lock_key, UNLOCKED)
         table.set(tailer_index_key(name), index)
         table.set(version_key, version)
-
-
-def _roll_cycle(info: p.QueueInfo) -> RollCycle:
-    try:
-        return by_format(info.roll_format, info.length_ms, info.index_count, info.index_spacing)
-    except (ValueError, OverflowError) as e:
-        raise ProtocolError(f"unusable roll cycle from the source: {e}") from None
 
 
 class SinkEndpoint:
@@ -126,6 +119,9 @@ class SinkEndpoint:
                     conn.close()
                     link.set_state(LinkState.DISCONNECTED)
                     return
+                except ProtocolError as e:  # a frame refused: the source learns why before the close
+                    log.warning("replication: %s from %s: %s", self._qc.name, peer, e)
+                    conn.refuse(str(e))
                 except (ReplicationError, OSError) as e:
                     log.warning("replication: %s from %s: %s", self._qc.name, peer, e)
                 finally:
@@ -155,7 +151,7 @@ class SinkEndpoint:
 
     def _conversation(self, conn: Conn) -> None:
         info = self._handshake(conn)
-        rc: RollCycle = _roll_cycle(info)
+        rc = queue_roll_cycle(info)  # checked whole before the sink queue is opened or created with it
         with SinkWriter(self.path, rc, info.epoch, source_host=info.host_id) as writer:
             pos = writer.position
             last, digest = last_excerpt(writer.queue)
@@ -166,10 +162,11 @@ class SinkEndpoint:
             link.sent(writer.last_data_index, time.time())
             link.acked(writer.last_data_index)
             self.subscribed = True
-            self._receive(conn, writer)
+            self._receive(conn, writer, IndexBound(rc, info.epoch, conn.peer))
 
-    def _receive(self, conn: Conn, writer: SinkWriter) -> None:
-        """Write what the source sends, acknowledging it, until the stop or an error."""
+    def _receive(self, conn: Conn, writer: SinkWriter, bound: IndexBound) -> None:
+        """Write what the source sends, acknowledging it, until the stop or an error. A document in a
+        cycle beyond the present (`bound`) is refused before anything of its frame is written."""
         cfg, stop, qc, link = self._host.config, self._host.stop, self._qc, self._link
         interval = cfg.heartbeat_interval_ms / 1000
         spin = cfg.busy_spin_us / 1e6
@@ -184,8 +181,10 @@ class SinkEndpoint:
             frames = conn.poll(min(interval, 0.1) if quiet else ack_every, spin)
             for f in frames:
                 if isinstance(f, p.Run):
+                    bound.check(f.first_index, "Run")  # one cycle: the writer refuses a run across two
                     writer.write_run(f.first_index, f.count, f.data)
                 elif isinstance(f, p.Excerpts):
+                    bound.check_items(f.items)
                     writer.write_all(f.items)
                 elif isinstance(f, p.Subscribe):  # the source asks for a back-fill
                     self._send_backfill(conn, writer, f)

@@ -21,6 +21,7 @@ import chronq
 from chronq.pausers import BackoffPauser
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Host, Link
+from chronq.replication.bounds import IndexBound
 from chronq.replication.config import QueueCfg
 from chronq.replication.errors import AuthenticationError, ProtocolError, ReplicationError, SplitBrainError
 from chronq.replication.failover import NOT_A_SINK, check_same_history, last_excerpt, promote
@@ -381,6 +382,7 @@ class SourceEndpoint:
                 pos = writer.position
                 conn.send(p.Subscribe(-1 if pos.next_index is None else pos.next_index, pos.metadata, last,
                                       digest))
+                bound = IndexBound(q.roll_cycle, q.epoch, conn.peer)  # nothing dated beyond the present
                 while True:
                     frames = conn.poll(0.1)
                     for i, f in enumerate(frames):
@@ -393,6 +395,7 @@ class SourceEndpoint:
                             log.info("replication: %s back-filled %d documents from host %d", q.path, count,
                                      sink_host)
                             return
+                        bound.check_items(f.items, "back-filled Excerpts")
                         with writer.exclusive() as end:
                             self._check_no_local_write(writer, end, name, sink_host, count)
                             writer.write_all(f.items)

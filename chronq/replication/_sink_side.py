@@ -145,6 +145,8 @@ class SinkEndpoint:
                 conn.refuse("authentication failed")
                 raise AuthenticationError(f"refused {conn.peer}: it sent a wrong proof of the pre-shared key")
             conn.send(p.Auth(p.proof(cfg.key, b"sink", ch.nonce, nonce, qc.name)))
+            if self._host.tls is None:  # with TLS, TLS authenticates what follows
+                conn.authenticate(p.FrameAuth(cfg.key, nonce, ch.nonce, qc.name, sink=True))
         info = conn.expect(p.QueueInfo)
         assert isinstance(info, p.QueueInfo)
         return info

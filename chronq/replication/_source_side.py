@@ -291,9 +291,14 @@ class SourceEndpoint:
         key = self._host.config.key
         try:  # until the peer proved the key, any failure is a refused peer
             hello = conn.expect(p.Hello)
-            assert isinstance(hello, p.Hello)
-            if hello.version != p.VERSION:
-                raise ProtocolError(f"protocol version {hello.version} is not {p.VERSION}")
+        except ReplicationError as e:
+            raise AuthenticationError(f"did not authenticate: {e}") from None
+        assert isinstance(hello, p.Hello)
+        if hello.version != p.VERSION:  # said as it is: an upgrade, not a key, is what is missing
+            raise ProtocolError(f"host {hello.host_id} speaks replication protocol version "
+                                f"{hello.version}, this host {p.VERSION}: run the same chronq release on "
+                                "both (version 5 authenticates every frame of a pre-shared-key link)")
+        try:
             if key is not None:  # without a key (TLS only) the certificates authenticated both sides
                 nonce = secrets.token_bytes(p.NONCE_SIZE)
                 conn.send(p.Challenge(nonce, p.proof(key, b"source", hello.nonce, nonce, hello.queue)))
@@ -303,6 +308,8 @@ class SourceEndpoint:
                 if not hmac.compare_digest(auth.proof, expected):
                     raise AuthenticationError(f"host {hello.host_id} sent a wrong proof of the pre-shared "
                                               "key")
+                if self._host.tls is None:  # with TLS, TLS authenticates what follows
+                    conn.authenticate(p.FrameAuth(key, hello.nonce, nonce, hello.queue, sink=False))
         except AuthenticationError:
             raise
         except ReplicationError as e:

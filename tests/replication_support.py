@@ -67,13 +67,26 @@ class RawPeer:
         self._got: list[p.Frame] = []
 
     def send(self, frame: p.Frame) -> None:
-        self.sock.sendall(p.encode(frame))
+        self.send_encoded(p.encode(frame))
+
+    def send_encoded(self, data: bytes) -> None:
+        """One whole encoded frame (with its tag once `authenticate` was called)."""
+        if self._decoder.auth is not None:
+            data += self._decoder.auth.seal(data)
+        self.sock.sendall(data)
+
+    def authenticate(self, auth: p.FrameAuth) -> None:
+        """The handshake is done: frames both ways carry a tag (a pre-shared-key link without TLS)."""
+        self._decoder.auth = auth
 
     def expect(self, kind: type[p.Frame], skip: tuple[type[p.Frame], ...] = (p.Heartbeat,)) -> p.Frame:
         """The next frame not of a `skip` kind, which must be of `kind`."""
         while True:
             while not self._got:
-                self._got = self._decoder.feed(self.sock.recv(65536))
+                data = self.sock.recv(65536)
+                if not data:
+                    raise ConnectionError(f"the peer closed the connection before a {kind.__name__}")
+                self._got = self._decoder.feed(data)
             frame = self._got.pop(0)
             if isinstance(frame, kind):
                 return frame
@@ -86,6 +99,7 @@ class RawPeer:
         ch = self.expect(p.Challenge)
         assert isinstance(ch, p.Challenge)
         self.send(p.Auth(p.proof(KEY.encode(), b"sink", ch.nonce, nonce, queue)))
+        self.authenticate(p.FrameAuth(KEY.encode(), nonce, ch.nonce, queue, sink=True))
         info = self.expect(p.QueueInfo)
         assert isinstance(info, p.QueueInfo)
         self.send(p.Subscribe(-1, 0))

@@ -64,6 +64,10 @@ EXPORTS: dict[str, list[str]] = {
     "chronq.replication.acknowledged": [
         "AcknowledgedTailer", "last_acknowledged_index", "last_replicated_index", "wait_acknowledged",
     ],
+    "chronq.replication.bounds": [
+        "CLOCK_SLACK_MS", "MAX_CYCLE_LENGTH_MS", "MAX_CYCLE_SHIFT", "MAX_EPOCH_MS", "MAX_INDEX_COUNT",
+        "MAX_INDEX_SPACING", "IndexBound", "queue_roll_cycle",
+    ],
     "chronq.replication.config": ["HostCfg", "QueueCfg", "ReplicationConfig", "load_config", "parse_config"],
     "chronq.replication.endpoints": ["ReplicatedQueue"],
     "chronq.replication.errors": [
@@ -75,9 +79,10 @@ EXPORTS: dict[str, list[str]] = {
         "promote",
     ],
     "chronq.replication.protocol": [
-        "Ack", "Auth", "Challenge", "DEFAULT_MAX_FRAME", "Error", "Excerpts", "Frame", "FrameDecoder",
-        "Heartbeat", "Hello", "NONCE_SIZE", "QueueCodec", "QueueInfo", "RUN_HEAD", "RUN_META", "Run",
-        "Subscribe", "TailerPositions", "VERSION", "encode", "proof", "run_head",
+        "Ack", "Auth", "Challenge", "DEFAULT_MAX_FRAME", "Error", "Excerpts", "Frame", "FrameAuth",
+        "FrameDecoder", "Heartbeat", "Hello", "MAX_HOST_ID", "MAX_MAX_FRAME", "NONCE_SIZE", "QueueCodec",
+        "QueueInfo", "RUN_HEAD", "RUN_META", "Run", "Subscribe", "TailerPositions", "VERSION", "encode",
+        "proof", "run_head",
     ],
     "chronq.replication.sink": [
         "CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position",
@@ -164,8 +169,8 @@ EXPORTS: dict[str, list[str]] = {
     "wire.record": ["KINDS", "Layout", "RecordReader", "RecordWriter"],
     "wire.registry": ["alias_of", "lookup", "note_unknown", "register", "unknown_types"],
     "wire.text": [
-        "from_yaml", "from_yaml_all", "java_double", "java_double_to_string", "json_value", "looks_binary",
-        "quote", "render", "to_json", "to_yaml", "to_yaml_all",
+        "MAX_YAML_DOCUMENT", "from_yaml", "from_yaml_all", "java_double", "java_double_to_string",
+        "json_value", "looks_binary", "quote", "render", "to_json", "to_yaml", "to_yaml_all",
     ],
     "wire.types": [
         "EventName", "FieldNumber", "Float32", "HistoryBytes", "Int64Array", "Int64Hex", "TypeLiteral",

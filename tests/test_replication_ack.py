@@ -209,12 +209,13 @@ def test_a_sink_acknowledges_each_write_only_when_writers_wait(tmp_path: Path, a
             nonce = secrets.token_bytes(p.NONCE_SIZE)
             peer.send(p.Challenge(nonce, p.proof(key, b"source", hello.nonce, nonce, "queue1")))
             peer.expect(p.Auth)
+            peer.authenticate(p.FrameAuth(key, hello.nonce, nonce, "queue1", sink=False))
             peer.send(info)
             peer.expect(p.Subscribe)
             acks: list[int] = []
             started = time.monotonic()
             for f in frames:
-                s.sendall(f)
+                peer.send_encoded(f)
                 if acknowledge:  # each write acknowledged on its own: a writer waiting on it goes on
                     ack = peer.expect(p.Ack)
                     assert isinstance(ack, p.Ack) and ack.index == p.FrameDecoder().feed(f)[0].first_index

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chronq.replication import protocol as p
 from chronq.replication.errors import ProtocolError
 from chronq.replication.protocol import (
     NONCE_SIZE,
@@ -162,3 +163,50 @@ def test_a_codec_frame_names_a_dictionary_with_its_bytes(dict_id: int, data: byt
         FrameDecoder(MAX).feed(len(body).to_bytes(4, "big") + body)
     with pytest.raises(ProtocolError, match=error):
         encode(QueueCodec(1, dict_id, data), MAX)
+
+
+def _auth_pair() -> tuple[p.FrameAuth, p.FrameAuth]:
+    key, sink_nonce, source_nonce = b"k" * 32, b"s" * p.NONCE_SIZE, b"o" * p.NONCE_SIZE
+    return (p.FrameAuth(key, sink_nonce, source_nonce, "q", sink=True),
+            p.FrameAuth(key, sink_nonce, source_nonce, "q", sink=False))
+
+
+def _sealed(auth: p.FrameAuth, frame: p.Frame) -> bytes:
+    data = p.encode(frame)
+    return data + auth.seal(data)
+
+
+def test_authenticated_frames_pass_in_order_and_in_any_split() -> None:
+    sink, source = _auth_pair()
+    stream = b"".join(_sealed(source, f) for f in (p.Heartbeat(), p.Ack(5), p.Run(0, 1, b"\0\0\0\1x")))
+    decoder = p.FrameDecoder()
+    decoder.auth = sink
+    got = [f for i in range(len(stream)) for f in decoder.feed(stream[i:i + 1])]
+    assert got == [p.Heartbeat(), p.Ack(5), p.Run(0, 1, b"\0\0\0\1x")]
+
+
+@pytest.mark.parametrize("attack", ["altered", "dropped", "reordered", "replayed", "reflected", "other key",
+                                    "no tag"])
+def test_a_frame_altered_dropped_reordered_replayed_or_reflected_fails_its_tag(attack: str) -> None:
+    sink, source = _auth_pair()
+    frames = [_sealed(source, p.Ack(i)) for i in range(3)]
+    if attack == "altered":
+        frames[1] = frames[1][:-20] + bytes([frames[1][-20] ^ 1]) + frames[1][-19:]
+    elif attack == "dropped":
+        del frames[1]
+    elif attack == "reordered":
+        frames[0], frames[1] = frames[1], frames[0]
+    elif attack == "replayed":
+        frames[2] = frames[1]
+    elif attack == "reflected":  # the sink's own frame sent back to it
+        frames[1] = _sealed(sink, p.Ack(1))
+    elif attack == "other key":
+        other = p.FrameAuth(b"x" * 32, b"s" * p.NONCE_SIZE, b"o" * p.NONCE_SIZE, "q", sink=False)
+        other.seal(p.encode(p.Ack(0)))
+        frames[1] = _sealed(other, p.Ack(1))
+    else:
+        frames[1] = p.encode(p.Ack(1)) + p.encode(p.Heartbeat())[:16].ljust(16, b"\0")
+    decoder = p.FrameDecoder()
+    decoder.auth = sink
+    with pytest.raises(ProtocolError, match="fails its authentication tag"):
+        decoder.feed(b"".join(frames))

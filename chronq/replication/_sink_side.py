@@ -19,13 +19,13 @@ import time
 from chronq.pausers import BackoffPauser
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Host, describe, is_cut, is_failure
+from chronq.replication.bounds import IndexBound, queue_roll_cycle
 from chronq.replication.config import QueueCfg
 from chronq.replication.errors import AuthenticationError, ProtocolError, ReplicationError, SplitBrainError
 from chronq.replication.failover import check_same_history, last_excerpt
 from chronq.replication.sink import Position, SinkWriter, record_codec
 from chronq.replication.source import SourceReader
 from chronq.replication.status import LinkState, Role
-from chronq.rollcycles import RollCycle, by_format
 from chronq.table import (
     UNLOCKED,
     TableStore,
@@ -35,7 +35,7 @@ from chronq.table import (
     tailer_version_key,
 )
 
-__all__ = ["ACK_EVERY", "BATCH_COUNT", "MAX_EPOCH_MS", "MAX_REPLICATED_TAILERS", "RETRY_MAX", "RETRY_MIN",
+__all__ = ["ACK_EVERY", "BATCH_COUNT", "MAX_REPLICATED_TAILERS", "RETRY_MAX", "RETRY_MIN",
            "SinkEndpoint", "check_queue_info"]
 
 log = logging.getLogger("chronq.replication")
@@ -43,7 +43,6 @@ log = logging.getLogger("chronq.replication")
 BATCH_COUNT = 4096  # excerpts per back-fill frame
 ACK_EVERY = 0.001  # s between a sink's Acks on a busy link of a queue without `acknowledge`
 RETRY_MIN, RETRY_MAX = 0.05, 2.0  # s between a sink's reconnection attempts (doubling)
-MAX_EPOCH_MS = 366 * 86_400_000  # an epoch shifts cycle boundaries: by more than a year it is not a shift
 MAX_REPLICATED_TAILERS = 1024  # replicated named tailers a sink keeps for its source, at most
 
 
@@ -74,23 +73,15 @@ def _apply_tailer_positions(table: TableStore, items: list[tuple[str, int, int]]
         table.set(version_key, version)
 
 
-def check_queue_info(info: p.QueueInfo, qc: QueueCfg) -> None:
-    """ProtocolError unless the source's description of its queue is usable, before it touches the disk:
-    the host is the queue's master in the configuration and the epoch is in range (an epoch of 2^62
-    written into the sink's table store would make every later open of the queue fail)."""
+def check_queue_info(info: p.QueueInfo, qc: QueueCfg) -> RollCycle:
+    """The roll cycle of the source's queue, ProtocolError unless the source's description of it is
+    usable before it touches the disk: the host is the queue's master in the configuration, and every
+    field is in the range a queue can hold (`bounds.queue_roll_cycle`: an epoch of 2^62 written into the
+    sink's table store would make every later open of the queue fail)."""
     if info.host_id != qc.master_id:
         raise ProtocolError(f"queue {qc.name!r}: the source says it is host {info.host_id}, the "
                             f"configuration says the master is host {qc.master_id}")
-    if not -MAX_EPOCH_MS <= info.epoch <= MAX_EPOCH_MS:
-        raise ProtocolError(f"queue {qc.name!r}: the source's epoch {info.epoch} ms is outside "
-                            f"+-{MAX_EPOCH_MS} ms")
-
-
-def _roll_cycle(info: p.QueueInfo) -> RollCycle:
-    try:
-        return by_format(info.roll_format, info.length_ms, info.index_count, info.index_spacing)
-    except (ValueError, OverflowError) as e:
-        raise ProtocolError(f"unusable roll cycle from the source: {e}") from None
+    return queue_roll_cycle(info)
 
 
 class SinkEndpoint:
@@ -156,6 +147,11 @@ class SinkEndpoint:
                     link.fail(describe(e))
                     link.set_state(LinkState.DISCONNECTED)
                     return
+                except ProtocolError as e:  # a frame refused: the source learns why before the close
+                    log.warning("replication: %s from %s: %s", self._qc.name, peer, e)
+                    link.fail(describe(e))
+                    self.subscribed = False
+                    conn.refuse(str(e))
                 except Exception as e:
                     if is_failure(e):
                         # not a lost connection: the source's data or this disk. Logged whole, retried
@@ -187,14 +183,15 @@ class SinkEndpoint:
                 conn.refuse("authentication failed")
                 raise AuthenticationError(f"refused {conn.peer}: it sent a wrong proof of the pre-shared key")
             conn.send(p.Auth(p.proof(cfg.key, b"sink", ch.nonce, nonce, qc.name)))
+            if self._host.tls is None:  # with TLS, TLS authenticates what follows
+                conn.authenticate(p.FrameAuth(cfg.key, nonce, ch.nonce, qc.name, sink=True))
         info = conn.expect(p.QueueInfo)
         assert isinstance(info, p.QueueInfo)
         return info
 
     def _conversation(self, conn: Conn) -> None:
         info = self._handshake(conn)
-        check_queue_info(info, self._qc)
-        rc: RollCycle = _roll_cycle(info)
+        rc = check_queue_info(info, self._qc)  # checked whole before the sink queue is opened or created
         with SinkWriter(self.path, rc, info.epoch, source_host=info.host_id) as writer:
             pos = writer.position
             last, digest = last_excerpt(writer.queue)
@@ -205,10 +202,11 @@ class SinkEndpoint:
             link.sent(writer.last_data_index, time.time())
             link.acked(writer.last_data_index)
             self.subscribed = True
-            self._receive(conn, writer)
+            self._receive(conn, writer, IndexBound(rc, info.epoch, conn.peer))
 
-    def _receive(self, conn: Conn, writer: SinkWriter) -> None:
-        """Write what the source sends, acknowledging it, until the stop or an error."""
+    def _receive(self, conn: Conn, writer: SinkWriter, bound: IndexBound) -> None:
+        """Write what the source sends, acknowledging it, until the stop or an error. A document in a
+        cycle beyond the present (`bound`) is refused before anything of its frame is written."""
         cfg, stop, qc, link = self._host.config, self._host.stop, self._qc, self._link
         interval = cfg.heartbeat_interval_ms / 1000
         spin = cfg.busy_spin_us / 1e6
@@ -223,8 +221,10 @@ class SinkEndpoint:
             frames = conn.poll(min(interval, 0.1) if quiet else ack_every, spin)
             for f in frames:
                 if isinstance(f, p.Run):
+                    bound.check(f.first_index, "Run")  # one cycle: the writer refuses a run across two
                     writer.write_run(f.first_index, f.count, f.data)
                 elif isinstance(f, p.Excerpts):
+                    bound.check_items(f.items)
                     writer.write_all(f.items)
                 elif isinstance(f, p.Subscribe):  # the source asks for a back-fill
                     self._send_backfill(conn, writer, f)

@@ -23,6 +23,7 @@ import chronq
 from chronq.pausers import BackoffPauser
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Host, Link, describe, is_cut, is_failure
+from chronq.replication.bounds import IndexBound
 from chronq.replication.config import QueueCfg
 from chronq.replication.errors import AuthenticationError, ProtocolError, ReplicationError, SplitBrainError
 from chronq.replication.failover import NOT_A_SINK, check_same_history, last_excerpt, promote
@@ -391,9 +392,14 @@ class SourceEndpoint:
         key = self._host.config.key
         try:  # until the peer proved the key, any failure is a refused peer
             hello = conn.expect(p.Hello)
-            assert isinstance(hello, p.Hello)
-            if hello.version != p.VERSION:
-                raise ProtocolError(f"protocol version {hello.version} is not {p.VERSION}")
+        except ReplicationError as e:
+            raise AuthenticationError(f"did not authenticate: {e}") from None
+        assert isinstance(hello, p.Hello)
+        if hello.version != p.VERSION:  # said as it is: an upgrade, not a key, is what is missing
+            raise ProtocolError(f"host {hello.host_id} speaks replication protocol version "
+                                f"{hello.version}, this host {p.VERSION}: run the same chronq release on "
+                                "both (version 5 authenticates every frame of a pre-shared-key link)")
+        try:
             if key is not None:  # without a key (TLS only) the certificates authenticated both sides
                 nonce = secrets.token_bytes(p.NONCE_SIZE)
                 conn.send(p.Challenge(nonce, p.proof(key, b"source", hello.nonce, nonce, hello.queue)))
@@ -403,6 +409,8 @@ class SourceEndpoint:
                 if not hmac.compare_digest(auth.proof, expected):
                     raise AuthenticationError(f"host {hello.host_id} sent a wrong proof of the pre-shared "
                                               "key")
+                if self._host.tls is None:  # with TLS, TLS authenticates what follows
+                    conn.authenticate(p.FrameAuth(key, hello.nonce, nonce, hello.queue, sink=False))
             self._check_peer(conn, hello)
         except AuthenticationError:
             raise
@@ -508,6 +516,7 @@ class SourceEndpoint:
                 pos = writer.position
                 conn.send(p.Subscribe(-1 if pos.next_index is None else pos.next_index, pos.metadata, last,
                                       digest))
+                bound = IndexBound(q.roll_cycle, q.epoch, conn.peer)  # nothing dated beyond the present
                 while True:
                     frames = conn.poll(0.1)
                     for i, f in enumerate(frames):
@@ -520,6 +529,7 @@ class SourceEndpoint:
                             log.info("replication: %s back-filled %d documents from host %d", q.path, count,
                                      sink_host)
                             return
+                        bound.check_items(f.items, "back-filled Excerpts")
                         with writer.exclusive() as end:
                             self._check_no_local_write(writer, end, name, sink_host, count)
                             writer.write_all(f.items)

@@ -60,6 +60,7 @@ class Conn:
         self._pending: list[p.Frame] = []
         self._rbuf = bytearray(2 * HANDSHAKE_MAX_FRAME if handshake else RECV_SIZE)
         self._spinner = BackoffPauser()
+        self._auth: p.FrameAuth | None = None
         self.last_recv = self.last_send = time.monotonic()
         # a peer that stops reading makes sendall fail, not hang. A TLS socket takes the timeout in Python;
         # a plain one stays blocking with the kernel's timeouts (SO_SNDTIMEO / SO_RCVTIMEO), because a
@@ -82,15 +83,36 @@ class Conn:
         self.send_bytes(p.encode(frame, self.max_frame))
 
     def send_bytes(self, data: bytes | bytearray | memoryview) -> None:
-        """Send whole encoded frames (`p.encode`, or a Run built in place)."""
+        """Send one whole encoded frame (`p.encode`, or a Run built in place), followed by its tag once
+        the connection is authenticated (`authenticate`)."""
         if isinstance(self.sock, ssl.SSLSocket):
             self.sock.sendall(data)
         else:
             try:
-                self.sock.sendall(data, _NOSIGNAL)
+                if self._auth is None:
+                    self.sock.sendall(data, _NOSIGNAL)
+                else:
+                    self._send_parts(data, self._auth.seal(data))
             except BlockingIOError:  # SO_SNDTIMEO ran out: say so (an OSError still, as before)
                 raise TimeoutError(f"{self.peer} took nothing for {self.timeout} s: send timed out") from None
         self.last_send = time.monotonic()
+
+    def _send_parts(self, data: bytes | bytearray | memoryview, tag: bytes) -> None:
+        """A frame and its tag in one system call (no copy of the frame, one TCP segment when it fits)."""
+        sent = self.sock.sendmsg([data, tag], [], _NOSIGNAL)
+        if sent < len(data):
+            self.sock.sendall(memoryview(data)[sent:], _NOSIGNAL)
+            sent = len(data)
+        if sent < len(data) + len(tag):
+            self.sock.sendall(tag[sent - len(data):], _NOSIGNAL)
+
+    def authenticate(self, auth: p.FrameAuth) -> None:
+        """From now on every frame sent carries a tag and every frame received must (the pre-shared-key
+        handshake is done). Bytes already received past the handshake were not authenticated: a peer
+        that sends before the handshake finished is refused."""
+        if self._pending or self._decoder.buffered:
+            raise ProtocolError(f"{self.peer} sent frames before the handshake finished")
+        self._auth = self._decoder.auth = auth
 
     def _readable(self, wait: float) -> bool:
         # TLS may hold decrypted bytes that select() on the descriptor cannot see

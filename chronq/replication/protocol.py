@@ -25,6 +25,13 @@ Both sides prove they hold the pre-shared key before any queue data moves, each 
 nonce (no replay) with the direction in the message (a proof cannot be reflected back). The queue is
 named, never given as a path: the source looks the name up in its own configuration.
 
+With the pre-shared key and without TLS, every frame after the handshake (from QueueInfo on, either way)
+is authenticated (`FrameAuth`): both sides derive a session key per direction from the key, both nonces
+and the queue name (HKDF-SHA256), and each frame is followed by a 16-byte tag, HMAC-SHA256 over the
+frame's sequence number in its direction (0, 1, ... never sent) and its bytes (length prefix included).
+A frame altered, dropped, reordered, replayed (from this session or another) or injected by someone
+without the key fails its tag, and the connection is refused. With TLS, TLS does this.
+
 A `Run` carries consecutive documents of one cycle as they are in the cycle file, without the store's own
 (header, index arrays): per document a uint32 word (bit 31: metadata, bits 0-29: body length, bit 30:
 zero) and the body. The first has index `first_index` (a metadata document has the index of the next
@@ -57,6 +64,7 @@ __all__ = [
     "Error",
     "Excerpts",
     "Frame",
+    "FrameAuth",
     "FrameDecoder",
     "Heartbeat",
     "Hello",
@@ -70,7 +78,8 @@ __all__ = [
     "run_head",
 ]
 
-VERSION = 4  # 2: Subscribe carries the sink's last excerpt and its hash; 3: Run frames; 4: QueueCodec
+VERSION = 5  # 2: Subscribe carries the sink's last excerpt and its hash; 3: Run frames; 4: QueueCodec;
+#              5: frames authenticated after a pre-shared-key handshake (`FrameAuth`)
 DEFAULT_MAX_FRAME = 4 << 20
 MIN_MAX_FRAME = 1024
 MAX_MAX_FRAME = 1 << 30  # a Run document's length has 30 bits; a frame buffer beyond 1 GiB is a mistake
@@ -191,6 +200,53 @@ def proof(key: bytes, role: bytes, first: bytes, second: bytes, queue: str) -> b
     """HMAC-SHA256 of one side's proof: `role` is b"source" or b"sink"."""
     msg = role + b"\0" + first + second + queue.encode("utf-8")
     return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def _hkdf(key: bytes, salt: bytes, info: bytes, size: int) -> bytes:
+    """HKDF-SHA256 (RFC 5869) from the standard library's HMAC."""
+    prk = hmac.new(salt, key, hashlib.sha256).digest()
+    out, block, i = b"", b"", 0
+    while len(out) < size:
+        i += 1
+        block = hmac.new(prk, block + info + bytes([i]), hashlib.sha256).digest()
+        out += block
+    return out[:size]
+
+
+class FrameAuth:
+    """The authentication of one connection's frames after a pre-shared-key handshake (see the module
+    docstring): `seal` gives the tag that follows a frame sent, `verify` checks one received. Each
+    direction has its own key and its own sequence number, so a frame cannot be reflected, replayed,
+    reordered or dropped without the next tag failing."""
+
+    TAG = 16
+
+    def __init__(self, key: bytes, sink_nonce: bytes, source_nonce: bytes, queue: str, sink: bool) -> None:
+        info = b"chronq replication frames\0" + queue.encode("utf-8")
+        keys = _hkdf(key, sink_nonce + source_nonce, info, 64)
+        to_source, to_sink = keys[:32], keys[32:]
+        self._send = hmac.new(to_source if sink else to_sink, digestmod=hashlib.sha256)
+        self._recv = hmac.new(to_sink if sink else to_source, digestmod=hashlib.sha256)
+        self._sent = self._received = 0
+
+    def seal(self, frame: bytes | bytearray | memoryview) -> bytes:
+        """The tag of the next frame sent (its bytes, length prefix included)."""
+        h = self._send.copy()
+        h.update(self._sent.to_bytes(8, "big"))
+        h.update(frame)
+        self._sent += 1
+        return h.digest()[:self.TAG]
+
+    def verify(self, buf: bytes | bytearray, start: int, end: int) -> None:
+        """ProtocolError unless `buf[start:end]` is the next received frame followed by its tag."""
+        h = self._recv.copy()
+        h.update(self._received.to_bytes(8, "big"))
+        with memoryview(buf) as view:  # no copy of the frame, and no view left behind on an error
+            h.update(view[start:end - self.TAG])
+        if not hmac.compare_digest(h.digest()[:self.TAG], buf[end - self.TAG:end]):
+            raise ProtocolError(f"frame {self._received} after the handshake fails its authentication tag "
+                                "(altered, dropped, reordered, replayed or not from the key's holder)")
+        self._received += 1
 
 
 def _text(s: str) -> bytes:
@@ -401,6 +457,7 @@ class FrameDecoder:
             raise ValueError(f"max_frame must be in {MIN_MAX_FRAME}..{MAX_MAX_FRAME}, not {max_frame}")
         self.max_frame = max_frame
         self._buf = bytearray()
+        self.auth: FrameAuth | None = None  # set once a pre-shared-key handshake is done: a tag per frame
 
     @property
     def buffered(self) -> int:
@@ -413,26 +470,30 @@ class FrameDecoder:
         frames: list[Frame] = []
         buf = self._buf
         pos = 0
+        auth = self.auth
+        tag = 0 if auth is None else auth.TAG
         try:
             while len(buf) - pos >= 4:
                 (n,) = _LEN.unpack_from(buf, pos)
                 if n < 1 or n > self.max_frame:
                     raise ProtocolError(f"frame length {n} outside 1..{self.max_frame}")
-                if len(buf) - pos - 4 < n:
+                if len(buf) - pos - 4 < n + tag:
                     break
+                if auth is not None:  # checked before the frame is even decoded
+                    auth.verify(buf, pos, pos + 4 + n + tag)
                 if buf[pos + 4] == _RUN_KIND and n >= 1 + _RUN_FIELDS.size:  # the stream's hot path
                     first, count = _RUN_FIELDS.unpack_from(buf, pos + 5)
                     data = bytes(buf[pos + 5 + _RUN_FIELDS.size:pos + 4 + n])
                     _check_run(first, count, data)
                     frames.append(Run(first, count, data))
-                    pos += 4 + n
+                    pos += 4 + n + tag
                     continue
                 view = memoryview(buf)[pos + 5:pos + 4 + n]
                 try:
                     frames.append(_decode(buf[pos + 4], _Body(view)))
                 finally:
                     view.release()
-                pos += 4 + n
+                pos += 4 + n + tag
         finally:
             del buf[:pos]
         return frames

@@ -1,0 +1,219 @@
+"""A peer that holds the key but sends what no queue may hold: the frame is refused, the link that brought
+it closes, and the queue stays as it was (real sockets, the test playing the other end)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import secrets
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import chronq
+from chronq.replication import ReplicatedQueue, load_config
+from chronq.replication import protocol as p
+from chronq.rollcycles import FAST_DAILY, SystemClock
+from tests.replication_support import KEY, RawPeer, cycle_files, excerpts, wait_until, write_config
+
+THOUSAND_YEARS = 365_250  # FAST_DAILY cycles
+
+
+def today() -> int:
+    return FAST_DAILY.cycle_at(SystemClock().millis())
+
+
+def run_of(index: int, body: bytes) -> p.Run:
+    return p.Run(index, 1, struct.pack(">I", len(body)) + body)
+
+
+def queue_info(epoch: int = 0) -> p.QueueInfo:
+    rc = FAST_DAILY
+    return p.QueueInfo(rc.format, rc.length_ms, rc.index_count, rc.index_spacing, epoch, 1)
+
+
+@contextmanager
+def listening_as_host1(config: Path) -> Iterator[socket.socket]:
+    """A socket listening where host 1 (the source of queue1) is configured to."""
+    source = load_config(config).host(1)
+    with socket.create_server((source.host, source.port)) as listener:
+        listener.settimeout(30)
+        yield listener
+
+
+def serve_handshake(listener: socket.socket, info: p.QueueInfo) -> RawPeer:
+    """Accept the sink's connection and play the source up to (and including) QueueInfo."""
+    sock, _ = listener.accept()
+    sock.settimeout(30)
+    peer = RawPeer(sock)
+    hello = peer.expect(p.Hello)
+    assert isinstance(hello, p.Hello)
+    nonce = secrets.token_bytes(p.NONCE_SIZE)
+    peer.send(p.Challenge(nonce, p.proof(KEY.encode(), b"source", hello.nonce, nonce, hello.queue)))
+    peer.expect(p.Auth)
+    peer.authenticate(p.FrameAuth(KEY.encode(), hello.nonce, nonce, hello.queue, sink=False))
+    peer.send(info)
+    return peer
+
+
+@pytest.mark.parametrize("bad", ["run a thousand years on", "run at cycle 2^31-1", "excerpts far ahead",
+                                 "epoch 2^62", "epoch -2^62"])
+def test_a_sink_refuses_a_frame_from_the_future_and_keeps_replicating(tmp_path: Path, bad: str) -> None:
+    """Before: the sink created a cycle file of the year 3000 (or wrote the epoch into its table store)
+    and then refused today's data, or died at every restart. Now the frame is refused with an Error,
+    that connection closes, and the next one replicates today's data."""
+    config = write_config(tmp_path, hosts=2, roll_cycle="FAST_DAILY")
+    sink_path = tmp_path / "sink2" / "queue1"
+    now = FAST_DAILY.to_index(today(), 0)
+    with listening_as_host1(config) as listener, ReplicatedQueue(config, 2):
+        if bad.startswith("epoch"):
+            peer = serve_handshake(listener, queue_info((1 if bad == "epoch 2^62" else -1) * (1 << 62)))
+            error = peer.expect(p.Error)
+            assert isinstance(error, p.Error) and "epoch" in error.text
+            assert not (sink_path / "metadata.cq4t").exists()
+        else:
+            peer = serve_handshake(listener, queue_info())
+            peer.expect(p.Subscribe)
+            far = FAST_DAILY.to_index((1 << 31) - 1 if "2^31" in bad else today() + THOUSAND_YEARS, 0)
+            peer.send(p.Excerpts([(far, False, b"forged")]) if bad.startswith("excerpts")
+                      else run_of(far, b"forged"))
+            error = peer.expect(p.Error, skip=(p.Heartbeat, p.Ack))
+            assert isinstance(error, p.Error) and "beyond cycle" in error.text, error
+        peer.sock.close()
+        peer = serve_handshake(listener, queue_info())  # the sink reconnects: today's data goes in
+        peer.expect(p.Subscribe)
+        peer.send(run_of(now, b"today"))
+        ack = peer.expect(p.Ack)
+        assert isinstance(ack, p.Ack) and ack.index == now
+        peer.sock.close()
+    assert [(i, b) for i, _, b in excerpts(sink_path)] == [(now, b"today")]
+    assert cycle_files(sink_path) == [FAST_DAILY.file_name(today())]
+
+
+def test_a_source_refuses_a_backfill_from_the_future(tmp_path: Path) -> None:
+    """A peer that claims to be ahead and back-fills one excerpt dated a thousand years on: before, the
+    source ended today's cycle, created that year's cycle file and every later local append went there.
+    Now the back-fill is refused and the source's queue is as it was."""
+    config = write_config(tmp_path, hosts=2, roll_cycle="FAST_DAILY")
+    with ReplicatedQueue(config, 1) as src, chronq.open(src.source_path("queue1")) as q:
+        assert src.address is not None
+        first = q.appender().write(b"first")
+        far = FAST_DAILY.to_index(today() + THOUSAND_YEARS, 0)
+        with socket.create_connection(src.address, timeout=30) as s:
+            peer = RawPeer(s)
+            nonce = secrets.token_bytes(p.NONCE_SIZE)
+            peer.send(p.Hello(p.VERSION, "queue1", 2, nonce))
+            ch = peer.expect(p.Challenge)
+            assert isinstance(ch, p.Challenge)
+            peer.send(p.Auth(p.proof(KEY.encode(), b"sink", ch.nonce, nonce, "queue1")))
+            peer.authenticate(p.FrameAuth(KEY.encode(), nonce, ch.nonce, "queue1", sink=True))
+            peer.expect(p.QueueInfo)
+            peer.send(p.Subscribe(far + 1, 0, far, hashlib.sha256(b"forged").digest()))  # "I am ahead"
+            peer.expect(p.Subscribe)  # the source asks for what the sink holds beyond its end
+            peer.send(p.Excerpts([(far, False, b"forged")]))
+            peer.send(p.Excerpts([]))
+            error = peer.expect(p.Error)
+            assert isinstance(error, p.Error) and "beyond cycle" in error.text, error
+        second = q.appender().write(b"second")
+        assert FAST_DAILY.to_cycle(second) == today()
+        assert [(i, b) for i, _, b in excerpts(q.path)] == [(first, b"first"), (second, b"second")]
+        assert cycle_files(q.path) == [FAST_DAILY.file_name(today())]
+
+
+class TamperingRelay:
+    """A man in the middle without the key: relays a sink's connection to the source byte for byte (the
+    genuine handshake included) and, while `tamper` is set, rewrites `genuine` into `forged` (same
+    length) in what the source sends."""
+
+    def __init__(self, target: tuple[str, int], genuine: bytes, forged: bytes) -> None:
+        self.target, self.genuine, self.forged = target, genuine, forged
+        self.tamper = True
+        self.rewritten = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sink, _ = self.listener.accept()
+                source = socket.create_connection(self.target)
+            except OSError:
+                return
+            self._socks += [sink, source]
+            threading.Thread(target=self._pump, args=(sink, source, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(source, sink, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, from_source: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(1 << 20):
+                if from_source and self.tamper and self.genuine in data:
+                    data = data.replace(self.genuine, self.forged)
+                    self.rewritten += 1
+                dst.sendall(data)
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+        for s in self._socks:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+def test_a_man_in_the_middle_cannot_rewrite_a_pre_shared_key_link(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Before protocol 5, the pre-shared key only proved the handshake: a relay that passed the genuine
+    Hello/Challenge/Auth and then rewrote a Run made the sink store the attacker's bytes at the genuine
+    indexes. Now every frame carries a tag: the rewritten Run is refused, the link closes, nothing forged
+    is written; once the relay stops tampering the sink converges on the genuine data."""
+    caplog.set_level(logging.WARNING, "chronq.replication")
+    config = write_config(tmp_path, hosts=2)
+    source_port = load_config(config).host(1).port
+    genuine = [f"genuine payload {i:04d}".encode() for i in range(20)]
+    with ReplicatedQueue(config, 1) as src, chronq.open(src.source_path("queue1")) as q:
+        appender = q.appender()
+        indexes = [appender.write(body) for body in genuine]
+        relay = TamperingRelay(("127.0.0.1", source_port), b"genuine", b"FORGED!")
+        try:
+            sink_config = config.with_name("sink.yaml")
+            sink_config.write_text(config.read_text().replace(f"127.0.0.1:{source_port}",
+                                                              f"127.0.0.1:{relay.port}"))
+            sink_path = tmp_path / "sink2" / "queue1"
+
+            def stored() -> list[bytes]:
+                if not (sink_path / "metadata.cq4t").exists():
+                    return []
+                return [b for _, _, b in excerpts(sink_path)]
+
+            def refused_or_forged() -> bool:
+                return "authentication tag" in caplog.text or any(b"FORGED" in b for b in stored())
+
+            with ReplicatedQueue(sink_config, 2):
+                wait_until(refused_or_forged, 30, "the tampered link to end")
+                assert relay.rewritten > 0
+                assert not any(b"FORGED" in b for b in stored()), stored()
+                relay.tamper = False
+                wait_until(lambda: len(stored()) == len(genuine), 30, "the genuine data")
+            assert [(i, b) for i, _, b in excerpts(sink_path)] == list(zip(indexes, genuine, strict=True))
+        finally:
+            relay.close()
+
+
+def test_a_peer_of_an_older_protocol_is_refused_clearly(tmp_path: Path) -> None:
+    """Protocol 4 had no per-frame tags: its peers are refused, and told why."""
+    config = write_config(tmp_path, hosts=2)
+    with ReplicatedQueue(config, 1) as src, socket.create_connection(src.address or ("", 0), timeout=30) as s:
+        peer = RawPeer(s)
+        peer.send(p.Hello(4, "queue1", 2, secrets.token_bytes(p.NONCE_SIZE)))
+        error = peer.expect(p.Error)
+        assert isinstance(error, p.Error)
+        assert "host 2 speaks replication protocol version 4, this host 5" in error.text, error

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from chronq import _directory
+from chronq._durable import replacing, write_file
 from chronq.codecs import CODEC_KEY, dictionary_ids, dictionary_path
 from chronq.errors import ChronqError, CorruptQueueError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_format
@@ -127,19 +128,8 @@ def _atomic_write(fs: Any, path: str, data: bytes) -> None:
     if not _is_local(fs):
         fs.pipe_file(path, data)
         return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    with builtins.open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
-    fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_file(path, data)
 
 
 @contextlib.contextmanager
@@ -692,20 +682,17 @@ class Archive:
         as holes), checked against the manifest's sha256 before it appears under that name."""
         entry = self._entries[cycle]
         out = Path(target)
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
         reader = _CycleReader(self._fs, self._root, entry)
         try:
-            with builtins.open(tmp, "wb") as f:
+            with replacing(out) as f:
                 for data in reader.checked_frames():
                     if not data.strip(b"\0"):
                         f.seek(len(data), 1)  # keep the original's holes
                     else:
                         f.write(data)
                 f.truncate(entry["size"])
-            os.replace(tmp, out)
         finally:
             reader.close()
-            tmp.unlink(missing_ok=True)
         return out
 
     def __iter__(self) -> Iterator[ArchivedExcerpt]:

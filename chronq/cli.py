@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from chronq import plugins
 from chronq.errors import ChronqError, IndexNotFoundError
 from chronq.plugins import entry_point, entry_points
 from wire.errors import WireError
@@ -462,22 +463,14 @@ def load_object(spec: str, what: str) -> Any:
     The current directory is searched first, as `python -m` does, so a module next to the queue's
     scripts loads without installing it.
     """
-    import importlib
     import os
 
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-
-    module, colon, name = spec.partition(":")
-    if not colon or not module or not name:
-        raise UsageError(f"{what} must be module:name, got {spec!r}")
     try:
-        obj: Any = importlib.import_module(module)
-        for part in name.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
-        raise UsageError(f"cannot load {what} {spec!r}: {_one_line(e)}") from None
-    return obj
+        return plugins.load_object(spec, what)
+    except plugins.LoadError as e:
+        raise UsageError(_one_line(e)) from None
 
 
 def _literal(text: str) -> Any:

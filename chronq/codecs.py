@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from chronq import _codecs, _native
+from chronq._durable import write_file
 from chronq.appender import Appender
 from chronq.errors import ChronqError
 from chronq.tailer import Direction, Tailer, _read_failed
@@ -203,9 +204,7 @@ def store_dictionary(queue_dir: str | os.PathLike[str], dict_id: int, data: byte
         if path.read_bytes() != data:
             raise ChronqError(f"{path}: holds another dictionary than the one given for id {dict_id}")
         return path
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)  # readers see the whole dictionary or none
+    write_file(path, data)  # readers see the whole dictionary or none, and it outlives a crash
     return path
 
 

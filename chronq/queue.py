@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import threading
 import warnings
@@ -15,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
 from chronq import _directory, _native
 from chronq import codecs as _codecs
@@ -50,6 +51,7 @@ QueueExcerpt: TypeAlias = "Excerpt | _codecs.DecodedExcerpt"
 """What a queue's tailer reads: the stored `Excerpt`, or on a codec queue a data excerpt decoded."""
 
 K = TypeVar("K")
+P = ParamSpec("P")
 Listener = Callable[[int, Path], None]
 DEFAULT_BLOCK_SIZE = 64 << 20
 DEFAULT_ROLL_CYCLE = "FAST_DAILY"  # for a new queue opened without a roll cycle, as Java's default
@@ -106,6 +108,7 @@ class Queue:
         self,
         path: str | os.PathLike[str],
         roll_cycle: str | RollCycle | None = None,
+        *,
         source_id: int = 0,
         clock: Clock | None = None,
         block_size: int | None = None,
@@ -656,23 +659,27 @@ def _first_hole(fd: int, size: int) -> int:
         return size
 
 
-def open(
-    path: str | os.PathLike[str],
-    roll_cycle: str | RollCycle | None = None,
-    *,
-    source_id: int = 0,
-    clock: Clock | None = None,
-    block_size: int | None = None,
-    readonly: bool = False,
-    epoch: int = 0,
-    lock_timeout: float = 15.0,
-    on_acquired: Listener | None = None,
-    on_released: Listener | None = None,
-    codec: _codecs.Codec | None = None,
-    keys: _codecs.Keys | None = None,
-    max_message_size: int | None = None,
-) -> Queue:
+def _options_of(
+    init: Callable[Concatenate[Queue, P], None],
+) -> Callable[[Callable[..., Queue]], Callable[P, Queue]]:
+    """`open` takes exactly `Queue`'s parameters: defined once, in `Queue.__init__`, for mypy and for
+    `inspect.signature` (so an option is added in one place)."""
+    params = list(inspect.signature(init).parameters.values())[1:]
+
+    def same(f: Callable[..., Queue]) -> Callable[P, Queue]:
+        f.__dict__["__signature__"] = inspect.Signature(params, return_annotation="Queue")
+        return f
+
+    return same
+
+
+@_options_of(Queue.__init__)
+def open(*args: Any, **options: Any) -> Queue:
     """Open (creating unless `readonly`) the queue directory at `path`.
+
+    ``open(path, roll_cycle=None, *, source_id=0, clock=None, block_size=None, readonly=False,
+    epoch=0, lock_timeout=15.0, on_acquired=None, on_released=None, codec=None, keys=None,
+    max_message_size=None)``, the parameters of `Queue`:
 
     `roll_cycle` (default FAST_DAILY) is for a new queue: one already stored in the queue wins (with a
     warning if `roll_cycle` was given and differs). `source_id` is written into the table store and
@@ -684,18 +691,4 @@ def open(
     compresses and/or encrypts payloads (`chronq.codecs`; recorded in the table store so every reader
     decodes), `keys` is the AES key ring and `max_message_size` bounds what a reader decodes one payload to.
     """
-    return Queue(
-        path,
-        roll_cycle,
-        source_id=source_id,
-        clock=clock,
-        block_size=block_size,
-        readonly=readonly,
-        epoch=epoch,
-        lock_timeout=lock_timeout,
-        on_acquired=on_acquired,
-        on_released=on_released,
-        codec=codec,
-        keys=keys,
-        max_message_size=max_message_size,
-    )
+    return Queue(*args, **options)

@@ -237,3 +237,15 @@ def test_the_table_store_is_below_the_directory() -> None:
     imported = {t for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                 for t in _targets(node, "chronq.table", False, files)}
     assert "chronq._directory" not in imported
+
+
+def test_options_are_defined_once() -> None:
+    # chronq.open takes Queue's parameters (one definition), rpc.reader is MethodReader's constructor
+    import inspect
+
+    import chronq
+    import rpc
+
+    init = list(inspect.signature(chronq.Queue.__init__).parameters.values())[1:]
+    assert list(inspect.signature(chronq.open).parameters.values()) == init
+    assert rpc.reader is rpc.MethodReader

@@ -49,7 +49,7 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
-    "chronq.plugins": ["entry_point", "entry_points"],
+    "chronq.plugins": ["LoadError", "entry_point", "entry_points", "load_object"],
     "chronq.progress": ["Progress", "wanted"],
     "chronq.queue": ["CycleFile", "Queue", "QueueExcerpt", "open"],
     "chronq.replication": [

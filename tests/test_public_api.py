@@ -45,7 +45,7 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.history": [
         "FRACTION_BITS", "Histogram", "HistoryReport", "METRICS", "PERCENTILES", "UNITS", "analyze",
-        "format_table", "plot", "write_csv",
+        "draw_percentiles", "format_table", "percentile_label", "plot", "write_csv",
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],

@@ -6,7 +6,7 @@ import os
 import time
 from typing import Protocol
 
-__all__ = ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"]
+__all__ = ["BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"]
 
 
 class Pauser(Protocol):
@@ -67,4 +67,41 @@ class SleepingPauser:
 
     def reset(self) -> None:
         self._count = 0
+        self._sleep = self.min_sleep
+
+
+class BackoffPauser:
+    """Spin for `spin` seconds (yielding the CPU to any runnable process at each look), then wait with a
+    doubling back-off from `min_sleep` to `max_sleep` seconds.
+
+    Timed rather than counted, for a loop whose looks cost different amounts. `next_wait()` takes the
+    spinning step and returns the wait without taking it (0.0 while spinning), for a caller that waits on
+    something that can end the wait early: a socket's `select`, a stop `Event`.
+    """
+
+    def __init__(self, spin: float = 0.0, min_sleep: float = 50e-6, max_sleep: float = 0.002) -> None:
+        self.spin = spin
+        self.min_sleep = min_sleep
+        self.max_sleep = max_sleep
+        self._since = 0.0
+        self._sleep = min_sleep
+
+    def next_wait(self) -> float:
+        """0.0 after a yield while the spin lasts, then the next back-off wait (which doubles)."""
+        now = time.monotonic()
+        if not self._since:
+            self._since = now
+        if now - self._since < self.spin:
+            os.sched_yield()  # spinning, but a runnable process sharing the core goes first
+            return 0.0
+        wait, self._sleep = self._sleep, min(self._sleep * 2, self.max_sleep)
+        return wait
+
+    def pause(self) -> None:
+        wait = self.next_wait()
+        if wait:
+            time.sleep(wait)
+
+    def reset(self) -> None:
+        self._since = 0.0
         self._sleep = self.min_sleep

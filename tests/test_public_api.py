@@ -48,7 +48,7 @@ EXPORTS: dict[str, list[str]] = {
         "draw_percentiles", "format_table", "percentile_label", "plot", "write_csv",
     ],
     "chronq.merge": ["merge"],
-    "chronq.pausers": ["BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
+    "chronq.pausers": ["BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
     "chronq.plugins": ["LoadError", "entry_point", "entry_points", "load_object"],
     "chronq.progress": ["Progress", "wanted"],
     "chronq.queue": ["CycleFile", "Queue", "QueueExcerpt", "open"],
@@ -82,8 +82,8 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.replication.source": ["CodecState", "SourceReader"],
     "chronq.replication.status": [
-        "HostStatus", "LinkStatus", "format_status", "read_status_file", "status_file_path",
-        "write_status_file",
+        "HostStatus", "LinkState", "LinkStatus", "Role", "format_status", "read_status_file",
+        "status_file_path", "write_status_file",
     ],
     "chronq.retention": [
         "Policy", "RetentionResult", "delete_cycle_file", "parse_duration", "protected_from", "retain",

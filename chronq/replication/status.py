@@ -10,6 +10,7 @@ permissions allow.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import time
@@ -21,35 +22,53 @@ from chronq._durable import write_file
 from chronq.replication.errors import ReplicationError
 from chronq.store import process_alive
 
-__all__ = ["HostStatus", "LinkStatus", "format_status", "read_status_file", "status_file_path",
-           "write_status_file"]
+__all__ = ["HostStatus", "LinkState", "LinkStatus", "Role", "format_status", "read_status_file",
+           "status_file_path", "write_status_file"]
 
-#: connection states of a link
-CONNECTING, AUTHENTICATING, REPLICATING, DISCONNECTED = "connecting", "authenticating", "replicating", \
-    "disconnected"
+
+class LinkState(enum.StrEnum):
+    """Where a link's connection is. A `str` too, so the status file and the table keep the plain words."""
+
+    CONNECTING = "connecting"
+    AUTHENTICATING = "authenticating"
+    REPLICATING = "replicating"
+    DISCONNECTED = "disconnected"
+    #: the last session ended on an error that reconnecting alone does not cure (the peer's data refused,
+    #: the disk full or damaged): `LinkStatus.error` says which. It keeps retrying, and is `replicating`
+    #: again once a session moves data (or stays healthy for a heartbeat interval)
+    FAILING = "failing"
+
+
+class Role(enum.StrEnum):
+    """This host's side of a link: the source serves a queue it masters, the sink follows its master."""
+
+    SOURCE = "source"
+    SINK = "sink"
 
 
 @dataclass(frozen=True)
 class LinkStatus:
     """One replication link of a queue as this host sees it.
 
-    `role` is this host's side: "source" (the link is a sink connected to us) or "sink" (we follow the
-    queue's master). `replicated_index` is the last data index sent (source) or written (sink);
-    `acknowledged_index` the last one the sink acknowledged (-1: none). `lag_messages` counts the source's
-    data excerpts after the acknowledged one (None where unknown: on a sink host). `lag_seconds` is how
-    long ago the oldest unacknowledged excerpt was read from the source queue (chronq excerpts carry no
-    append time), 0 when all is acknowledged.
+    `role` is this host's side: `Role.SOURCE` (the link is a sink connected to us) or `Role.SINK`
+    (we follow the queue's master); `state` where its connection is. `replicated_index` is the last
+    data index sent (source) or written (sink); `acknowledged_index` the last one the sink acknowledged
+    (-1: none). `lag_messages` counts the source's data excerpts after the acknowledged one (None where
+    unknown: on a sink host). `lag_seconds` is how long ago the oldest unacknowledged excerpt was read
+    from the source queue (chronq excerpts carry no append time), 0 when all is acknowledged. `error`
+    is the last error of a `failing` link (None otherwise).
     """
 
     queue: str
-    role: str
+    role: Role
     peer: str
     peer_host_id: int | None
-    state: str
+    state: LinkState
     replicated_index: int
     acknowledged_index: int
     lag_messages: int | None
     lag_seconds: float
+    error: str | None = None  # why the link is `failing`
 
 
 @dataclass(frozen=True)
@@ -67,7 +86,11 @@ class HostStatus:
     def from_json(cls, text: str) -> HostStatus:
         d: Any = json.loads(text)
         names = {f.name for f in fields(LinkStatus)}
-        links = [LinkStatus(**{k: v for k, v in link.items() if k in names}) for link in d["links"]]
+        links = []
+        for link in d["links"]:
+            kw = {k: v for k, v in link.items() if k in names}
+            kw["role"], kw["state"] = Role(kw["role"]), LinkState(kw["state"])
+            links.append(LinkStatus(**kw))
         return cls(int(d["host_id"]), int(d["pid"]), float(d["updated"]), links)
 
 
@@ -118,4 +141,5 @@ def format_status(status: HostStatus) -> str:
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     if not status.links:
         lines.append("(no links yet)")
+    lines += [f"{s.queue} ({s.role}, host {s.peer_host_id}): {s.error}" for s in status.links if s.error]
     return "\n".join(lines)

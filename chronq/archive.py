@@ -82,7 +82,9 @@ __all__ = [
     "Archive",
     "ArchiveTailer",
     "ArchivedExcerpt",
+    "CycleReader",
     "archive",
+    "filesystem",
     "open",
     "restore",
     "verify",
@@ -107,7 +109,9 @@ _CACHED_FRAMES = 4
 
 
 # -- filesystems ---------------------------------------------------------------------------------------
-def _filesystem(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
+def filesystem(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """(filesystem, root path) of an archive URL through fsspec. Internal API: the Spark source
+    reads archives through it too."""
     try:
         import fsspec
     except ImportError:  # pragma: no cover - the `archive` extra is missing
@@ -337,7 +341,7 @@ def _archive_lock(queue: Path) -> Iterator[None]:
 def _archive_locked(d: _directory.Directory, rc: RollCycle, now: int, dest: str | os.PathLike[str],
                     compress: str | None, keep: int, storage_options: Mapping[str, Any] | None, level: int,
                     frame: int, read_back: bool) -> list[dict[str, Any]]:
-    fs, root = _filesystem(dest, storage_options)
+    fs, root = filesystem(dest, storage_options)
     manifest = _load_manifest(fs, root)
     roll = _roll_json(rc, d.epoch)
     codec = _queue_codec(d)
@@ -472,7 +476,7 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
         raise CorruptQueueError(target, min(stored, out_size), f"the filesystem holds {stored} bytes of "
                                                               f"the {out_size} written")
     if read_back:
-        reader = _CycleReader(fs, root, entry)
+        reader = CycleReader(fs, root, entry)
         try:
             for _ in reader.checked_frames():
                 pass
@@ -484,8 +488,9 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
 
 
 # -- reading -------------------------------------------------------------------------------------------
-class _CycleReader:
-    """Random access to one archived cycle's original bytes, a frame at a time, each frame checked."""
+class CycleReader:
+    """Random access to one archived cycle's original bytes, a frame at a time, each frame checked.
+    Internal API: `Archive` and the Spark source's archived partitions read through it."""
 
     def __init__(self, fs: Any, root: str, entry: Mapping[str, Any]) -> None:
         self.fs = fs
@@ -619,7 +624,7 @@ class Archive:
 
     def __init__(self, url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> None:
         self.url = os.fspath(url)
-        self._fs, self._root = _filesystem(url, storage_options)
+        self._fs, self._root = filesystem(url, storage_options)
         m = _load_manifest(self._fs, self._root)
         if m is None:
             raise ChronqError(f"{self.url}: no {MANIFEST}: not an archive")
@@ -629,7 +634,7 @@ class Archive:
                                                r["index_spacing"])
         self.epoch: int = r["epoch"]
         self._entries: dict[int, dict[str, Any]] = {e["cycle"]: e for e in m["cycles"]}
-        self._readers: dict[int, tuple[_CycleReader, StoreLayout]] = {}
+        self._readers: dict[int, tuple[CycleReader, StoreLayout]] = {}
 
     def __enter__(self) -> Archive:
         return self
@@ -658,12 +663,12 @@ class Archive:
         return next((e["last_index"] for c, e in sorted(self._entries.items(), reverse=True) if e["count"]),
                     None)
 
-    def _cycle(self, cycle: int) -> tuple[_CycleReader, StoreLayout]:
+    def cycle_reader(self, cycle: int) -> tuple[CycleReader, StoreLayout]:
         """The reader of one cycle; only the most recent two stay open, so memory stays bounded."""
         got = self._readers.pop(cycle, None)
         if got is None:
             entry = self._entries[cycle]
-            reader = _CycleReader(self._fs, self._root, entry)
+            reader = CycleReader(self._fs, self._root, entry)
             head = reader.read(0, 4 + MAX_FIRST_HEADER)
             layout = read_layout(head, reader.path, roll_cycle=self.roll_cycle,
                                  aligned_headerless=bool(self.manifest.get("headerless_aligned", True)))
@@ -682,7 +687,7 @@ class Archive:
         as holes), checked against the manifest's sha256 before it appears under that name."""
         entry = self._entries[cycle]
         out = Path(target)
-        reader = _CycleReader(self._fs, self._root, entry)
+        reader = CycleReader(self._fs, self._root, entry)
         try:
             with replacing(out) as f:
                 for data in reader.checked_frames():
@@ -738,7 +743,7 @@ class ArchiveTailer:
         entry = self._archive.entry(cycle)
         if seq >= entry["count"]:
             return False
-        reader, layout = self._archive._cycle(cycle)
+        reader, layout = self._archive.cycle_reader(cycle)
         step, positions = entry["seek"]["step"], entry["seek"]["positions"]
         at = seq // step
         if at >= len(positions):
@@ -751,7 +756,7 @@ class ArchiveTailer:
         self._ci, self._pos, self._seq = self._cycles.index(cycle), pos, seq
         return True
 
-    def _next_data(self, reader: _CycleReader, layout: StoreLayout, pos: int, cycle: int,
+    def _next_data(self, reader: CycleReader, layout: StoreLayout, pos: int, cycle: int,
                    seq: int) -> tuple[int, int]:
         """(header, position after) of the data document at `pos` (skipping metadata before it); a
         document that cannot be there is a CorruptQueueError naming the cycle and offset."""
@@ -780,7 +785,7 @@ class ArchiveTailer:
             if self._seq >= entry["count"]:
                 self._ci, self._pos, self._seq = self._ci + 1, -1, 0
                 continue
-            reader, layout = self._archive._cycle(cycle)
+            reader, layout = self._archive.cycle_reader(cycle)
             pos = layout.header_end if self._pos < 0 else self._pos
             # skip metadata documents before the excerpt
             while True:
@@ -823,7 +828,7 @@ def verify(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | Non
     with Archive(url, storage_options) as a:
         for cycle in a.cycles():
             entry = a.entry(cycle)
-            reader = _CycleReader(a._fs, a._root, entry)
+            reader = CycleReader(a._fs, a._root, entry)
             try:
                 for _ in reader.checked_frames():
                     pass

@@ -400,7 +400,7 @@ def _refresh(path: Path) -> None:
     with chronq.open(path) as q:
         table = q.table
         assert table is not None
-        table.refresh_listing(q._fresh_cycles)
+        table.refresh_listing(q.fresh_cycles)
         after = (table.lowest_cycle, table.highest_cycle)
     print(f"lowestCycle {before[0]} -> {after[0]}, highestCycle {before[1]} -> {after[1]}")
 
@@ -412,9 +412,9 @@ def queue_stats(path: Path) -> dict[str, Any]:
     _table(path)
     with chronq.open(path, readonly=True) as q:
         cycles = []
-        for c in q._fresh_cycles():
+        for c in q.fresh_cycles():
             f = q.file_for(c)
-            cycles.append({"cycle": c, "file": f.name, "count": q._count_in(c),
+            cycles.append({"cycle": c, "file": f.name, "count": q.count_in(c),
                            "bytes": f.stat().st_size if f.exists() else 0})
         first, last = q.first_index, q.last_index
         end = last + 1 if last is not None else 0

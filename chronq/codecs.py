@@ -24,7 +24,7 @@ from chronq import _codecs, _native
 from chronq._durable import write_file
 from chronq.appender import Appender
 from chronq.errors import ChronqError
-from chronq.tailer import Direction, Tailer, _read_failed
+from chronq.tailer import Direction, Tailer, read_failed
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -43,6 +43,7 @@ __all__ = [
     "MessageTooLargeError",
     "MissingKeyError",
     "TamperedMessageError",
+    "configure",
     "decode",
     "dictionary_ids",
     "dictionary_path",
@@ -506,7 +507,7 @@ def _batch_decoder(state: _State, one: Callable[[Buffer, int], bytes],
     key, dictionary or codec it was not given) comes back undecoded and goes through `one`, the
     tailer's one-message decoder, which loads what is missing or raises the error naming the index. The
     payloads decoded before a bad frame are returned first; the tailer stands before it, so the next
-    call raises. So for a queue error (`_read_failed`)."""
+    call raises. So for a queue error (`read_failed`)."""
     import zstandard
 
     read_frames, source = _codecs.read_frames, _native.DOCUMENT_SOURCE
@@ -535,7 +536,7 @@ def _batch_decoder(state: _State, one: Callable[[Buffer, int], bytes],
                     raise
                 budget -= len(out[-1])
             if error is not None:
-                _read_failed(error, out)
+                read_failed(error, out)
                 break
             if not pending:
                 break
@@ -694,10 +695,11 @@ _read = cast("Callable[[_native.TailerCore[object], bool], _Read]", _native.Tail
 _read_open = cast("Callable[[_native.TailerCore[object], bool], _Read]", _native.TailerCore._read_open)
 
 
-def _configure(
+def configure(
     queue: Queue, codec: Codec | None, keys: Keys | None, max_message_size: int | None
 ) -> _State | None:
     """The queue's codec state: None for a plain queue (no `chronq.codec` key and no codec asked for).
+    Internal API: `Queue` calls it when it opens.
 
     A codec given for a queue that has data documents but no codec key is refused: its readers would
     take the plain payloads for frames.

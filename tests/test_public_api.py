@@ -28,15 +28,15 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.appender": ["Appender", "AppenderListener", "DocumentContext", "SyncMode"],
     "chronq.archive": [
-        "Archive", "ArchiveTailer", "ArchivedExcerpt", "FRAME", "LOCK_FILE", "MANIFEST", "archive", "open",
-        "restore", "verify",
+        "Archive", "ArchiveTailer", "ArchivedExcerpt", "CycleReader", "FRAME", "LOCK_FILE", "MANIFEST",
+        "archive", "filesystem", "open", "restore", "verify",
     ],
     "chronq.cli": ["UsageError", "load_object", "main", "queue_stats"],
     "chronq.codecs": [
         "CODEC_KEY", "Codec", "CodecAppender", "CodecError", "CodecTailer", "DecodedExcerpt", "Keys",
-        "MessageTooLargeError", "MissingKeyError", "TamperedMessageError", "decode", "dictionary_ids",
-        "dictionary_path", "encode", "payload_decoder", "store_dictionary", "stored_payload_decoder",
-        "train_dictionary",
+        "MessageTooLargeError", "MissingKeyError", "TamperedMessageError", "configure", "decode",
+        "dictionary_ids", "dictionary_path", "encode", "payload_decoder", "store_dictionary",
+        "stored_payload_decoder", "train_dictionary",
     ],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [
@@ -101,11 +101,11 @@ EXPORTS: dict[str, list[str]] = {
         "offset_json", "read_range",
     ],
     "chronq.store": [
-        "CycleRoll", "DATA_FORMAT", "Document", "END_OF_DATA", "LENGTH_MASK", "MAX_FIRST_HEADER", "META_DATA",
-        "NOT_COMPLETE", "StoreLayout", "align4", "create_cycle_file", "cycle_file_prefix", "cycle_file_size",
-        "documents", "headerless_layout", "is_headerless", "load32", "load64", "looks_like_store_header",
-        "open_regular", "process_alive", "publish_file", "read_layout", "remove_abandoned_files",
-        "stop_header",
+        "CycleRoll", "DATA_FORMAT", "Document", "END_OF_DATA", "LENGTH_MASK", "MAX_FIRST_HEADER",
+        "META_DATA", "NOT_COMPLETE", "StoreLayout", "align4", "create_cycle_file", "cycle_file_prefix",
+        "cycle_file_size", "documents", "framed", "headerless_layout", "index_doc", "is_headerless",
+        "load32", "load64", "looks_like_store_header", "open_regular", "process_alive", "publish_file",
+        "read_layout", "remove_abandoned_files", "stop_header",
     ],
     "chronq.table": [
         "APPEND_LOCK", "HIGHEST_CYCLE", "LAST_ACKNOWLEDGED_INDEX_REPLICATED", "LAST_INDEX_MSYNCED",
@@ -114,7 +114,9 @@ EXPORTS: dict[str, list[str]] = {
         "V4_TABLE_STORE_FILE", "WRITE_LOCK", "check_key", "check_tailer_name", "find_table_store",
         "tailer_index_key", "tailer_lock_key", "tailer_version_key",
     ],
-    "chronq.tailer": ["Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState"],
+    "chronq.tailer": [
+        "Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState", "read_failed",
+    ],
     "rpc": [
         "InterfaceSpec", "MethodReader", "MethodSpec", "Output", "Service", "Start", "current_history",
         "describe", "interface", "method_id", "reader", "writer",
@@ -141,7 +143,7 @@ EXPORTS: dict[str, list[str]] = {
     "wire.binary": [
         "Decoder", "Encoder", "Reader", "TypedCodec", "Writer", "decode", "decode_document", "decoder_for",
         "encode", "encode_document", "encoder_for", "install_typed", "put_bytes", "put_field", "put_float",
-        "put_float32", "put_int", "put_text", "typed", "utf8", "write_stop_bit",
+        "put_float32", "put_int", "put_text", "typed", "utf8", "write_stop_bit", "write_value",
     ],
     "wire.errors": ["WireError"],
     "wire.fieldless": ["decode", "decoder_for", "encode", "encoder_for"],

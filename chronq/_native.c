@@ -1576,8 +1576,9 @@ static PyMethodDef App_methods[] = {
     {"_set_lock", (PyCFunction)App_set_lock, METH_VARARGS, NULL},
     {"_set_clock", (PyCFunction)App_set_clock, METH_VARARGS, NULL},
     {"_set_grow_at", (PyCFunction)App_set_grow_at, METH_VARARGS, NULL},
-    {"_lock", (PyCFunction)App_lock_py, METH_NOARGS, NULL},
-    {"_unlock", (PyCFunction)App_unlock_py, METH_NOARGS, NULL},
+    {"lock", (PyCFunction)App_lock_py, METH_NOARGS,
+     "lock(): take the queue's write lock, held across several writes until unlock()"},
+    {"unlock", (PyCFunction)App_unlock_py, METH_NOARGS, "unlock(): release what lock() took"},
     {"_end_position", (PyCFunction)App_end_position, METH_NOARGS, NULL},
     {NULL}};
 

@@ -160,7 +160,7 @@ class Appender(_native.AppenderCore):
     @_file.setter
     def _file(self, cf: CycleFile | None) -> None:
         old, self._attached = self._attached, cf
-        self._queue._use(cf, old)
+        self._queue.use_cycle(cf, old)
 
     # -- public API ------------------------------------------------------------------------------------
     def writing_document(self, metadata: bool = False) -> contextlib.AbstractContextManager[DocumentContext]:
@@ -258,12 +258,12 @@ class Appender(_native.AppenderCore):
     def _hooked_write_many(self, items: Iterable[Any]) -> int:
         # one lock for the batch, as the native write_many; the listener runs after it is released
         done: list[tuple[int, Any]] = []
-        self._lock()
+        self.lock()
         try:
             for item in items:
                 done.append((int(type(self).write(self, item)), item))
         finally:
-            self._unlock()
+            self.unlock()
             self._written(done)
         return len(done)
 
@@ -338,7 +338,7 @@ class Appender(_native.AppenderCore):
                 if target < current:  # the clock went back: keep appending to the newest cycle, as Java
                     self._set_clock(not q.system_clock, -(1 << 62), self._clock_end(current))
                 return
-            highest = max(q._fresh_cycles(), default=current)
+            highest = max(q.fresh_cycles(), default=current)
             if highest <= current:
                 raise ChronqError(
                     f"{q.file_for(current)}: cycle {current} is closed (EOF) but the clock "
@@ -385,11 +385,11 @@ class Appender(_native.AppenderCore):
         q = self._queue
         table = q.table
         assert table is not None
-        cycles = q._fresh_cycles()
+        cycles = q.fresh_cycles()
         if len(cycles) < 2:
             return
         done = table.get(NORMALISED_EOFS_TO, None)
-        self._lock()
+        self.lock()
         try:
             for c in reversed(cycles[:-1]):
                 if done is not None and done != UNLOCKED and c < done:
@@ -405,7 +405,7 @@ class Appender(_native.AppenderCore):
             if done is not None:
                 table.set_max(NORMALISED_EOFS_TO, cycles[-1])
         finally:
-            self._unlock()
+            self.unlock()
 
     def _remap(self) -> None:
         """Called by the native write path (lock held) when writePosition lies past the end of this

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from chronq import _directory
+from chronq._durable import replacing, write_file
 from chronq.codecs import CODEC_KEY, dictionary_ids, dictionary_path
 from chronq.errors import ChronqError, CorruptQueueError
 from chronq.queue import open as open_queue
@@ -86,7 +87,9 @@ __all__ = [
     "Archive",
     "ArchiveTailer",
     "ArchivedExcerpt",
+    "CycleReader",
     "archive",
+    "filesystem",
     "open",
     "restore",
     "verify",
@@ -113,7 +116,9 @@ log = logging.getLogger(__name__)
 
 
 # -- filesystems ---------------------------------------------------------------------------------------
-def _filesystem(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
+def filesystem(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """(filesystem, root path) of an archive URL through fsspec. Internal API: the Spark source
+    reads archives through it too."""
     try:
         import fsspec
     except ImportError:  # pragma: no cover - the `archive` extra is missing
@@ -134,19 +139,8 @@ def _atomic_write(fs: Any, path: str, data: bytes) -> None:
     if not _is_local(fs):
         fs.pipe_file(path, data)
         return
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    with builtins.open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
-    fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_file(path, data)
 
 
 @contextlib.contextmanager
@@ -388,7 +382,7 @@ def _archive_locked(d: _directory.Directory, rc: RollCycle, stop: int, dest: str
                     compress: str | None, keep: int, storage_options: Mapping[str, Any] | None, level: int,
                     frame: int, read_back: bool,
                     on_bytes: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-    fs, root = _filesystem(dest, storage_options)
+    fs, root = filesystem(dest, storage_options)
     manifest = _load_manifest(fs, root)
     roll = _roll_json(rc, d.epoch)
     codec = _queue_codec(d)
@@ -544,7 +538,7 @@ def _archive_cycle(fs: Any, root: str, manifest: dict[str, Any], rc: RollCycle, 
         raise CorruptQueueError(target, min(stored, out_size), f"the filesystem holds {stored} bytes of "
                                                               f"the {out_size} written")
     if read_back:
-        reader = _CycleReader(fs, root, entry)
+        reader = CycleReader(fs, root, entry)
         try:
             for _ in reader.checked_frames():
                 pass
@@ -559,7 +553,7 @@ def _archived_damage(fs: Any, root: str, entry: Mapping[str, Any]) -> str | None
     """What is wrong with an archived cycle's stored object (None if nothing): missing, of another
     size, a frame that does not decompress to its checksum, or a sha256 other than the manifest's. A
     second pass over the stored bytes, made only before deleting a queue copy a killed run left."""
-    reader = _CycleReader(fs, root, entry)
+    reader = CycleReader(fs, root, entry)
     try:
         for _ in reader.checked_frames():
             pass
@@ -571,8 +565,9 @@ def _archived_damage(fs: Any, root: str, entry: Mapping[str, Any]) -> str | None
 
 
 # -- reading -------------------------------------------------------------------------------------------
-class _CycleReader:
-    """Random access to one archived cycle's original bytes, a frame at a time, each frame checked."""
+class CycleReader:
+    """Random access to one archived cycle's original bytes, a frame at a time, each frame checked.
+    Internal API: `Archive` and the Spark source's archived partitions read through it."""
 
     def __init__(self, fs: Any, root: str, entry: Mapping[str, Any]) -> None:
         self.fs = fs
@@ -708,7 +703,7 @@ class Archive:
 
     def __init__(self, url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> None:
         self.url = os.fspath(url)
-        self._fs, self._root = _filesystem(url, storage_options)
+        self._fs, self._root = filesystem(url, storage_options)
         m = _load_manifest(self._fs, self._root)
         if m is None:
             raise ChronqError(f"{self.url}: no {MANIFEST}: not an archive")
@@ -718,7 +713,7 @@ class Archive:
                                                r["index_spacing"])
         self.epoch: int = r["epoch"]
         self._entries: dict[int, dict[str, Any]] = {e["cycle"]: e for e in m["cycles"]}
-        self._readers: dict[int, tuple[_CycleReader, StoreLayout]] = {}
+        self._readers: dict[int, tuple[CycleReader, StoreLayout]] = {}
 
     def __enter__(self) -> Archive:
         return self
@@ -747,12 +742,12 @@ class Archive:
         return next((e["last_index"] for c, e in sorted(self._entries.items(), reverse=True) if e["count"]),
                     None)
 
-    def _cycle(self, cycle: int) -> tuple[_CycleReader, StoreLayout]:
+    def cycle_reader(self, cycle: int) -> tuple[CycleReader, StoreLayout]:
         """The reader of one cycle; only the most recent two stay open, so memory stays bounded."""
         got = self._readers.pop(cycle, None)
         if got is None:
             entry = self._entries[cycle]
-            reader = _CycleReader(self._fs, self._root, entry)
+            reader = CycleReader(self._fs, self._root, entry)
             head = reader.read(0, 4 + MAX_FIRST_HEADER)
             layout = read_layout(head, reader.path, roll_cycle=self.roll_cycle,
                                  aligned_headerless=bool(self.manifest.get("headerless_aligned", True)))
@@ -771,20 +766,17 @@ class Archive:
         as holes), checked against the manifest's sha256 before it appears under that name."""
         entry = self._entries[cycle]
         out = Path(target)
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        reader = _CycleReader(self._fs, self._root, entry)
+        reader = CycleReader(self._fs, self._root, entry)
         try:
-            with builtins.open(tmp, "wb") as f:
+            with replacing(out) as f:
                 for data in reader.checked_frames():
                     if not data.strip(b"\0"):
                         f.seek(len(data), 1)  # keep the original's holes
                     else:
                         f.write(data)
                 f.truncate(entry["size"])
-            os.replace(tmp, out)
         finally:
             reader.close()
-            tmp.unlink(missing_ok=True)
         return out
 
     def __iter__(self) -> Iterator[ArchivedExcerpt]:
@@ -830,7 +822,7 @@ class ArchiveTailer:
         entry = self._archive.entry(cycle)
         if seq >= entry["count"]:
             return False
-        reader, layout = self._archive._cycle(cycle)
+        reader, layout = self._archive.cycle_reader(cycle)
         step, positions = entry["seek"]["step"], entry["seek"]["positions"]
         at = seq // step
         if at >= len(positions):
@@ -843,7 +835,7 @@ class ArchiveTailer:
         self._ci, self._pos, self._seq = self._cycles.index(cycle), pos, seq
         return True
 
-    def _next_data(self, reader: _CycleReader, layout: StoreLayout, pos: int, cycle: int,
+    def _next_data(self, reader: CycleReader, layout: StoreLayout, pos: int, cycle: int,
                    seq: int) -> tuple[int, int]:
         """(header, position after) of the data document at `pos` (skipping metadata before it); a
         document that cannot be there is a CorruptQueueError naming the cycle and offset."""
@@ -872,7 +864,7 @@ class ArchiveTailer:
             if self._seq >= entry["count"]:
                 self._ci, self._pos, self._seq = self._ci + 1, -1, 0
                 continue
-            reader, layout = self._archive._cycle(cycle)
+            reader, layout = self._archive.cycle_reader(cycle)
             pos = layout.header_end if self._pos < 0 else self._pos
             # skip metadata documents before the excerpt
             while True:
@@ -921,7 +913,7 @@ def verify(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | Non
     with Archive(url, storage_options) as a:
         for cycle in a.cycles():
             entry = a.entry(cycle)
-            reader = _CycleReader(a._fs, a._root, entry)
+            reader = CycleReader(a._fs, a._root, entry)
             try:
                 for _ in reader.checked_frames():
                     pass
@@ -935,7 +927,7 @@ def _recount(a: Archive, cycle: int) -> None:
     """Count the data documents of an archived cycle from its bytes; a manifest whose count or first
     and last index say otherwise (hiding excerpts, or claiming some that are not there) is refused."""
     entry = a.entry(cycle)
-    reader, layout = a._cycle(cycle)
+    reader, layout = a.cycle_reader(cycle)
     pos, count = layout.header_end, 0
     while pos + 4 <= reader.size:
         header = int.from_bytes(reader.read(pos, 4), "little")

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from chronq import plugins
 from chronq.errors import ChronqError, IndexNotFoundError
 from chronq.plugins import entry_point, entry_points
 from wire.errors import WireError
@@ -447,7 +448,7 @@ def _refresh(path: Path) -> None:
     with chronq.open(path) as q:
         table = q.table
         assert table is not None
-        table.refresh_listing(q._fresh_cycles)
+        table.refresh_listing(q.fresh_cycles)
         after = (table.lowest_cycle, table.highest_cycle)
     print(f"lowestCycle {before[0]} -> {after[0]}, highestCycle {before[1]} -> {after[1]}")
 
@@ -459,12 +460,12 @@ def queue_stats(path: Path) -> dict[str, Any]:
     _table(path)
     with chronq.open(path, readonly=True) as q:
         cycles = []
-        for c in q._fresh_cycles():
+        for c in q.fresh_cycles():
             f = q.file_for(c)
             st = f.stat() if f.exists() else None
             # a cycle file is sparse: its apparent size (`bytes`) is the mapping Java sizes it to, what
             # it takes on disk (`allocated`, st_blocks * 512) is what a user counts against a volume
-            cycles.append({"cycle": c, "file": f.name, "count": q._count_in(c),
+            cycles.append({"cycle": c, "file": f.name, "count": q.count_in(c),
                            "bytes": st.st_size if st else 0, "allocated": st.st_blocks * 512 if st else 0})
         first, last = q.first_index, q.last_index
         end = last + 1 if last is not None else 0
@@ -515,22 +516,14 @@ def load_object(spec: str, what: str) -> Any:
     The current directory is searched first, as `python -m` does, so a module next to the queue's
     scripts loads without installing it.
     """
-    import importlib
     import os
 
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-
-    module, colon, name = spec.partition(":")
-    if not colon or not module or not name:
-        raise UsageError(f"{what} must be module:name, got {spec!r}")
     try:
-        obj: Any = importlib.import_module(module)
-        for part in name.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
-        raise UsageError(f"cannot load {what} {spec!r}: {_one_line(e)}") from None
-    return obj
+        return plugins.load_object(spec, what)
+    except plugins.LoadError as e:
+        raise UsageError(_one_line(e)) from None
 
 
 def _literal(text: str) -> Any:

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from chronq import _native
+from chronq._durable import write_file
 from chronq.appender import Appender
 from chronq.errors import ChronqError
-from chronq.tailer import Direction, Tailer, _read_failed
+from chronq.tailer import Direction, Tailer, read_failed
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -43,6 +44,7 @@ __all__ = [
     "MessageTooLargeError",
     "MissingKeyError",
     "TamperedMessageError",
+    "configure",
     "decode",
     "dictionary_ids",
     "dictionary_path",
@@ -204,9 +206,7 @@ def store_dictionary(queue_dir: str | os.PathLike[str], dict_id: int, data: byte
         if path.read_bytes() != data:
             raise ChronqError(f"{path}: holds another dictionary than the one given for id {dict_id}")
         return path
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)  # readers see the whole dictionary or none
+    write_file(path, data)  # readers see the whole dictionary or none, and it outlives a crash
     return path
 
 
@@ -512,7 +512,7 @@ def _batch_decoder(state: _State, one: Callable[[Buffer, int], bytes],
     key, dictionary or codec it was not given) comes back undecoded and goes through `one`, the
     tailer's one-message decoder, which loads what is missing or raises the error naming the index. The
     payloads decoded before a bad frame are returned first; the tailer stands before it, so the next
-    call raises. So for a queue error (`_read_failed`)."""
+    call raises. So for a queue error (`read_failed`)."""
     import zstandard
 
     from chronq import _codecs  # here, not at the top: a plain queue never loads it (nor its libcrypto)
@@ -543,7 +543,7 @@ def _batch_decoder(state: _State, one: Callable[[Buffer, int], bytes],
                     raise
                 budget -= len(out[-1])
             if error is not None:
-                _read_failed(error, out)
+                read_failed(error, out)
                 break
             if not pending:
                 break
@@ -702,10 +702,11 @@ _read = cast("Callable[[_native.TailerCore[object], bool], _Read]", _native.Tail
 _read_open = cast("Callable[[_native.TailerCore[object], bool], _Read]", _native.TailerCore._read_open)
 
 
-def _configure(
+def configure(
     queue: Queue, codec: Codec | None, keys: Keys | None, max_message_size: int | None
 ) -> _State | None:
     """The queue's codec state: None for a plain queue (no `chronq.codec` key and no codec asked for).
+    Internal API: `Queue` calls it when it opens.
 
     A codec given for a queue that has data documents but no codec key is refused: its readers would
     take the plain payloads for frames.

@@ -14,6 +14,10 @@ from their last three timings, which is what `chronq.spark.latency` computes wit
 input's write time is the timing the service carried forward). With one queue every hop recorded
 in its histories is unrolled. Values go into `Histogram`, a log-bucketed histogram (2^n ranges, each
 split into 2^7 sub-buckets: under 0.8 % relative error) whose memory does not grow with the queue.
+
+This module is the one home of the latency report's percentiles, their labels and their plot:
+`chronq.spark.latency` aggregates its joined hops into the same histograms (bucket counts computed
+by Spark) and draws with `draw_percentiles`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from chronq.errors import ChronqError, CorruptQueueError
 from wire.errors import WireError
@@ -82,6 +87,16 @@ class Histogram:
             self.min = v
         if self.max is None or v > self.max:
             self.max = v
+
+    def merge_bucket(self, bucket: int, count: int, low: int, high: int) -> None:
+        """Add `count` values of `bucket` whose smallest is `low` and largest `high` (counted elsewhere,
+        as Spark does for `chronq.spark.latency`)."""
+        self.counts[bucket] = self.counts.get(bucket, 0) + count
+        self.count += count
+        if self.min is None or low < self.min:
+            self.min = low
+        if self.max is None or high > self.max:
+            self.max = high
 
     def percentile(self, p: float) -> int | None:
         """A value of the bucket holding the ``ceil(p * count)``-th smallest value (None if empty):
@@ -225,8 +240,10 @@ def _add_hop(rep: HistoryReport, window: int | None, method: str | None, hop: st
         rep._add(window, method, hop, "hop", t[-1] - t[-3])
 
 
-def _label(p: float) -> str:
+def percentile_label(p: float) -> str:
+    """How the reports name a percentile: 0.99 is ``p99``, 0.999 ``p99.9``."""
     return f"p{p * 100:g}"
+
 
 
 def _fmt(value: int | None, unit: str) -> str:
@@ -237,7 +254,8 @@ def _fmt(value: int | None, unit: str) -> str:
 
 def format_table(rep: HistoryReport, unit: str = "us") -> str:
     """The report as a text table, one line per histogram, values in `unit`."""
-    header = ["window_s", "method", "hop", "metric", "count", *(_label(p) for p in PERCENTILES), "worst"]
+    header = ["window_s", "method", "hop", "metric", "count", *(percentile_label(p) for p in PERCENTILES),
+              "worst"]
     lines = [header]
     for (w, m, hop, metric), h in rep.rows():
         if w is None and rep.interval_ns is not None:
@@ -262,7 +280,7 @@ def write_csv(rep: HistoryReport, path: str | os.PathLike[str], unit: str = "us"
     with out.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["window_s", "method", "hop", "metric", "unit", "count",
-                    *(_label(p) for p in PERCENTILES), "worst"])
+                    *(percentile_label(p) for p in PERCENTILES), "worst"])
         for (win, m, hop, metric), h in rep.rows():
             start = "" if win is None or rep.interval_ns is None else f"{win * rep.interval_ns / 1e9:g}"
             w.writerow([start, m or "", hop, metric, unit, h.count,
@@ -282,18 +300,16 @@ def plot(rep: HistoryReport, path: str | os.PathLike[str], unit: str = "us") -> 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    xs = [*(_label(p) for p in PERCENTILES), "worst"]
+    series: list[tuple[str, Sequence[float | None], str, str | None]] = []
     for (w, m, hop, metric), h in rep.rows():
         if w is not None or metric != "hop":
             continue
         ys = [*(h.percentile(p) for p in PERCENTILES), h.max]
-        ax.plot(xs, [float("nan") if y is None else max(y, 1) / UNITS[unit] for y in ys], marker="o",
-                label=hop if m is None else f"{hop} {m}")
-    ax.set_yscale("log")
+        series.append((hop if m is None else f"{hop} {m}",
+                       [None if y is None else max(y, 1) / UNITS[unit] for y in ys], "-", None))
+    draw_percentiles(ax, series)
     ax.set_ylabel(f"latency ({unit})")
     ax.set_title("latency percentiles per hop")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=110)
@@ -301,5 +317,19 @@ def plot(rep: HistoryReport, path: str | os.PathLike[str], unit: str = "us") -> 
     return out
 
 
+def draw_percentiles(ax: Any, series: Sequence[tuple[str, Sequence[float | None], str, str | None]]) -> None:
+    """Draw on matplotlib axes `ax` one line per (label, values, line style, colour or None): the
+    values of `PERCENTILES` then the worst, on a log scale; a series with no value is left out."""
+    xs = [*(percentile_label(p) for p in PERCENTILES), "worst"]
+    for label, ys, style, color in series:
+        if all(y is None for y in ys):
+            continue
+        ax.plot(xs, [float("nan") if y is None else y for y in ys], style, marker="o", color=color,
+                label=label)
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+
+
 __all__ = ["FRACTION_BITS", "METRICS", "PERCENTILES", "UNITS", "Histogram", "HistoryReport", "analyze",
-           "format_table", "plot", "queues_read", "write_csv"]
+           "draw_percentiles", "format_table", "percentile_label", "plot", "queues_read", "write_csv"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import threading
 import warnings
@@ -15,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
 from chronq import _directory, _native
 from chronq import codecs as _codecs
@@ -50,6 +51,7 @@ QueueExcerpt: TypeAlias = "Excerpt | _codecs.DecodedExcerpt"
 """What a queue's tailer reads: the stored `Excerpt`, or on a codec queue a data excerpt decoded."""
 
 K = TypeVar("K")
+P = ParamSpec("P")
 Listener = Callable[[int, Path], None]
 DEFAULT_BLOCK_SIZE = 64 << 20
 DEFAULT_ROLL_CYCLE = "FAST_DAILY"  # for a new queue opened without a roll cycle, as Java's default
@@ -106,6 +108,7 @@ class Queue:
         self,
         path: str | os.PathLike[str],
         roll_cycle: str | RollCycle | None = None,
+        *,
         source_id: int = 0,
         clock: Clock | None = None,
         block_size: int | None = None,
@@ -176,10 +179,10 @@ class Queue:
         self.roll_cycle: RollCycle = requested
         if self.table is not None and not readonly:
             self.table.init_queue_keys()
-            self.table.refresh_listing(self._fresh_cycles)
+            self.table.refresh_listing(self.fresh_cycles)
         self._keys = keys
         # None for a plain queue: appender() and tailer() then make the plain native-path classes
-        self._codec = _codecs._configure(self, codec, keys, max_message_size)
+        self._codec = _codecs.configure(self, codec, keys, max_message_size)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Queue:
@@ -214,7 +217,8 @@ class Queue:
     def closed(self) -> bool:
         return self._closed
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise ChronqError if the queue was closed (internal API: retention checks it too)."""
         if self._closed:
             raise ChronqError(f"{self.path}: queue is closed")
 
@@ -250,10 +254,13 @@ class Queue:
         return None
 
     def previous_cycle_before(self, cycle: int) -> int | None:
-        before = [c for c in self._fresh_cycles() if c < cycle]
+        before = [c for c in self.fresh_cycles() if c < cycle]
         return before[-1] if before else None
 
-    def _fresh_cycles(self) -> list[int]:
+    def fresh_cycles(self) -> list[int]:
+        """The cycles with a file, listed from the directory now (not the cached `cycles()`). Internal
+        API: tailers, appenders, retention, the CLI and replication ask it where a file may have
+        appeared or gone since the last look."""
         self._cycles = None
         return self.cycles()
 
@@ -270,7 +277,7 @@ class Queue:
         return cf
 
     def _open_cycle(self, cycle: int, writable: bool, create: bool) -> CycleFile | None:
-        self._check_open()
+        self.check_open()
         with self._lock:
             cf = self._files.pop((cycle, writable), None)
             if cf is not None and not cf.path.exists():
@@ -340,7 +347,7 @@ class Queue:
         its header, index and first disk blocks in place: the appender that rolls to `cycle` links it
         into place instead of creating the file. Invisible to readers until then (a cycle file after
         the current one would tell them the current cycle is finished). False if either exists."""
-        self._check_open()
+        self.check_open()
         if self.readonly:
             raise ChronqError(f"{self.path}: cannot create cycle {cycle} in a read-only queue")
         path = self.file_for(cycle)
@@ -364,8 +371,9 @@ class Queue:
         return True
 
     # -- store-file events -----------------------------------------------------------------------------
-    def _use(self, new: CycleFile | None, old: CycleFile | None) -> None:
-        """An appender or tailer moved from `old` to `new` (either may be None).
+    def use_cycle(self, new: CycleFile | None, old: CycleFile | None) -> None:
+        """An appender or tailer moved from `old` to `new` (either may be None). Internal API of the
+        appenders and tailers.
 
         Cycles are reference-counted across every appender and tailer of this queue: `on_acquired` fires
         when the first one attaches to a cycle, `on_released` when the last one leaves it (an appender
@@ -437,11 +445,11 @@ class Queue:
     def appender(self, codec: _codecs.Codec | None = None) -> Appender:
         """The calling thread's appender (one per thread, as in Chronicle); `codec` sets the codec this
         thread's appender writes with (recorded as the queue's if the queue has none yet)."""
-        self._check_open()
+        self.check_open()
         if self.readonly:
             raise ChronqError(f"{self.path}: queue is open read-only")
         if codec is not None and self._codec is None:
-            self._codec = _codecs._configure(self, codec, self._keys, None)
+            self._codec = _codecs.configure(self, codec, self._keys, None)
         a: Appender | None = getattr(self._local, "appender", None)
         st = self._codec
         if a is not None and st is not None and not isinstance(a, _codecs.CodecAppender):
@@ -471,24 +479,25 @@ class Queue:
         Names are at most `chronq.table.MAX_TAILER_NAME` (1024) Latin-1 characters (ValueError
         otherwise, before anything is written) and case-insensitive, as in Java.
         """
-        self._check_open()
+        self.check_open()
         if name is not None:
             check_tailer_name(name)
             if name.startswith("replicated:") and not self.readonly:
                 _refuse_sink(self, f"a replicated named tailer ({name!r}) is moved only by its source")
         if self.table is not None and not self.readonly:
-            self.table.refresh_listing(self._fresh_cycles)  # as Java's createTailer
+            self.table.refresh_listing(self.fresh_cycles)  # as Java's createTailer
         t = Tailer(self, name) if self._codec is None else _codecs.CodecTailer(self, name, self._codec)
         if name is not None:
             self._named.add(t)
         return t
 
     # -- whole-queue questions -------------------------------------------------------------------------
-    def _count_in(self, cycle: int) -> int:
-        """Number of data documents in a cycle file (0 if it has none)."""
+    def count_in(self, cycle: int) -> int:
+        """Number of data documents in a cycle file (0 if it has none). Internal API (tailers, the
+        CLI, replication), Java's ``excerptsInCycle`` without the check that the cycle exists."""
         t = Tailer(self, None)
         try:
-            if not t._attach_cycle(cycle):
+            if not t.attach_cycle(cycle):
                 return 0
             r = t._seek_end()
             return 0 if r is None else r[0]
@@ -498,16 +507,16 @@ class Queue:
     @property
     def first_index(self) -> int | None:
         """Index of the first excerpt, or None for an empty queue."""
-        for c in self._fresh_cycles():
-            if self._count_in(c):
+        for c in self.fresh_cycles():
+            if self.count_in(c):
                 return self.roll_cycle.to_index(c, 0)
         return None
 
     @property
     def last_index(self) -> int | None:
         """Index of the last excerpt written, or None for an empty queue."""
-        for c in reversed(self._fresh_cycles()):
-            n = self._count_in(c)
+        for c in reversed(self.fresh_cycles()):
+            n = self.count_in(c)
             if n:
                 return self.roll_cycle.to_index(c, n - 1)
         return None
@@ -520,18 +529,18 @@ class Queue:
         c0, s0 = rc.split(from_index)
         c1, s1 = rc.split(to_index)
         total = 0
-        for c in self._fresh_cycles():
+        for c in self.fresh_cycles():
             if c < c0 or c > c1:
                 continue
-            n = self._count_in(c)
+            n = self.count_in(c)
             lo = s0 if c == c0 else 0
             hi = min(n, s1) if c == c1 else n
             total += max(0, hi - lo)
         return total
 
     def _ordinals(self) -> tuple[list[int], list[int]]:
-        cycles = [c for c in self._fresh_cycles()]
-        counts = [self._count_in(c) for c in cycles]
+        cycles = [c for c in self.fresh_cycles()]
+        counts = [self.count_in(c) for c in cycles]
         return cycles, counts
 
     def bisect(self, key: Callable[[memoryview], K], target: K) -> int | None:
@@ -656,23 +665,27 @@ def _first_hole(fd: int, size: int) -> int:
         return size
 
 
-def open(
-    path: str | os.PathLike[str],
-    roll_cycle: str | RollCycle | None = None,
-    *,
-    source_id: int = 0,
-    clock: Clock | None = None,
-    block_size: int | None = None,
-    readonly: bool = False,
-    epoch: int = 0,
-    lock_timeout: float = 15.0,
-    on_acquired: Listener | None = None,
-    on_released: Listener | None = None,
-    codec: _codecs.Codec | None = None,
-    keys: _codecs.Keys | None = None,
-    max_message_size: int | None = None,
-) -> Queue:
+def _options_of(
+    init: Callable[Concatenate[Queue, P], None],
+) -> Callable[[Callable[..., Queue]], Callable[P, Queue]]:
+    """`open` takes exactly `Queue`'s parameters: defined once, in `Queue.__init__`, for mypy and for
+    `inspect.signature` (so an option is added in one place)."""
+    params = list(inspect.signature(init).parameters.values())[1:]
+
+    def same(f: Callable[..., Queue]) -> Callable[P, Queue]:
+        f.__dict__["__signature__"] = inspect.Signature(params, return_annotation="Queue")
+        return f
+
+    return same
+
+
+@_options_of(Queue.__init__)
+def open(*args: Any, **options: Any) -> Queue:
     """Open (creating unless `readonly`) the queue directory at `path`.
+
+    ``open(path, roll_cycle=None, *, source_id=0, clock=None, block_size=None, readonly=False,
+    epoch=0, lock_timeout=15.0, on_acquired=None, on_released=None, codec=None, keys=None,
+    max_message_size=None)``, the parameters of `Queue`:
 
     `roll_cycle` (default FAST_DAILY) is for a new queue: one already stored in the queue wins (with a
     warning if `roll_cycle` was given and differs). `source_id` is written into the table store and
@@ -684,18 +697,4 @@ def open(
     compresses and/or encrypts payloads (`chronq.codecs`; recorded in the table store so every reader
     decodes), `keys` is the AES key ring and `max_message_size` bounds what a reader decodes one payload to.
     """
-    return Queue(
-        path,
-        roll_cycle,
-        source_id=source_id,
-        clock=clock,
-        block_size=block_size,
-        readonly=readonly,
-        epoch=epoch,
-        lock_timeout=lock_timeout,
-        on_acquired=on_acquired,
-        on_released=on_released,
-        codec=codec,
-        keys=keys,
-        max_message_size=max_message_size,
-    )
+    return Queue(*args, **options)

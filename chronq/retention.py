@@ -109,7 +109,7 @@ def protected_from(queue: Queue, replication_source: bool | None = None,
     out the newest and the current cycle, keeping only what readers still need (named tailers, sinks):
     archiving, which has its own rule for the cycles still being written, moves nothing they need.
     """
-    cycles = queue._fresh_cycles()
+    cycles = queue.fresh_cycles()
     if not cycles:
         return None, []
     rc = queue.roll_cycle
@@ -199,9 +199,9 @@ def retain(
     """
     if queue.readonly:
         raise ChronqError(f"{queue.path}: retention deletes files; open the queue writable")
-    queue._check_open()
+    queue.check_open()
     result = RetentionResult()
-    cycles = queue._fresh_cycles()
+    cycles = queue.fresh_cycles()
     limit, reasons = protected_from(queue, replication_source)
     result.protected_from, result.reasons = limit, reasons
     for c in _candidates(queue, policy, cycles):
@@ -222,5 +222,5 @@ def retain(
             log.info("retention deleted cycle %d: %s", c, path)
             result.deleted.append((c, path))
     if result.deleted and not dry_run and queue.table is not None:
-        queue.table.refresh_listing(queue._fresh_cycles)  # lowestCycle moves on, modCount tells readers
+        queue.table.refresh_listing(queue.fresh_cycles)  # lowestCycle moves on, modCount tells readers
     return result

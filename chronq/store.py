@@ -43,7 +43,9 @@ __all__ = [
     "cycle_file_prefix",
     "cycle_file_size",
     "documents",
+    "framed",
     "headerless_layout",
+    "index_doc",
     "is_headerless",
     "load32",
     "load64",
@@ -68,6 +70,11 @@ PAGE = 4096
 
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
+
+
+def framed(body: bytes, flags: int = 0) -> bytes:
+    """One document: its 4-byte header (the length of `body` with `flags`, e.g. META_DATA) and `body`."""
+    return _U32.pack(flags | len(body)) + body
 
 Buffer = Any  # mmap, bytearray, bytes or memoryview
 
@@ -391,7 +398,9 @@ def _pad_to_cache_line(w: Writer) -> None:
         w.padding(64 - mod)
 
 
-def _index_doc(position: int, name: str, capacity: int, used: int, values: tuple[int, ...]) -> bytes:
+def index_doc(position: int, name: str, capacity: int, used: int, values: tuple[int, ...]) -> bytes:
+    """An index (or index2index) metadata document at `position` as Java writes it: `capacity`
+    slots, `used` of them, `values` first. Internal API: a replication sink writes one too."""
     w = Writer(base=position + 4)
     w.event_name(name)
     w.int64_array(capacity, used, values)
@@ -427,11 +436,11 @@ def cycle_file_prefix(index_count: int, index_spacing: int) -> bytes:
     out += bytes(i2i_pos - len(out))
     # the index2index document's size does not depend on its values: build it once to learn where
     # the first index goes, then again pointing at it
-    index_pos = align4(i2i_pos + len(_index_doc(i2i_pos, "index2index", index_count, 1, (0,))))
-    i2i = _index_doc(i2i_pos, "index2index", index_count, 1, (index_pos,))
+    index_pos = align4(i2i_pos + len(index_doc(i2i_pos, "index2index", index_count, 1, (0,))))
+    i2i = index_doc(i2i_pos, "index2index", index_count, 1, (index_pos,))
     out += i2i
     out += bytes(index_pos - len(out))
-    out += _index_doc(index_pos, "index", index_count, 0, ())
+    out += index_doc(index_pos, "index", index_count, 0, ())
     _I64.pack_into(out, index2index_at, i2i_pos)
     out += bytes(align4(len(out)) - len(out))
     return bytes(out)

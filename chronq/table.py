@@ -250,7 +250,7 @@ def _encode_header(roll: RollMetadata, source_id: int, delta_checkpoint_interval
     mod = w.position & 63  # padToCacheAlign
     if mod > 60:
         w.padding(64 - mod)
-    return _store._U32.pack(META_DATA | len(w)) + w.getvalue()
+    return _store.framed(w.getvalue(), META_DATA)
 
 
 def _encode_entry(position: int, key: str, value: int) -> tuple[bytes, int]:
@@ -259,7 +259,7 @@ def _encode_entry(position: int, key: str, value: int) -> tuple[bytes, int]:
     w.event_name(key)
     at = w.int64_binding(value)
     w.align_to(4)
-    return _store._U32.pack(len(w)) + w.getvalue(), at
+    return _store.framed(w.getvalue()), at
 
 
 class TableStore:

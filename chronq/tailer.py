@@ -21,7 +21,7 @@ from chronq.table import UNLOCKED, tailer_index_key, tailer_lock_key, tailer_ver
 if TYPE_CHECKING:
     from chronq.queue import CycleFile, Queue
 
-__all__ = ["Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState"]
+__all__ = ["Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState", "read_failed"]
 
 Excerpt = _native.Excerpt
 
@@ -82,10 +82,11 @@ class TailerState(enum.Enum):
     BEFORE_START = "before_start"  # reading backward went past the first excerpt
 
 
-def _read_failed(error: BaseException, out: list[bytes]) -> None:
+def read_failed(error: BaseException, out: list[bytes]) -> None:
     """`read_many` met `error` reading on: a queue error (`ChronqError`) after some payloads lets those
     be returned, the tailer standing at the document it could not read, so the next call reports it;
-    anything else (an interrupt), or a queue error before any payload, is raised now."""
+    anything else (an interrupt), or a queue error before any payload, is raised now. (Internal API:
+    `chronq.codecs`' batch reader follows the same rule.)"""
     if not out or not isinstance(error, ChronqError):
         raise error
 
@@ -171,7 +172,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
     @_file.setter
     def _file(self, cf: CycleFile | None) -> None:
         old, self._held = self._held, cf
-        self._queue._use(cf, old)
+        self._queue.use_cycle(cf, old)
 
     # -- positioning -----------------------------------------------------------------------------------
     @property
@@ -204,7 +205,9 @@ class Tailer(_native.TailerCore[E], Generic[E]):
             return TailerState.UNINITIALISED
         return TailerState.END_OF_CYCLE if self._eof else TailerState.FOUND_IN_CYCLE
 
-    def _attach_cycle(self, cycle: int) -> bool:
+    def attach_cycle(self, cycle: int) -> bool:
+        """Attach to the start of `cycle`'s file; False if it has none yet (internal API: the queue
+        counts a cycle's documents through it)."""
         cf = self._queue.open_cycle(cycle, writable=False)
         if cf is None:
             return False
@@ -222,13 +225,13 @@ class Tailer(_native.TailerCore[E], Generic[E]):
             self._file = None
             self._detach()
         else:
-            self._attach_cycle(first)
+            self.attach_cycle(first)
         return self
 
     def to_end(self) -> Self:
         """Go past the last excerpt (FORWARD: `read()` returns the next one written; BACKWARD: the last)."""
         self._before_start = False
-        cycles = self._queue._fresh_cycles()
+        cycles = self._queue.fresh_cycles()
         if not cycles:
             self._file = None
             self._detach()
@@ -239,7 +242,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
                 self.move_to_index(last)
             return self
         # the newest file may have no first document yet (a reader cannot open it): end of the one before
-        if not any(self._attach_cycle(c) for c in reversed(cycles)):
+        if not any(self.attach_cycle(c) for c in reversed(cycles)):
             self._file = None
             self._detach()
             return self
@@ -259,7 +262,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
         if index < 0:
             return -1
         saved = (self._file, self._pos, self._seq) if self._map is not None else None
-        if (self._cycle != cycle or self._map is None) and not self._attach_cycle(cycle):
+        if (self._cycle != cycle or self._map is None) and not self.attach_cycle(cycle):
             self._restore(saved)
             return -1
         r = int(self._seek(seq))
@@ -271,11 +274,11 @@ class Tailer(_native.TailerCore[E], Generic[E]):
 
     def move_to_cycle(self, cycle: int) -> bool:
         """Go to the first excerpt of `cycle` (or of the next cycle that exists)."""
-        c = cycle if cycle in self._queue._fresh_cycles() else self._queue.next_cycle_after(cycle)
+        c = cycle if cycle in self._queue.fresh_cycles() else self._queue.next_cycle_after(cycle)
         if c is None:
             return False
         self._before_start = False
-        return self._attach_cycle(c)
+        return self.attach_cycle(c)
 
     def _restore(self, saved: tuple[CycleFile | None, int, int] | None) -> None:
         if saved is None or saved[0] is None:
@@ -292,7 +295,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
         """A stored named position that names no excerpt: go to the end of its cycle if that file
         exists (never re-read), else to the start of the next cycle that exists."""
         cycle = self._queue.roll_cycle.to_cycle(index)
-        if self._attach_cycle(cycle):
+        if self.attach_cycle(cycle):
             self._seek_end()
             return
         nxt = self._queue.next_cycle_after(cycle)
@@ -300,7 +303,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
             self._file = None
             self._detach()
         else:
-            self._attach_cycle(nxt)
+            self.attach_cycle(nxt)
 
     # -- slow paths called from C ----------------------------------------------------------------------
     def _next_cycle(self) -> bool:
@@ -308,7 +311,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
         if nxt is None:
             self._eof = self._map is not None
             return False
-        return self._attach_cycle(nxt)
+        return self.attach_cycle(nxt)
 
     def _end_of_older_cycle(self) -> bool:
         """read() stopped at a header that is 0 or still held, in a cycle with a newer cycle after it.
@@ -382,7 +385,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
             return
         prev = self._queue.previous_cycle_before(cycle)
         while prev is not None:
-            n = self._queue._count_in(prev)
+            n = self._queue.count_in(prev)
             if n and self.move_to_index(rc.to_index(prev, n - 1 - (n - 1) % stride)):
                 return
             prev = self._queue.previous_cycle_before(prev)
@@ -418,7 +421,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
             pending, nbytes, error = _native.read_payloads(self, out, max_count - len(out), budget)
             out += [ex.bytes() for ex in pending]  # only what the C reader could not take as an excerpt
             if error is not None:
-                _read_failed(error, out)
+                read_failed(error, out)
                 break
             if not pending:
                 break
@@ -464,9 +467,9 @@ class Tailer(_native.TailerCore[E], Generic[E]):
 
     def excerpts_in_cycle(self, cycle: int) -> int:
         """Number of data excerpts in `cycle` (Java's ``excerptsInCycle``), -1 if it has no cycle file."""
-        if cycle not in self._queue._fresh_cycles():
+        if cycle not in self._queue.fresh_cycles():
             return -1
-        return self._queue._count_in(cycle)
+        return self._queue.count_in(cycle)
 
     def wait_read(self, timeout: float | None = None, pauser: Pauser | None = None) -> E | None:
         """Block until an excerpt is available (or `timeout` seconds pass: None)."""

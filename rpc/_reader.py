@@ -420,26 +420,6 @@ class MethodReader:
             chain = step.chain
 
 
-def reader(
-    tailer: Reader | None,
-    *handlers: object,
-    interfaces: Sequence[type] = (),
-    on_unknown: UnknownHook | None = None,
-    on_unknown_type: UnknownTypeHook | None = None,
-    metadata_handler: MetadataHandler | None = None,
-    source_id: int | None = None,
-    clock: Callable[[], int] | None = None,
-    wire: WireType = WireType.BINARY,
-) -> MethodReader:
-    """A `MethodReader` over `tailer` calling `handlers`; see `MethodReader` for the options."""
-    return MethodReader(
-        tailer,
-        *handlers,
-        interfaces=interfaces,
-        on_unknown=on_unknown,
-        on_unknown_type=on_unknown_type,
-        metadata_handler=metadata_handler,
-        source_id=source_id,
-        clock=clock,
-        wire=wire,
-    )
+reader = MethodReader
+"""``rpc.reader(tailer, *handlers, ...)``: a `MethodReader` over `tailer` calling `handlers` (the same
+callable, so its options are defined once; see `MethodReader`)."""

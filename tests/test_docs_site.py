@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import skip_unless_strict
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["chronq", "chronq.spark", "wire", "rpc", "rpc.testing"]
+PACKAGES = ["chronq", "chronq.replication", "chronq.spark", "wire", "rpc", "rpc.testing"]
 
 
 @pytest.fixture(scope="module")

@@ -241,3 +241,68 @@ def test_the_table_store_is_below_the_directory() -> None:
     imported = {t for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                 for t in _targets(node, "chronq.table", False, files)}
     assert "chronq._directory" not in imported
+
+
+def test_options_are_defined_once() -> None:
+    # chronq.open takes Queue's parameters (one definition), rpc.reader is MethodReader's constructor
+    import inspect
+
+    import chronq
+    import rpc
+
+    init = list(inspect.signature(chronq.Queue.__init__).parameters.values())[1:]
+    assert list(inspect.signature(chronq.open).parameters.values()) == init
+    assert rpc.reader is rpc.MethodReader
+
+
+def _underscored_definitions(tree: ast.AST) -> set[str]:
+    """The underscored names a module defines: functions, classes, methods, globals, attributes it
+    assigns (``self._x = ...``)."""
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+            out.add(n.attr)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+    return {name for name in out if name.startswith("_") and not name.startswith("__")}
+
+
+def private_reaches(sources: dict[str, str], native: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """Where a module (of `sources`: name -> text) takes another module's underscored name: imports it
+    (``from m import _x``), or reads ``obj._x`` of an object (not ``self``/``cls``) when `_x` is defined
+    by another of the modules and not by this one. What one module needs of another has a public
+    (possibly internal, documented) name. `native`: the underscored members of chronq's C cores
+    (chronq/_native.pyi), the documented protocol between chronq's modules and their C hot path."""
+    trees = {name: ast.parse(src) for name, src in sources.items()}
+    defined = {name: _underscored_definitions(tree) for name, tree in trees.items()}
+    packages = {name.rsplit(".", 1)[0] for name in sources if "." in name}
+    found = []
+    for name, tree in trees.items():
+        elsewhere = set().union(*(d for m, d in defined.items() if m != name)) - defined[name] - native
+        for n in ast.walk(tree):
+            if (isinstance(n, ast.ImportFrom) and n.module in sources and n.module != name
+                    and n.module not in packages):  # (`from pkg import _mod`: the import rules' business)
+                found += [f"{name}:{n.lineno} imports {n.module}.{a.name}" for a in n.names
+                          if a.name.startswith("_") and f"{n.module}.{a.name}" not in sources]
+            elif (isinstance(n, ast.Attribute) and n.attr in elsewhere
+                  and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))):
+                found.append(f"{name}:{n.lineno} reads {ast.unparse(n.value)}.{n.attr}")
+    return found
+
+
+def test_no_module_reaches_another_modules_underscored_names() -> None:
+    files = module_files(ROOT, PACKAGES)
+    native = _underscored_definitions(ast.parse((ROOT / "chronq" / "_native.pyi").read_text()))
+    assert private_reaches({name: path.read_text() for name, path in files.items()}, native) == []
+
+
+def test_the_checker_sees_a_reach_into_another_module() -> None:
+    queue = "class Queue:\n    def _fresh_cycles(self):\n        return self._cycles\n"
+    tailer = "def f(q):\n    return q._fresh_cycles()\n"
+    found = private_reaches({"chronq.queue": queue, "chronq.tailer": tailer,
+                             "chronq.codecs": "from chronq.queue import _helper\n"})
+    assert found == ["chronq.tailer:2 reads q._fresh_cycles", "chronq.codecs:1 imports chronq.queue._helper"]
+    # its own underscored names, through self or not, are a module's own business
+    assert private_reaches({"chronq.queue": queue + "def g(q):\n    return q._fresh_cycles()\n"}) == []

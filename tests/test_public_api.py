@@ -31,15 +31,15 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.appender": ["Appender", "AppenderListener", "DocumentContext", "SyncMode"],
     "chronq.archive": [
-        "Archive", "ArchiveTailer", "ArchivedExcerpt", "FRAME", "LOCK_FILE", "MANIFEST", "archive", "open",
-        "restore", "verify",
+        "Archive", "ArchiveTailer", "ArchivedExcerpt", "CycleReader", "FRAME", "LOCK_FILE", "MANIFEST",
+        "archive", "filesystem", "open", "restore", "verify",
     ],
     "chronq.cli": ["UsageError", "load_object", "main", "queue_stats"],
     "chronq.codecs": [
         "CODEC_KEY", "Codec", "CodecAppender", "CodecError", "CodecTailer", "DecodedExcerpt", "Keys",
-        "MessageTooLargeError", "MissingKeyError", "TamperedMessageError", "decode", "dictionary_ids",
-        "dictionary_path", "encode", "payload_decoder", "store_dictionary", "stored_payload_decoder",
-        "train_dictionary",
+        "MessageTooLargeError", "MissingKeyError", "TamperedMessageError", "configure", "decode",
+        "dictionary_ids", "dictionary_path", "encode", "payload_decoder", "store_dictionary",
+        "stored_payload_decoder", "train_dictionary",
     ],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [
@@ -48,11 +48,12 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.history": [
         "FRACTION_BITS", "Histogram", "HistoryReport", "METRICS", "PERCENTILES", "UNITS", "analyze",
-        "format_table", "plot", "queues_read", "write_csv",
+        "draw_percentiles", "format_table", "percentile_label", "plot", "queues_read",
+        "write_csv",
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": ["BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
-    "chronq.plugins": ["entry_point", "entry_points"],
+    "chronq.plugins": ["LoadError", "entry_point", "entry_points", "load_object"],
     "chronq.progress": ["Progress", "wanted"],
     "chronq.queue": ["CycleFile", "Queue", "QueueExcerpt", "open"],
     "chronq.replication": [
@@ -111,10 +112,11 @@ EXPORTS: dict[str, list[str]] = {
     "chronq.store": [
         "CycleRoll", "DATA_FORMAT", "Document", "END_OF_DATA", "INIT_PID_NAMESPACE", "LENGTH_MASK",
         "MAX_FIRST_HEADER", "META_DATA", "NOT_COMPLETE", "ProcessIdentity", "StoreLayout", "align4",
-        "create_cycle_file", "cycle_file_prefix", "cycle_file_size", "documents", "headerless_layout",
-        "is_headerless", "load32", "load64", "looks_like_store_header", "open_regular", "process_alive",
-        "process_identity", "process_start_time", "publish_file", "read_layout", "remove_abandoned_files",
-        "stop_header",
+        "create_cycle_file", "cycle_file_prefix", "cycle_file_size", "documents", "framed",
+        "headerless_layout", "index_doc", "is_headerless", "load32", "load64", "looks_like_store_header",
+        "open_regular",
+        "process_alive", "process_identity", "process_start_time", "publish_file", "read_layout",
+        "remove_abandoned_files", "stop_header",
     ],
     "chronq.table": [
         "APPEND_LOCK", "HIGHEST_CYCLE", "LAST_ACKNOWLEDGED_INDEX_REPLICATED", "LAST_INDEX_MSYNCED",
@@ -124,7 +126,9 @@ EXPORTS: dict[str, list[str]] = {
         "V4_TABLE_STORE_FILE", "WRITER_SLOTS", "WRITE_LOCK", "check_key", "check_tailer_name",
         "find_table_store", "tailer_index_key", "tailer_lock_key", "tailer_version_key",
     ],
-    "chronq.tailer": ["Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState"],
+    "chronq.tailer": [
+        "Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState", "read_failed",
+    ],
     "rpc": [
         "InterfaceSpec", "MethodReader", "MethodSpec", "Output", "Service", "Start", "current_history",
         "describe", "interface", "method_id", "reader", "writer",
@@ -151,7 +155,7 @@ EXPORTS: dict[str, list[str]] = {
     "wire.binary": [
         "Decoder", "Encoder", "Reader", "TypedCodec", "Writer", "decode", "decode_document", "decoder_for",
         "encode", "encode_document", "encoder_for", "install_typed", "put_bytes", "put_field", "put_float",
-        "put_float32", "put_int", "put_text", "typed", "utf8", "write_stop_bit",
+        "put_float32", "put_int", "put_text", "typed", "utf8", "write_stop_bit", "write_value",
     ],
     "wire.errors": ["WireError"],
     "wire.fieldless": ["decode", "decoder_for", "encode", "encoder_for"],

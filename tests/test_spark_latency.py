@@ -109,3 +109,18 @@ def test_report_without_plot_needs_no_matplotlib(spark: Any, tmp_path: Path,
     assert rep.png_path is None and rep.hops[0].messages == rep.hops[0].matched == 50
     assert sorted(p.name for p in rep.files) == ["latency.csv", "latency.parquet", "throughput.csv"]
     assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == sorted(p.name for p in rep.files)
+
+
+def test_spark_buckets_are_the_histograms(spark: Any) -> None:
+    # the Spark report feeds chronq.history's Histogram: its bucket expression must agree with
+    # Histogram.bucket_of everywhere, around every power of two in particular
+    from pyspark.sql import functions as F
+
+    from chronq.history import Histogram
+    from chronq.spark.latency import _bucket
+
+    values = sorted({0, 1, 127, 128, 255, 256, 257, 10**9 + 7}
+                    | {v for k in range(8, 50) for v in ((1 << k) - 1, 1 << k, (1 << k) + 1)})
+    df = spark.createDataFrame([(v,) for v in values], "ns long")
+    got = [(r.ns, r.bucket) for r in df.select("ns", _bucket(F.col("ns")).alias("bucket")).collect()]
+    assert got == [(v, Histogram.bucket_of(v)) for v in values]

@@ -322,7 +322,7 @@ def test_store_header_binding_offsets_match_the_spec() -> None:
     assert r.read_value.__self__ is r
     assert r.peek_code() == 0xB6
     r.pos += 1
-    assert r._utf8(r.read_stop_bit()) == "SCQStore"
+    assert r.utf8(r.read_stop_bit()) == "SCQStore"
     store = r.enter()
     assert store.read_field() == "writePosition"
     wp = store.binding_offset()

@@ -49,6 +49,7 @@ __all__ = [
     "typed",
     "utf8",
     "write_stop_bit",
+    "write_value",
 ]
 
 # ---------------------------------------------------------------- codes (BinaryWireCode)
@@ -652,10 +653,11 @@ class Writer:
     # ----- generic values
     def value(self, v: Any) -> None:
         """Any generic value (see `wire.types`) or registered/structured object, as Java writes it."""
-        _write_value(self, v, 0)
+        write_value(self, v, 0)
 
 
-def _write_value(w: Writer, v: Any, depth: int) -> None:
+def write_value(w: Writer, v: Any, depth: int) -> None:
+    """Write `v` (nested `depth` deep) with `w` in wire's generic encoding; `wire.marshal` uses it."""
     if depth > MAX_DEPTH:
         raise ValueError(f"value nested deeper than {MAX_DEPTH} levels")
     t = type(v)
@@ -676,7 +678,7 @@ def _write_value(w: Writer, v: Any, depth: int) -> None:
     elif t is list or t is tuple:
         token = w.begin()
         for item in v:
-            _write_value(w, item, depth + 1)
+            write_value(w, item, depth + 1)
         w.end(token)
     elif t is Int64Hex:
         w.int64_0x(v)
@@ -684,7 +686,7 @@ def _write_value(w: Writer, v: Any, depth: int) -> None:
         w.bytes_value(v)
     elif t is Typed:
         w.type_prefix(v.type_name)
-        _write_value(w, v.value, depth + 1)
+        write_value(w, v.value, depth + 1)
     elif t is TypeLiteral:
         w.type_literal(v.name)
     elif t is uuid.UUID:
@@ -721,8 +723,8 @@ def _write_fields(w: Writer, fields: dict[Any, Any], depth: int) -> None:
             w.field_number(key)
         else:
             w.event_object()
-            _write_value(w, key, depth)
-        _write_value(w, item, depth)
+            write_value(w, key, depth)
+        write_value(w, item, depth)
 
 
 # ---------------------------------------------------------------- Reader
@@ -807,18 +809,18 @@ class Reader:
         value &= 0xFFFFFFFFFFFFFFFF
         return value - (1 << 64) if value >= 1 << 63 else value
 
-    def _chunk(self, n: int) -> Any:
+    def chunk(self, n: int) -> Any:
         if n < 0:
             raise WireError(f"negative length {n}", self.pos)
         p = self._need(n)
         return self.buf[p : p + n]
 
-    def _utf8(self, n: int) -> str:
+    def utf8(self, n: int) -> str:
         at = self.pos
-        return _from_utf8(self._chunk(n), at)
+        return _from_utf8(self.chunk(n), at)
 
     def _8bit(self, n: int) -> str:
-        return str(self._chunk(n), "latin-1")
+        return str(self.chunk(n), "latin-1")
 
     # ----- navigation
     def skip_padding(self) -> None:
@@ -834,7 +836,7 @@ class Reader:
                 self._need(n)
             elif c == COMMENT:
                 self.pos += 1
-                self._chunk(self.read_stop_bit())
+                self.chunk(self.read_stop_bit())
             else:
                 return
 
@@ -1043,14 +1045,14 @@ class Reader:
             if code == NULL:
                 return None
             if code == STRING_ANY:
-                return self._utf8(self.read_stop_bit())
+                return self.utf8(self.read_stop_bit())
             if code == TYPE_PREFIX:
-                name = self._utf8(self.read_stop_bit())
+                name = self.utf8(self.read_stop_bit())
                 return self._typed(name)
             if code == TYPE_LITERAL:
-                return TypeLiteral(self._utf8(self.read_stop_bit()))
+                return TypeLiteral(self.utf8(self.read_stop_bit()))
             if TIME <= code <= ZONED_DATE_TIME:
-                text = self._utf8(self.read_stop_bit())
+                text = self.utf8(self.read_stop_bit())
                 try:
                     if code == TIME:
                         return _javatime.parse_time(text)
@@ -1080,9 +1082,9 @@ class Reader:
                 values = list(struct.unpack_from(f"<{capacity}q", buf, at))
                 return Int64Array(values, used, p + 1)
             if code == U8_ARRAY:
-                return bytes(self._chunk(self.end - self.pos))
+                return bytes(self.chunk(self.end - self.pos))
             if code == HISTORY_MESSAGE:
-                return HistoryBytes(bytes(self._chunk(self.end - self.pos)))
+                return HistoryBytes(bytes(self.chunk(self.end - self.pos)))
         else:  # 0xC / 0xD: a field name where a value was expected: an inline map of fields
             self.pos = p
             return self._fields_here()
@@ -1153,7 +1155,7 @@ class Reader:
             self.enter()
         elif code == TYPE_PREFIX:
             self.pos += 1
-            self._chunk(self.read_stop_bit())
+            self.chunk(self.read_stop_bit())
             self._nested(Reader.skip_value)
         else:
             self.read_value()
@@ -1197,7 +1199,7 @@ def typed() -> TypedCodec:
 def encode(value: Any) -> bytes:
     """One value in Java's compact BINARY encoding (a dict becomes a marshallable `82 len fields`)."""
     w = Writer()
-    _write_value(w, value, 0)
+    write_value(w, value, 0)
     cls = type(value)
     if cls not in whole_encoders:
         typed().learn_whole_encoder(cls)
@@ -1270,4 +1272,4 @@ def decoder_for(tp: Any) -> Decoder:
 
 if _accel.speedups is not None:  # straight to a class's plan, without a Python frame
     decode = _accel.speedups.Decode(decode, whole_decoders)
-    encode = _accel.speedups.Encode(encode, whole_encoders, registry._by_class)
+    encode = _accel.speedups.Encode(encode, whole_encoders, registry.by_class)

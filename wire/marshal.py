@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
+import struct
 import sys
 import threading
 import types
@@ -34,6 +35,8 @@ from wire._fields import ClassFields, fields_of
 from wire.binary import Reader, Writer, whole_decoders, whole_encoders
 from wire.errors import WireError
 from wire.types import Float32, Typed
+
+_U32 = struct.Struct("<I")  # a binary document's length prefix
 
 Encoder = Callable[[bytearray, Any], None]
 Decoder = Callable[[Reader], Any]
@@ -88,7 +91,7 @@ def _put_bool(b: bytearray, x: Any) -> None:
 
 
 def _put_generic(b: bytearray, x: Any) -> None:
-    binary._write_value(Writer.over(b), x, 0)
+    binary.write_value(Writer.over(b), x, 0)
 
 
 def _value_writer(tp: Any) -> Encoder:
@@ -129,7 +132,7 @@ def _value_writer(tp: Any) -> Encoder:
                 start = len(b)
                 for w, item in zip(writers, x, strict=True):
                     w(b, item)
-                binary._U32.pack_into(b, start - 4, len(b) - start)
+                _U32.pack_into(b, start - 4, len(b) - start)
 
             return fixed_tuple
         item_writer = _value_writer(args[0]) if args else _put_generic
@@ -139,7 +142,7 @@ def _value_writer(tp: Any) -> Encoder:
             start = len(b)
             for item in x:
                 item_writer(b, item)
-            binary._U32.pack_into(b, start - 4, len(b) - start)
+            _U32.pack_into(b, start - 4, len(b) - start)
 
         return sequence
     if origin is dict or tp is dict:
@@ -157,7 +160,7 @@ def _value_writer(tp: Any) -> Encoder:
                     w.event_object()
                     _put_generic(b, k)
                 value_writer(b, v)
-            binary._U32.pack_into(b, start - 4, len(b) - start)
+            _U32.pack_into(b, start - 4, len(b) - start)
 
         return mapping
     if _is_structured(tp):
@@ -251,7 +254,6 @@ def encoder_for(tp: Any) -> Encoder:
             enc = _native_plan(tp).encode_block
         else:
             fields_enc = field_encoder_for(tp)
-            from wire.binary import _U32
 
             def enc(b: bytearray, v: Any) -> None:
                 b += b"\x82\x00\x00\x00\x00"
@@ -288,7 +290,7 @@ def _object_writer(cls: type[Any]) -> Encoder:
     if issubclass(cls, set | frozenset):
         return _value_writer(list)
     if issubclass(cls, bool | int | float | str | list | tuple | dict | bytes):
-        return lambda b, v: binary._write_value(Writer.over(b), _plain(v), 0)
+        return lambda b, v: binary.write_value(Writer.over(b), _plain(v), 0)
     raise TypeError(f"cannot encode {cls.__qualname__} values; register it or use a supported type")
 
 
@@ -387,7 +389,7 @@ def _enter_or_null(r: Reader) -> Reader | None:
         return None
     if code == binary.TYPE_PREFIX:  # e.g. `!int[]` before a sequence: the declared type wins
         r.pos += 1
-        r._chunk(r.read_stop_bit())
+        r.chunk(r.read_stop_bit())
     return r.enter()
 
 
@@ -453,7 +455,7 @@ def _structured_decoder(cls: Any, fields_dec: Decoder, native: bool = True) -> D
         code = r.peek_code()
         if code == binary.TYPE_PREFIX:
             r.pos += 1
-            name = r._utf8(r.read_stop_bit())
+            name = r.utf8(r.read_stop_bit())
             named = registry.lookup(name)
             if named is None:
                 registry.note_unknown(name)  # read as the declared class, field by field

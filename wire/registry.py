@@ -15,7 +15,7 @@ T = TypeVar("T", bound=type[Any])
 
 _lock = threading.Lock()
 _by_name: dict[str, type[Any]] = {}
-_by_class: dict[type[Any], str] = {}
+by_class: dict[type[Any], str] = {}
 
 
 def register(cls: T, alias: str | None = None) -> T:
@@ -32,7 +32,7 @@ def register(cls: T, alias: str | None = None) -> T:
         if old is not None and old is not cls:
             raise ValueError(f"type alias {name!r} is already registered for {old!r}")
         _by_name[name] = cls
-        _by_class.setdefault(cls, name)
+        by_class.setdefault(cls, name)
     return cls
 
 
@@ -43,7 +43,7 @@ def lookup(name: str) -> type[Any] | None:
 
 def alias_of(cls: type[Any]) -> str | None:
     """The name `cls` is written under, or None if it was never registered."""
-    return _by_class.get(cls)
+    return by_class.get(cls)
 
 
 _unknown: ContextVar[list[str] | None] = ContextVar("wire_unknown_types", default=None)

@@ -26,6 +26,7 @@ from chronq.replication.failover import check_same_history, last_excerpt
 from chronq.replication.sink import Position, SinkWriter, record_codec
 from chronq.replication.source import SourceReader
 from chronq.replication.status import LinkState, Role
+from chronq.rollcycles import RollCycle
 from chronq.table import (
     UNLOCKED,
     TableStore,

@@ -61,9 +61,9 @@ def messages_after(q: chronq.Queue, index: int) -> int:
     rc = q.roll_cycle
     cycle, seq = rc.split(index) if index >= 0 else (-1, -1)
     total = 0
-    for c in q._fresh_cycles():
+    for c in q.fresh_cycles():
         if c >= cycle:
-            n = q._count_in(c)
+            n = q.count_in(c)
             total += max(0, n - seq - 1) if c == cycle else n
     return total
 

@@ -30,7 +30,7 @@ from chronq.codecs import CODEC_KEY, Codec, store_dictionary
 from chronq.errors import ChronqError
 from chronq.replication.errors import ReplicationError
 from chronq.rollcycles import RollCycle, by_format
-from chronq.store import Document, StoreLayout, _index_doc, documents, stop_header
+from chronq.store import Document, StoreLayout, documents, index_doc, stop_header
 from chronq.table import REPLICATION_SINK
 from chronq.tailer import Tailer
 
@@ -95,12 +95,12 @@ class Position:
 
 def read_position(queue: chronq.Queue) -> Position:
     """The end of a queue as a `Position` (a scan of its newest cycle's documents after the last data)."""
-    cycles = queue._fresh_cycles()
+    cycles = queue.fresh_cycles()
     if not cycles:
         return Position(None)
     rc = queue.roll_cycle
     cycle = cycles[-1]
-    count = queue._count_in(cycle)
+    count = queue.count_in(cycle)
     t = Tailer(queue)  # stored bytes: a codec queue's payloads are not decoded
     try:
         if count:
@@ -143,7 +143,7 @@ def _finish_interrupted_write(queue: chronq.Queue) -> int:
     Nothing published is ever removed (it may already have been read on the sink's host); what the
     dead write left past the end, under a header it never published, is cleared.
     """
-    cycles = queue._fresh_cycles()
+    cycles = queue.fresh_cycles()
     if not cycles:
         return 0
     cf = queue.open_cycle(cycles[-1], writable=True)
@@ -255,7 +255,7 @@ def _new_index_doc(buf: memoryview, docs: list[Document], i: int, count: int, al
         if nxt.position == ip and nxt.metadata and bytes(buf[nxt.body_start:nxt.body_start + 7]) == _INDEX:
             return ip
         return None
-    doc = _index_doc(ip, "index", count, 0, ())
+    doc = index_doc(ip, "index", count, 0, ())
     if ip + len(doc) + 8 > len(buf) or _native.load32(buf, ip):
         return None
     buf[ip + 4:ip + len(doc) + 8] = doc[4:] + bytes(8)  # the body, and the next header stays 0
@@ -324,15 +324,15 @@ class SinkWriter:
             assert table is not None
             if mark:
                 table.set(REPLICATION_SINK, source_host)
-            self._clock.set_cycle(max(self.queue._fresh_cycles(), default=0))
+            self._clock.set_cycle(max(self.queue.fresh_cycles(), default=0))
             # not Queue.appender(): that refuses sinks, and this is the one writer a sink has
             self._appender = Appender(self.queue)
             # before appending, under the write lock (a source being back-filled may have local appenders)
-            self._appender._lock()
+            self._appender.lock()
             try:
                 _finish_interrupted_write(self.queue)
             finally:
-                self._appender._unlock()
+                self._appender.unlock()
             self.position = read_position(self.queue)
         except BaseException:
             self.queue.close()
@@ -452,11 +452,11 @@ class SinkWriter:
         """Hold the queue's write lock for a block of writes; yields where the queue ends, read under the
         lock: not `position` if something else appended since this writer last wrote. For back-fill into
         a source queue, which an appender opened before the source was locked may still write to."""
-        self._appender._lock()
+        self._appender.lock()
         try:
             yield read_position(self.queue)
         finally:
-            self._appender._unlock()
+            self._appender.unlock()
 
     def close(self) -> None:
         self._appender.close()

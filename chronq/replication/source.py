@@ -39,7 +39,7 @@ class SourceReader:
                 raise ReplicationError(f"{q.path}: the sink holds excerpt {nxt - 1:#x}, which this source "
                                        "does not have (a sink ahead of its source)")
             t.read()
-        elif cycle not in q._fresh_cycles() or not t.move_to_cycle(cycle):
+        elif cycle not in q.fresh_cycles() or not t.move_to_cycle(cycle):
             raise ReplicationError(f"{q.path}: the sink holds cycle {cycle}, which this source does not have")
         skipped = 0
         while skipped < position.metadata:

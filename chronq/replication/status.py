@@ -10,16 +10,15 @@ permissions allow.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from chronq._durable import write_file
 from chronq.replication.errors import ReplicationError
 from chronq.store import process_alive
 
@@ -103,15 +102,7 @@ def status_file_path(config: str | os.PathLike[str], host_id: int) -> Path:
 
 def write_status_file(path: Path, status: HostStatus) -> None:
     """Replace the file atomically: a reader sees the old snapshot or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(status.to_json())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_file(path, status.to_json().encode(), mode=0o600)  # the host's own user reads it
 
 
 def read_status_file(path: Path) -> HostStatus:

@@ -81,7 +81,7 @@ def _range(url: str, storage: Mapping[str, str], a: archive.Archive, cycle: int,
     """Sequences ``[lo, hi)`` of archived `cycle` (past the last seek point, up to where the documents
     end, or the file's end for an entry that does not say)."""
     entry = a.entry(cycle)
-    _, layout = a._cycle(cycle)
+    _, layout = a.cycle_reader(cycle)
     cut = _cut(entry["seek"]["positions"], entry["seek"]["step"], entry.get("end", entry["size"]),
                entry["frames"], entry["size"], lo, hi)
     return ArchivedRange(url, cycle, layout.cycle_shift, layout.aligned, lo=lo, hi=hi,
@@ -179,13 +179,13 @@ class Frames:
 
     def __init__(self, rng: ArchivedRange) -> None:
         self.rng = rng
-        self._fs, self._root = archive._filesystem(rng.path, dict(rng.storage))
+        self._fs, self._root = archive.filesystem(rng.path, dict(rng.storage))
         frames = [list(f) for f in rng.frames]
         # the frames' stored bytes, fetched in one request (frame offsets in it: minus `_c_base`)
         c_base = frames[0][1] if frames else 0
         entry = {"archive": rng.archive, "cycle": rng.cycle, "size": rng.frames_end,
                  "compression": rng.compression, "frames": frames}
-        self._reader = archive._CycleReader(self._fs, self._root, entry)
+        self._reader = archive.CycleReader(self._fs, self._root, entry)
         self._stored = memoryview(self._fs.cat_file(self._reader.path, start=c_base,
                                                     end=frames[-1][1] + frames[-1][2]) if frames else b"")
         self._c_base = c_base

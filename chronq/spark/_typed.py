@@ -12,7 +12,6 @@ import dataclasses
 import datetime as _dt
 import enum
 import functools
-import importlib
 import json
 import keyword
 import types
@@ -24,7 +23,7 @@ from typing import Any
 
 import wire
 from chronq.errors import ChronqError
-from chronq.plugins import entry_point
+from chronq.plugins import entry_point, load_object
 
 Convert = Callable[[Any], Any]
 
@@ -44,20 +43,9 @@ _SCALARS: dict[Any, str] = {
 
 
 def load(spec: str, option: str) -> Any:
-    """The object named by ``module:QualName`` (importing that module only)."""
-    module, sep, qualname = spec.partition(":")
-    if not sep or not module or not qualname:
-        raise ChronqError(f"option {option}: expected 'module:QualName', got {spec!r}")
-    try:
-        obj: Any = importlib.import_module(module)
-    except ImportError as e:
-        raise ChronqError(f"option {option}: cannot import module {module!r}: {e}") from e
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ChronqError(f"option {option}: {module!r} has no {qualname!r}") from None
-    return obj
+    """The object named by ``module:QualName`` (importing that module only); a ChronqError naming the
+    option and what is missing."""
+    return load_object(spec, f"option {option}")
 
 
 def quote(name: str) -> str:

@@ -11,6 +11,10 @@ A hop is the join of queue ``k``'s messages with queue ``k-1``'s on that index:
 
 Timings are ``monotonic_ns``/``System.nanoTime`` values, so throughput is bucketed per minute since
 the first message of the run, not per wall-clock minute.
+
+Spark joins and counts; the percentiles are `chronq.history`'s: each hop and metric is aggregated
+into the bucket counts of a `chronq.history.Histogram` (a few hundred rows, whatever the queue's
+size), from which `chronq history` computes, labels and plots its percentiles too.
 """
 
 from __future__ import annotations
@@ -23,13 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chronq.errors import ChronqError
+from chronq.history import FRACTION_BITS, PERCENTILES, Histogram, draw_percentiles, percentile_label
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
-PERCENTILES: tuple[float, ...] = (0.5, 0.9, 0.99, 0.999, 0.9999)
 METRICS = ("queue_us", "service_us", "hop_us")
-_ACCURACY = 100_000
 
 
 @dataclass(frozen=True)
@@ -135,11 +138,9 @@ def report(
         data = data.unionByName(f)
     data = data.cache()
     try:
-        pcts = list(PERCENTILES)
-        aggs = [F.count("*").alias("messages"), F.sum(F.col("matched").cast("long")).alias("matched")]
-        for m in METRICS:
-            aggs += [F.percentile_approx(m, pcts, _ACCURACY).alias(f"{m}_p"), F.max(m).alias(f"{m}_max")]
-        summary = {r.hop: r for r in data.groupBy("hop").agg(*aggs).collect()}
+        counts = {r.hop: r for r in data.groupBy("hop").agg(
+            F.count("*").alias("messages"), F.sum(F.col("matched").cast("long")).alias("matched")).collect()}
+        histograms = _histograms(data)
         start = data.agg(F.min("written_ns")).collect()[0][0]
         minute = F.floor((F.col("written_ns") - F.lit(start or 0)) / F.lit(60_000_000_000)).cast("int")
         per_minute = (data.where(F.col("written_ns").isNotNull()).groupBy("hop", minute.alias("minute"))
@@ -148,7 +149,7 @@ def report(
         data.unpersist()
     order = [f"{names[k - 1]}->{names[k]}" for k in range(1, len(queues))] + (
         ["end_to_end"] if len(queues) > 2 else [])
-    hops = [_stats(hop, summary.get(hop)) for hop in order]
+    hops = [_stats(hop, counts.get(hop), histograms) for hop in order]
     throughput = [(r.hop, int(r.minute), int(r["count"])) for r in per_minute]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -171,23 +172,59 @@ def _require_matplotlib() -> None:
                           "pip install 'chronq[plot]', or call report(..., plot=False)") from None
 
 
-def _stats(hop: str, row: Any) -> HopStats:
+def _bucket(ns: Column) -> Column:
+    """`chronq.history.Histogram.bucket_of` as a Spark expression (`ns` >= 0)."""
+    from pyspark.sql import functions as F
+
+    bits = F.when(ns > 0, F.floor(F.log2(ns)).cast("int") + 1).otherwise(F.lit(0))
+    shift = bits - 1 - FRACTION_BITS
+    return F.when(shift <= 0, ns).otherwise(
+        F.shiftleft(shift + 1, FRACTION_BITS).cast("long")
+        + F.floor(ns / F.pow(F.lit(2.0), shift)).cast("long")  # ns >> shift, exact below 2^53 ns
+        - (1 << FRACTION_BITS))
+
+
+def _histograms(data: DataFrame) -> dict[tuple[str, str], Histogram]:
+    """(hop, metric) -> the Histogram of its latencies in ns, from bucket counts Spark aggregates."""
+    from pyspark.sql import functions as F
+
+    parts = [data.select("hop", F.lit(m).alias("metric"),
+                         F.greatest(F.round(F.col(m) * 1000).cast("long"), F.lit(0)).alias("ns"))
+             .where(F.col(m).isNotNull()) for m in METRICS]
+    values = parts[0]
+    for p in parts[1:]:
+        values = values.unionByName(p)
+    rows = (values.groupBy("hop", "metric", _bucket(F.col("ns")).alias("bucket"))
+            .agg(F.count("*").alias("n"), F.min("ns").alias("lo"), F.max("ns").alias("hi")).collect())
+    out: dict[tuple[str, str], Histogram] = {}
+    for r in rows:
+        h = out.setdefault((r.hop, r.metric), Histogram())
+        h.merge_bucket(int(r.bucket), int(r.n), int(r.lo), int(r.hi))
+    return out
+
+
+def _stats(hop: str, row: Any, histograms: dict[tuple[str, str], Histogram]) -> HopStats:
     if row is None:
         return HopStats(hop, 0, 0, {m: dict.fromkeys(PERCENTILES) for m in METRICS}, dict.fromkeys(METRICS))
-    none = [None] * len(PERCENTILES)
-    pct = {m: dict(zip(PERCENTILES, row[f"{m}_p"] or none, strict=True)) for m in METRICS}
-    return HopStats(hop, int(row.messages), int(row.matched or 0), pct, {m: row[f"{m}_max"] for m in METRICS})
+    pct: dict[str, dict[float, float | None]] = {}
+    worst: dict[str, float | None] = {}
+    for m in METRICS:
+        h = histograms.get((hop, m), Histogram())
+        pct[m] = {p: _us(h.percentile(p)) for p in PERCENTILES}
+        worst[m] = _us(h.max)
+    return HopStats(hop, int(row.messages), int(row.matched or 0), pct, worst)
 
 
-def _label(p: float) -> str:
-    return f"p{p * 100:g}"
+def _us(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1000.0
 
 
 def _write_table(hops: list[HopStats], out: Path) -> tuple[Path, Path]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    header = ["hop", "metric", "messages", "matched", *(_label(p) + "_us" for p in PERCENTILES), "max_us"]
+    header = ["hop", "metric", "messages", "matched", *(percentile_label(p) + "_us" for p in PERCENTILES),
+              "max_us"]
     rows = [
         [h.hop, m, h.messages, h.matched, *(h.percentiles[m][p] for p in PERCENTILES), h.max_us[m]]
         for h in hops
@@ -212,18 +249,14 @@ def _plot(hops: list[HopStats], throughput: list[tuple[str, int, int]], path: Pa
     import matplotlib.pyplot as plt
 
     fig, (lat, thr) = plt.subplots(1, 2, figsize=(12, 4.5))
-    xs = [_label(p) for p in PERCENTILES]
-    for i, h in enumerate(hops):
-        for metric, style, what in (("hop_us", "-", "hop"), ("service_us", "--", "service")):
-            ys = [h.percentiles[metric][p] for p in PERCENTILES]
-            if any(y is not None for y in ys):
-                lat.plot(xs, [float("nan") if y is None else y for y in ys], style, marker="o", color=f"C{i}",
-                         label=f"{h.hop} ({what})")
-    lat.set_yscale("log")
+    draw_percentiles(lat, [
+        (f"{h.hop} ({what})", [*(h.percentiles[metric][p] for p in PERCENTILES), h.max_us[metric]], style,
+         f"C{i}")
+        for i, h in enumerate(hops)
+        for metric, style, what in (("hop_us", "-", "hop"), ("service_us", "--", "service"))
+    ])
     lat.set_ylabel("latency (µs)")
     lat.set_title("per-hop latency percentiles")
-    lat.grid(True, which="both", alpha=0.3)
-    lat.legend(fontsize="small")
     hop_names = list(dict.fromkeys(t[0] for t in throughput))
     width = 0.8 / max(1, len(hop_names))
     for i, hop in enumerate(hop_names):

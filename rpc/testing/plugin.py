@@ -12,7 +12,6 @@ scenario.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import tomllib
 from collections.abc import Callable
@@ -54,7 +53,9 @@ def load_factory(config: Path) -> Callable[..., object]:
     if not isinstance(target, str) or ":" not in target:
         raise ValueError(f"{config}: `handler = \"module:factory\"` is required")
     _add_pythonpath(config, settings)
-    factory: Callable[..., object] = _load(target)
+    from chronq.plugins import load_object  # (not at import: pytest loads this plugin in every run)
+
+    factory: Callable[..., object] = load_object(target, f"{config}: handler")
     return factory
 
 
@@ -65,7 +66,9 @@ def load_interfaces(config: Path) -> list[type]:
     if not isinstance(names, list) or not all(isinstance(n, str) and ":" in n for n in names):
         raise ValueError(f"{config}: `interfaces` is a list of \"module:Protocol\" names")
     _add_pythonpath(config, settings)
-    return [_load(n) for n in names]
+    from chronq.plugins import load_object
+
+    return [load_object(n, f"{config}: interfaces") for n in names]
 
 
 def _add_pythonpath(config: Path, settings: dict[str, Any]) -> None:
@@ -74,11 +77,6 @@ def _add_pythonpath(config: Path, settings: dict[str, Any]) -> None:
         path = str((config.parent / extra).resolve())
         if path not in sys.path:
             sys.path.insert(0, path)
-
-
-def _load(target: str) -> Any:
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 class ScenarioFile(pytest.File):

@@ -92,6 +92,35 @@ class RawPeer:
                 return frame
             assert isinstance(frame, skip), frame
 
+    def next(self, skip: tuple[type[p.Frame], ...] = (p.Heartbeat,)) -> p.Frame | None:
+        """The next frame not of a `skip` kind; None once the other end closed the connection."""
+        while True:
+            while not self._got:
+                try:
+                    data = self.sock.recv(65536)
+                except ConnectionResetError:
+                    return None
+                if not data:
+                    return None
+                self._got = self._decoder.feed(data)
+            frame = self._got.pop(0)
+            if not isinstance(frame, skip):
+                return frame
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def accept_sink(self, key: str = KEY) -> p.Hello:
+        """As the source of a cluster keyed with `key`: the sink's hello, the challenge, its proof; frames
+        are tagged from then on."""
+        hello = self.next()
+        assert isinstance(hello, p.Hello), hello
+        nonce = secrets.token_bytes(p.NONCE_SIZE)
+        self.send(p.Challenge(nonce, p.proof(key.encode(), b"source", hello.nonce, nonce, hello.queue)))
+        assert isinstance(self.next(), p.Auth)
+        self.authenticate(p.FrameAuth(key.encode(), hello.nonce, nonce, hello.queue, sink=False))
+        return hello
+
     def subscribe(self, queue: str = "queue1", host_id: int = 2) -> p.QueueInfo:
         """As sink `host_id` of a cluster keyed with KEY: hello, proof of the key, subscription from 0."""
         nonce = secrets.token_bytes(p.NONCE_SIZE)

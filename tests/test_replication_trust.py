@@ -28,41 +28,17 @@ from chronq.replication._sink_side import MAX_REPLICATED_TAILERS
 from chronq.replication.status import LinkStatus, format_status
 from chronq.rollcycles import SystemClock, by_name
 from tests.procs.qhelp import child_env, script
-from tests.replication_support import KEY, last_index, wait_until, write_config
-from tests.test_full_disk import can_mount_tmpfs
+from tests.replication_support import KEY, RawPeer, last_index, wait_until, write_config
+from tests.test_full_disk import require_tmpfs
 from tests.test_replication_tls import tls_config
 
 
-class Peer:
-    """One end of a connection played by the test: frames out, frames in (None once the other end closed
-    the connection)."""
+class Peer(RawPeer):
+    """One end of a connection played by the test, with a timeout so a test that waits in vain fails."""
 
     def __init__(self, sock: socket.socket) -> None:
         sock.settimeout(30)
-        self.sock = sock
-        self._decoder = p.FrameDecoder()
-        self._got: list[p.Frame] = []
-
-    def send(self, frame: p.Frame) -> None:
-        self.sock.sendall(p.encode(frame))
-
-    def next(self, skip: tuple[type[p.Frame], ...] = (p.Heartbeat,)) -> p.Frame | None:
-        """The next frame not of a `skip` kind; None when the connection is closed."""
-        while True:
-            while not self._got:
-                try:
-                    data = self.sock.recv(65536)
-                except ConnectionResetError:
-                    return None
-                if not data:
-                    return None
-                self._got = self._decoder.feed(data)
-            frame = self._got.pop(0)
-            if not isinstance(frame, skip):
-                return frame
-
-    def close(self) -> None:
-        self.sock.close()
+        super().__init__(sock)
 
 
 class FakeSource:
@@ -79,12 +55,7 @@ class FakeSource:
         sock, _ = self.listener.accept()
         peer = Peer(sock)
         self.peers.append(peer)
-        hello = peer.next()
-        assert isinstance(hello, p.Hello), hello
-        nonce = secrets.token_bytes(p.NONCE_SIZE)
-        peer.send(p.Challenge(nonce, p.proof(KEY.encode(), b"source", hello.nonce, nonce, hello.queue)))
-        assert isinstance(peer.next(), p.Auth)
-        return peer, hello
+        return peer, peer.accept_sink()
 
     def close(self) -> None:
         for peer in self.peers:
@@ -113,6 +84,7 @@ def subscribe_as_sink(port: int, sub: p.Subscribe, host_id: int = 2) -> Peer:
     ch = peer.next()
     assert isinstance(ch, p.Challenge), ch
     peer.send(p.Auth(p.proof(KEY.encode(), b"sink", ch.nonce, nonce, "queue1")))
+    peer.authenticate(p.FrameAuth(KEY.encode(), nonce, ch.nonce, "queue1", sink=True))
     assert isinstance(peer.next(), p.QueueInfo)
     peer.send(sub)
     return peer
@@ -132,7 +104,9 @@ def test_sink_refuses_a_queue_info_it_cannot_use_and_lives_on(tmp_path: Path, ep
         with ReplicatedQueue(config, 2) as rq:
             peer, _ = fake.accept()
             peer.send(info(epoch, host_id))
-            assert peer.next() is None  # refused: the sink closed the connection
+            refused = peer.next()  # the sink says why, then closes the connection
+            assert isinstance(refused, p.Error) and why in refused.text, refused
+            assert peer.next() is None
             peer, _ = fake.accept()  # and came back
             link = sink_link(rq)
             assert link.state == "failing" and link.error is not None and why in link.error, link
@@ -162,6 +136,8 @@ def test_sink_bounds_the_replicated_tailers_it_keeps(tmp_path: Path) -> None:
             names = [(f"replicated:t{i}", 0, 1) for i in range(MAX_REPLICATED_TAILERS + 1)]
             peer.send(p.TailerPositions(names[:10]))  # within the bound: kept
             peer.send(p.TailerPositions(names[10:]))
+            refused = peer.next()  # the sink says why, then closes the connection
+            assert isinstance(refused, p.Error) and "named tailers" in refused.text, refused
             assert peer.next() is None
             peer, _ = fake.accept()
             link = sink_link(rq)
@@ -244,8 +220,7 @@ def test_a_sink_on_a_full_disk_fails_visibly_and_converges_once_space_returns(tm
     space returns the sink holds every excerpt (a small tmpfs holds the sink, filled by a ballast file)."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    if not can_mount_tmpfs(mnt):
-        pytest.skip("cannot mount a private tmpfs here (needs unshare -m and CAP_SYS_ADMIN)")
+    require_tmpfs(mnt)
     config = write_config(tmp_path, hosts=2)
     config.write_text(config.read_text().replace("baseSinkPath: sink2", f"baseSinkPath: {mnt}/sink2"))
     shell = 'mount -t tmpfs -o size=4m tmpfs "$1" || exit 9\nexec "$2" "$3" "$4" "$5"\n'

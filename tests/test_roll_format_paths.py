@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 import socket
 from pathlib import Path
 
@@ -91,7 +90,7 @@ def test_a_sink_refuses_a_queue_info_whose_format_is_a_path(tmp_path: Path,
     from chronq.replication import protocol as p
     from chronq.replication.sink import Position
     from chronq.replication.source import SourceReader
-    from tests.replication_support import KEY, RawPeer, write_config
+    from tests.replication_support import RawPeer, write_config
 
     cluster = tmp_path / "cluster"
     config = write_config(cluster, hosts=2)
@@ -117,20 +116,15 @@ def test_a_sink_refuses_a_queue_info_whose_format_is_a_path(tmp_path: Path,
         with s:
             s.settimeout(20)
             peer = RawPeer(s)
-            hello = peer.expect(p.Hello)
-            assert isinstance(hello, p.Hello)
-            nonce = secrets.token_bytes(p.NONCE_SIZE)
-            peer.send(p.Challenge(nonce, p.proof(KEY.encode(), b"source", hello.nonce, nonce, "queue1")))
-            peer.expect(p.Auth)
+            peer.accept_sink()
             peer.send(info)
-            decoder = p.FrameDecoder()
             # until the sink hangs up; unfixed, it subscribes, is sent data and acknowledges storing it
-            while not any(isinstance(f, p.Ack) for f in got) and (data := s.recv(65536)):
-                frames = decoder.feed(data)
-                if any(isinstance(f, p.Subscribe) for f in frames):
-                    s.sendall(run)
-                got += frames
-    assert [f for f in got if not isinstance(f, p.Heartbeat)] == []
+            while not any(isinstance(f, p.Ack) for f in got) and (frame := peer.next(skip=())) is not None:
+                if isinstance(frame, p.Subscribe):
+                    peer.send_encoded(run)
+                got.append(frame)
+    (refused,) = [f for f in got if not isinstance(f, p.Heartbeat)]  # the sink says why, and hangs up
+    assert isinstance(refused, p.Error) and "holds '/'" in refused.text, refused
     assert list(somewhere.iterdir()) == []
     stray = [p for p in _outside(cluster, cluster / "sink2") if p.suffix == ".cq4" and made not in p.parents]
     assert stray == []

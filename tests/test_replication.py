@@ -191,7 +191,8 @@ def _cfg(context: str = "", host: str = "hostId: 1") -> str:
     ("cluster: {context: {}, h: {hostId: 1, connectUri: 'a:1'}}\nqueues: {q: {masterId: 1}}",
      r"keyFile is missing: replication needs a pre-shared key \(keyFile\) or TLS \(tlsCaFile, tlsCertFile"),
     # hostile YAML: one line, no RecursionError
-    ("cluster: " + "[" * 100_000 + "]" * 100_000, "not valid YAML: document 1: YAML line 1, column [0-9]+: nesting deep"),
+    ("cluster: " + "[" * 100_000 + "]" * 100_000,
+     "not valid YAML: document 1: YAML line 1, column [0-9]+: nesting deep"),
 ])
 def test_config_errors(tmp_path: Path, text: str, error: str) -> None:
     (tmp_path / "k").write_text("sixteen bytes or more\n")

@@ -144,4 +144,4 @@ docs: build
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir out/site
 
 clean:
-	rm -rf $(VENV) build *.egg-info chronq/_native*.so
+	rm -rf $(VENV) .nox build *.egg-info chronq/_native*.so

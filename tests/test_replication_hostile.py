@@ -329,3 +329,75 @@ def test_a_hostile_authenticated_source_cannot_make_a_sink_hold_a_gap_a_duplicat
         peer.sock.close()
     assert [(i, b) for i, _, b in excerpts(sink_path)] == history
     check_sink(outside)
+
+
+def test_a_hostile_authenticated_sink_cannot_make_a_source_hold_a_gap_or_the_future(tmp_path: Path) -> None:
+    """Fault injection the other way: a sink that holds the key claims to be ahead and back-fills
+    hypothesis-generated Excerpts (and frames out of place). The source's queue stays consecutive (no gap,
+    no duplicate), in today's cycle file only, nothing is written outside its folder, and once the faults
+    stop local appends go on in today's cycle."""
+    from hypothesis import HealthCheck, example, given, settings
+
+    config = write_config(tmp_path, hosts=2, roll_cycle="FAST_DAILY")
+    far = [FAST_DAILY.to_index(today() + 2, 0), FAST_DAILY.to_index(today() + THOUSAND_YEARS, 0),
+           FAST_DAILY.to_index((1 << 31) - 1, 0)]
+    with ReplicatedQueue(config, 1) as src, chronq.open(src.source_path("queue1")) as q:
+        assert src.address is not None
+        q.appender().write(b"first")
+        outside = _tree(tmp_path, q.path)
+
+        def check_source() -> None:
+            held = [i for i, _, _ in excerpts(q.path)]
+            assert held == list(range(held[0], held[0] + len(held))), held
+            assert cycle_files(q.path) == [FAST_DAILY.file_name(today())]
+            assert _tree(tmp_path, q.path) == outside
+
+        # an offset from the source's end (1: the next index), or one of the far indexes
+        index_st = st.integers(-2, 3) | st.sampled_from(far)
+        frame_st = st.one_of(st.tuples(st.just("excerpts"), index_st, st.integers(0, 3)),
+                             st.tuples(st.just("ack"), st.integers(-(1 << 63), (1 << 63) - 1), st.just(0)),
+                             st.tuples(st.just("heartbeat"), st.just(0), st.just(0)))
+
+        @settings(max_examples=25, deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+        @given(st.lists(frame_st, max_size=5))
+        @example([("excerpts", 1, 1), ("excerpts", far[1], 1)])
+        @example([("excerpts", far[2], 1)])
+        def hostile_backfill(frames: list[tuple[str, int, int]]) -> None:
+            end = q.last_index
+            assert end is not None
+            with socket.create_connection(src.address or ("", 0), timeout=30) as s:
+                peer = RawPeer(s)
+                nonce = secrets.token_bytes(p.NONCE_SIZE)
+                peer.send(p.Hello(p.VERSION, "queue1", 2, nonce))
+                ch = peer.expect(p.Challenge)
+                assert isinstance(ch, p.Challenge)
+                peer.send(p.Auth(p.proof(KEY.encode(), b"sink", ch.nonce, nonce, "queue1")))
+                peer.authenticate(p.FrameAuth(KEY.encode(), nonce, ch.nonce, "queue1", sink=True))
+                peer.expect(p.QueueInfo)
+                claim = far[1] if frames else end + 5
+                peer.send(p.Subscribe(claim + 1, 0, claim, hashlib.sha256(b"forged").digest()))
+                peer.expect(p.Subscribe)
+                with contextlib.suppress(OSError):
+                    for kind, a, b in frames:
+                        if kind == "excerpts":
+                            start = end + a if -2 <= a <= 3 else a
+                            peer.send(p.Excerpts([(start + k, False, b"backfilled") for k in range(b)]))
+                            end = max(end, start + b - 1) if b else end
+                        elif kind == "ack":
+                            peer.send(p.Ack(a))
+                        else:
+                            peer.send(p.Heartbeat())
+                    peer.send(p.Excerpts([]))
+                with contextlib.suppress(OSError, ConnectionError, AssertionError):
+                    while True:  # until the source is done with the session and closes it
+                        peer.expect(p.Error, skip=(p.Heartbeat, p.Run, p.TailerPositions, p.QueueCodec,
+                                                   p.Excerpts))
+            wait_until(lambda: not any(s.peer_host_id == 2 and s.state.value == "replicating"
+                                       for s in src.status()), 30, "the session to end")
+            check_source()
+
+        hostile_backfill()
+        after = q.appender().write(b"after the faults")
+        assert FAST_DAILY.to_cycle(after) == today()
+        check_source()

@@ -18,7 +18,7 @@ import time
 
 from chronq.pausers import BackoffPauser
 from chronq.replication import protocol as p
-from chronq.replication._transport import Conn, Host
+from chronq.replication._transport import Conn, Host, describe, is_cut, is_failure
 from chronq.replication.bounds import IndexBound, queue_roll_cycle
 from chronq.replication.config import QueueCfg
 from chronq.replication.errors import AuthenticationError, ProtocolError, ReplicationError, SplitBrainError
@@ -26,6 +26,7 @@ from chronq.replication.failover import check_same_history, last_excerpt
 from chronq.replication.sink import Position, SinkWriter, record_codec
 from chronq.replication.source import SourceReader
 from chronq.replication.status import LinkState, Role
+from chronq.rollcycles import RollCycle
 from chronq.table import (
     UNLOCKED,
     TableStore,
@@ -35,18 +36,29 @@ from chronq.table import (
     tailer_version_key,
 )
 
-__all__ = ["ACK_EVERY", "BATCH_COUNT", "RETRY_MAX", "RETRY_MIN", "SinkEndpoint"]
+__all__ = ["ACK_EVERY", "BATCH_COUNT", "MAX_REPLICATED_TAILERS", "RETRY_MAX", "RETRY_MIN",
+           "SinkEndpoint", "check_queue_info"]
 
 log = logging.getLogger("chronq.replication")
 
 BATCH_COUNT = 4096  # excerpts per back-fill frame
 ACK_EVERY = 0.001  # s between a sink's Acks on a busy link of a queue without `acknowledge`
 RETRY_MIN, RETRY_MAX = 0.05, 2.0  # s between a sink's reconnection attempts (doubling)
+MAX_REPLICATED_TAILERS = 1024  # replicated named tailers a sink keeps for its source, at most
 
 
 def _apply_tailer_positions(table: TableStore, items: list[tuple[str, int, int]]) -> None:
     """Store a source's replicated named tailer positions in a sink's table store, with the keys Java
-    keeps for them (index, version, lock: in that order when new)."""
+    keeps for them (index, version, lock: in that order when new). At most MAX_REPLICATED_TAILERS of
+    them: a source that sends more is refused, so it cannot grow the sink's table store without end."""
+    new = {name for name, _, _ in items if tailer_index_key(name) not in table}
+    if new:
+        # each replicated tailer kept has its one version key
+        have = sum(1 for key, _ in table.items()
+                   if key.startswith("index.replicated:") and key.endswith(".version"))
+        if have + len(new) > MAX_REPLICATED_TAILERS:
+            raise ProtocolError(f"the source replicates more than {MAX_REPLICATED_TAILERS} named tailers "
+                                f"({have} kept, {len(new)} new): refused")
     for name, index, version in items:
         try:
             check_tailer_name(name)
@@ -60,6 +72,17 @@ def _apply_tailer_positions(table: TableStore, items: list[tuple[str, int, int]]
         table.acquire(lock_key, UNLOCKED)
         table.set(tailer_index_key(name), index)
         table.set(version_key, version)
+
+
+def check_queue_info(info: p.QueueInfo, qc: QueueCfg) -> RollCycle:
+    """The roll cycle of the source's description of its queue, checked whole before it touches the
+    disk: the host is the queue's master in the configuration, and every field is one a queue can hold
+    (`bounds.queue_roll_cycle`: an epoch of 2^62 written into the sink's table store would make every
+    later open of the queue fail). ProtocolError otherwise."""
+    if info.host_id != qc.master_id:
+        raise ProtocolError(f"queue {qc.name!r}: the source says it is host {info.host_id}, the "
+                            f"configuration says the master is host {qc.master_id}")
+    return queue_roll_cycle(info)
 
 
 class SinkEndpoint:
@@ -95,7 +118,12 @@ class SinkEndpoint:
                 sock.settimeout(self._host.timeout)
                 sock = tls[1].wrap_socket(sock, server_hostname=master.host)
             except OSError as e:  # the source's certificate is not trusted, or it refused ours
-                log.warning("replication: %s: refused %s: TLS handshake failed: %s", self._qc.name, peer, e)
+                if is_cut(e):  # the source went away mid-handshake (stopping, say): as one not reached
+                    log.debug("replication: %s: %s closed the connection in the TLS handshake: %s",
+                              self._qc.name, peer, e)
+                else:
+                    log.warning("replication: %s: refused %s: TLS handshake failed: %s", self._qc.name,
+                                peer, e)
                 with contextlib.suppress(OSError):
                     sock.close()
                 return None
@@ -117,13 +145,21 @@ class SinkEndpoint:
                     # retrying cannot help: the histories differ until an operator chooses one
                     log.error("replication: %s from %s stopped: %s", self._qc.name, peer, e)
                     conn.close()
+                    link.fail(describe(e))
                     link.set_state(LinkState.DISCONNECTED)
                     return
-                except ProtocolError as e:  # a frame refused: the source learns why before the close
-                    log.warning("replication: %s from %s: %s", self._qc.name, peer, e)
-                    conn.refuse(str(e))
-                except (ReplicationError, OSError) as e:
-                    log.warning("replication: %s from %s: %s", self._qc.name, peer, e)
+                except Exception as e:
+                    if isinstance(e, ProtocolError):  # a frame refused: the source learns why
+                        conn.refuse(str(e))
+                    if is_failure(e):
+                        # not a lost connection: the source's data or this disk. Logged whole, retried
+                        # with the back-off (a full disk may get space back), shown in the status
+                        log.error("replication: %s from %s failed: %s", self._qc.name, peer, describe(e),
+                                  exc_info=not isinstance(e, ReplicationError))
+                        link.fail(describe(e))
+                        self.subscribed = False
+                    else:
+                        log.warning("replication: %s from %s: %s", self._qc.name, peer, e)
                 finally:
                     conn.close()
                 if self.subscribed:
@@ -153,7 +189,7 @@ class SinkEndpoint:
 
     def _conversation(self, conn: Conn) -> None:
         info = self._handshake(conn)
-        rc = queue_roll_cycle(info)  # checked whole before the sink queue is opened or created with it
+        rc = check_queue_info(info, self._qc)  # before the sink queue is opened or created with it
         with SinkWriter(self.path, rc, info.epoch, source_host=info.host_id) as writer:
             pos = writer.position
             last, digest = last_excerpt(writer.queue)
@@ -205,8 +241,10 @@ class SinkEndpoint:
                 acked_upto, acked_at = last, now
                 link.sent(last, time.time())
                 link.acked(last)
+                link.recovered()  # data written and acknowledged
             if now - conn.last_send >= interval:
                 conn.send(p.Heartbeat())
+                link.recovered()  # a heartbeat interval without an error
             if now - conn.last_recv > conn.timeout:
                 raise ReplicationError(f"no heartbeat for {conn.timeout} s")
 

@@ -9,10 +9,12 @@ excerpts (Runs, codec dictionaries, replicated tailer positions) while Acks come
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
 import logging
 import secrets
 import socket
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -20,7 +22,7 @@ from pathlib import Path
 import chronq
 from chronq.pausers import BackoffPauser
 from chronq.replication import protocol as p
-from chronq.replication._transport import Conn, Host, Link
+from chronq.replication._transport import Conn, Host, Link, describe, is_cut, is_failure
 from chronq.replication.bounds import IndexBound
 from chronq.replication.config import QueueCfg
 from chronq.replication.errors import AuthenticationError, ProtocolError, ReplicationError, SplitBrainError
@@ -35,9 +37,10 @@ from chronq.table import (
     TableStore,
     tailer_version_key,
 )
+from chronq.tailer import Tailer
 
-__all__ = ["IDLE_POLL", "IDLE_POLL_MIN", "LOOK_EVERY", "POSITIONS_EVERY", "RUN_COUNT", "SourceEndpoint",
-           "messages_after"]
+__all__ = ["ACCEPT_PAUSE", "IDLE_POLL", "IDLE_POLL_MIN", "LOOK_EVERY", "MAX_UNAUTHENTICATED",
+           "POSITIONS_EVERY", "RUN_COUNT", "SourceEndpoint", "messages_after"]
 
 log = logging.getLogger("chronq.replication")
 
@@ -46,6 +49,8 @@ POSITIONS_EVERY = 0.05  # s between looks at the source's replicated named taile
 IDLE_POLL = 0.002  # s a source sleeps at most between looks for new excerpts once it stopped spinning
 IDLE_POLL_MIN = 0.00005  # s of its first sleep (doubling up to IDLE_POLL while nothing comes)
 LOOK_EVERY = 0.00005  # s between a busy source's looks for what its sink sent back
+MAX_UNAUTHENTICATED = 16  # connections that have not proved the key yet, at most (more are closed at once)
+ACCEPT_PAUSE = 0.1  # s the listener pauses after accept failed (out of descriptors, say)
 
 
 def messages_after(q: chronq.Queue, index: int) -> int:
@@ -84,10 +89,58 @@ def _roll_info(q: chronq.Queue, host_id: int) -> p.QueueInfo:
     return p.QueueInfo(rc.format, rc.length_ms, rc.index_count, rc.index_spacing, q.epoch, host_id)
 
 
+def _certificate_is_host(sock: ssl.SSLSocket, cert_file: Path | None, address: str) -> bool:
+    """Whether the peer's certificate is the one in `cert_file` (when this host can read that file), or
+    else names `address` in its subjectAltName."""
+    der = sock.getpeercert(binary_form=True)
+    if der is None:
+        return False
+    if cert_file is not None:
+        try:
+            pem = cert_file.read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError):
+            pem = None
+        if pem is not None and "-----BEGIN CERTIFICATE-----" in pem:
+            first = pem[pem.index("-----BEGIN CERTIFICATE-----"):]
+            end = first.find("-----END CERTIFICATE-----")
+            if end >= 0:
+                return ssl.PEM_cert_to_DER_cert(first[:end + len("-----END CERTIFICATE-----")]) == der
+    info = sock.getpeercert()
+    names = () if info is None else info.get("subjectAltName", ())
+    return any(isinstance(pair, tuple) and pair[1] == address for pair in names)
+
+
 def _promote_existing(path: Path) -> None:
     """Promote the queue at `path` if there is one and it is a sink (logged)."""
     if (path / "metadata.cq4t").exists() and (was := promote(path)) is not None:
         log.warning("replication: %s promoted: it was a sink of host %d", path, was)
+
+
+def _check_subscription(q: chronq.Queue, name: str, sub: p.Subscribe, sink_host: int) -> None:
+    """ProtocolError unless the sink's end (`next_index`) agrees with its last excerpt (`last_index`,
+    whose history was checked): no excerpt of this queue may lie between them, or the stream, which starts
+    at `next_index`, would skip excerpts the sink never proved it holds."""
+    if sub.next_index < 0:
+        if sub.last_index >= 0:
+            raise ProtocolError(f"queue {name!r}: host {sink_host} says it is empty but holds "
+                                f"{sub.last_index:#x}")
+        return
+    if sub.last_index >= sub.next_index:
+        raise ProtocolError(f"queue {name!r}: {sub.last_index:#x}, the last excerpt of host {sink_host}, is "
+                            f"not before its end {sub.next_index:#x}")
+    t = Tailer(q)
+    try:
+        if sub.last_index >= 0 and (not t.move_to_index(sub.last_index) or t.read() is None):
+            return  # cannot happen: check_same_history found it
+        ex = t.read()
+        following = None if ex is None else ex.index
+    finally:
+        t.close()
+    if following is not None and following < sub.next_index:
+        held = "no excerpt" if sub.last_index < 0 else f"excerpts up to {sub.last_index:#x}"
+        raise ProtocolError(f"queue {name!r}: host {sink_host} subscribes from {sub.next_index:#x} holding "
+                            f"{held}, but excerpt {following:#x} comes before that: refused (it would never "
+                            "be sent)")
 
 
 class _Stream:
@@ -95,7 +148,8 @@ class _Stream:
     tailer positions as they change, Acks in."""
 
     def __init__(self, host: Host, conn: Conn, q: chronq.Queue, qc: QueueCfg, sink_host: int,
-                 start: Position, link: Link) -> None:
+                 start: Position, verified: int, link: Link) -> None:
+        """`start`: where the sink ends; `verified`: its last excerpt, which this queue holds too."""
         cfg = host.config
         self.host, self.conn, self.q, self.qc, self.sink_host, self.link = host, conn, q, qc, sink_host, link
         assert q.table is not None
@@ -106,6 +160,9 @@ class _Stream:
         # call per frame (`read_run`), and sent from it
         self.frame = bytearray(4 + cfg.max_frame)
         self.sent_upto = -1 if start.next_index is None else start.next_index - 1  # the sink has up to here
+        # the highest index the sink may acknowledge: its last excerpt (checked against this queue's
+        # history when it subscribed), then the last one sent to it
+        self.ackable = verified
         self.recorded, self.read_at = self.sent_upto, 0.0  # sent as far as the table store and link say
         self.positions_sent: dict[str, tuple[int, int]] = {}
 
@@ -134,7 +191,7 @@ class _Stream:
                     p.run_head(frame, end, first, docs)
                     conn.send_bytes(frame_view[:end])
                     if data:
-                        self.sent_upto = first + data - 1
+                        self.sent_upto = self.ackable = first + data - 1
                     idling = False
                     wait = 0.0
                 else:
@@ -179,11 +236,14 @@ class _Stream:
 
     def _take_acks(self, wait: float) -> None:
         conn = self.conn
-        for f in conn.poll(wait):
+        frames = conn.poll(wait)
+        if frames:
+            self.link.recovered()
+        for f in frames:
             if isinstance(f, p.Ack):
-                if f.index > self.sent_upto:  # an acknowledgement promises the writer a copy
+                if f.index > self.ackable:  # an acknowledgement promises the writer a copy
                     raise ProtocolError(f"host {self.sink_host} acknowledged {f.index:#x}, beyond the last "
-                                        f"excerpt sent to it ({self.sent_upto:#x})")
+                                        f"excerpt it holds or was sent ({self.ackable:#x})")
                 self.link.acked(f.index)
                 self.host.acknowledged(self.qc, f.index, self.table)
             elif not isinstance(f, p.Heartbeat):
@@ -218,7 +278,11 @@ class SourceEndpoint:
                 elif REPLICATION_BACKFILL in q.table:  # left by a host stopped while it waited
                     q.table.set(REPLICATION_BACKFILL, NOT_A_SINK)
             self._paths[name] = path
+        # one back-fill at a time; `_waiting` has its own lock, so that the accept thread (which ends the
+        # start-up window) never waits for a back-fill
         self._backfill_lock = threading.Lock()
+        self._waiting_lock = threading.Lock()
+        self._unauthenticated = threading.BoundedSemaphore(MAX_UNAUTHENTICATED)
         # per queue, the sink hosts that have not said where they end yet (while the queue is locked)
         sinks = {h for h in cfg.hosts if h != host.host_id}
         self._waiting: dict[str, set[int]] = {name: set(sinks) for name in queues} \
@@ -249,42 +313,79 @@ class SourceEndpoint:
                 sock, addr = self._listener.accept()
             except TimeoutError:
                 continue
-            except OSError:
-                if stop.is_set():
+            except OSError as e:
+                if stop.is_set() or e.errno == errno.EBADF:  # the listener is closed: stopping
                     return
-                raise
+                # out of descriptors (EMFILE, ENFILE), memory, or a connection gone before it was taken
+                # (ECONNABORTED): the listener itself is fine, so wait a little and go on
+                log.error("replication: cannot accept a connection: %s; pausing %.1f s", e, ACCEPT_PAUSE)
+                stop.wait(ACCEPT_PAUSE)
+                continue
             peer = f"{addr[0]}:{addr[1]}"
-            t = threading.Thread(target=self._serve, args=(sock, peer), name=f"chronq-repl-source {peer}",
-                                 daemon=True)
-            t.start()
+            if not self._unauthenticated.acquire(blocking=False):
+                # strangers cost a thread, a descriptor and buffers until they prove the key: at most
+                # MAX_UNAUTHENTICATED at a time
+                log.warning("replication: refused %s: %d connections are already authenticating", peer,
+                            MAX_UNAUTHENTICATED)
+                with contextlib.suppress(OSError):
+                    sock.close()
+                continue
+            try:
+                t = threading.Thread(target=self._serve, args=(sock, peer), name=f"chronq-repl-source {peer}",
+                                     daemon=True)
+                t.start()
+            except RuntimeError as e:  # no thread to be had: as out of descriptors
+                self._unauthenticated.release()
+                with contextlib.suppress(OSError):
+                    sock.close()
+                log.error("replication: cannot serve %s: %s; pausing %.1f s", peer, e, ACCEPT_PAUSE)
+                stop.wait(ACCEPT_PAUSE)
+                continue
             self._threads = [x for x in self._threads if x.is_alive()] + [t]
 
     def _serve(self, sock: socket.socket, peer: str) -> None:
-        tls = self._host.tls
-        if tls is not None:
-            sock.settimeout(self._host.timeout)
-            try:
-                sock = tls[0].wrap_socket(sock, server_side=True)
-            except OSError as e:  # ssl.SSLError included: an untrusted certificate, or no TLS at all
-                log.warning("replication: refused %s: TLS handshake failed: %s", peer, e)
-                with contextlib.suppress(OSError):
-                    sock.close()
-                return
-        conn = self._host.connection(sock, peer)
+        """One connection: authenticated (counted among the unauthenticated until then), then followed.
+        Any error ends this connection only, logged (whole, with its traceback, if it is not a
+        replication or connection error); the listener and the other links go on."""
+        authenticating = True
         try:
-            hello = self._handshake(conn)
-            self._follow(conn, hello)
-        except AuthenticationError as e:
-            log.warning("replication: refused %s: %s", peer, e)
-            conn.refuse("authentication failed")
-        except SplitBrainError as e:
-            log.error("replication: refused %s: %s", peer, e)
-            conn.refuse(str(e))
-        except (ReplicationError, OSError) as e:
-            log.warning("replication: connection from %s ended: %s", peer, e)
-            conn.refuse(str(e))
+            tls = self._host.tls
+            if tls is not None:
+                sock.settimeout(self._host.timeout)
+                try:
+                    sock = tls[0].wrap_socket(sock, server_side=True)
+                except OSError as e:  # ssl.SSLError included: an untrusted certificate, or no TLS at all
+                    if is_cut(e):  # a sink stopping mid-handshake: nothing was refused
+                        log.info("replication: %s closed the connection in the TLS handshake: %s", peer, e)
+                    else:
+                        log.warning("replication: refused %s: TLS handshake failed: %s", peer, e)
+                    with contextlib.suppress(OSError):
+                        sock.close()
+                    return
+            conn = self._host.connection(sock, peer, handshake=True)
+            try:
+                hello = self._handshake(conn)
+                conn.authenticated()
+                self._unauthenticated.release()
+                authenticating = False
+                self._follow(conn, hello)
+            except AuthenticationError as e:
+                log.warning("replication: refused %s: %s", peer, e)
+                conn.refuse("authentication failed")
+            except SplitBrainError as e:
+                log.error("replication: refused %s: %s", peer, e)
+                conn.refuse(str(e))
+            except (ReplicationError, OSError) as e:
+                log.warning("replication: connection from %s ended: %s", peer, e)
+                conn.refuse(str(e))
+            except Exception as e:
+                log.error("replication: connection from %s failed: %s", peer, describe(e), exc_info=True)
+                conn.refuse(describe(e))
+            finally:
+                conn.close()
         finally:
-            conn.close()
+            if authenticating:
+                self._unauthenticated.release()
 
     def _handshake(self, conn: Conn) -> p.Hello:
         """The peer's Hello, once it proved the pre-shared key (if there is one)."""
@@ -310,11 +411,26 @@ class SourceEndpoint:
                                               "key")
                 if self._host.tls is None:  # with TLS, TLS authenticates what follows
                     conn.authenticate(p.FrameAuth(key, hello.nonce, nonce, hello.queue, sink=False))
+            self._check_peer(conn, hello)
         except AuthenticationError:
             raise
         except ReplicationError as e:
             raise AuthenticationError(f"did not authenticate: {e}") from None
         return hello
+
+    def _check_peer(self, conn: Conn, hello: p.Hello) -> None:
+        """AuthenticationError unless the host id the peer claims is another host of the cluster and, with
+        TLS, the certificate it presented is that host's (as configured: its `tlsCertFile` where this
+        host can read it, else one naming the host's configured address)."""
+        cfg, me = self._host.config, self._host.host_id
+        if hello.host_id == me or hello.host_id not in cfg.hosts:
+            raise AuthenticationError(f"it claims host id {hello.host_id}, which is not another host of "
+                                      f"the cluster (hosts: {sorted(cfg.hosts)}, this one {me})")
+        if isinstance(conn.sock, ssl.SSLSocket):
+            claimed = cfg.host(hello.host_id)
+            if not _certificate_is_host(conn.sock, claimed.tls_cert, claimed.host):
+                raise AuthenticationError(f"it claims host id {hello.host_id}, but its TLS certificate is "
+                                          "not that host's")
 
     def _follow(self, conn: Conn, hello: p.Hello) -> None:
         """After authentication: subscribe the sink (back-filling from it if it is ahead), then stream."""
@@ -322,17 +438,22 @@ class SourceEndpoint:
         if qc is None:
             raise ReplicationError(f"no queue {hello.queue!r} is mastered by host {self._host.host_id}")
         with chronq.open(self._paths[qc.name]) as q:
-            start = self._subscribe(conn, q, qc, hello)
+            start, verified = self._subscribe(conn, q, qc, hello)
             log.info("replication: %s (host %d) follows %s from %s", conn.peer, hello.host_id, qc.name, start)
             link = self._host.links.get(Role.SOURCE, qc.name, conn.peer, hello.host_id)
             link.set_state(LinkState.REPLICATING, conn.peer)
-            if start.next_index is not None:  # what the sink already holds counts as acknowledged
-                link.acked(start.next_index - 1)
-            _Stream(self._host, conn, q, qc, hello.host_id, start, link).run()
+            link.acked(verified)  # what the sink already holds counts as acknowledged
+            try:
+                _Stream(self._host, conn, q, qc, hello.host_id, start, verified, link).run()
+            except Exception as e:
+                if is_failure(e):
+                    link.fail(describe(e))
+                raise
 
-    def _subscribe(self, conn: Conn, q: chronq.Queue, qc: QueueCfg, hello: p.Hello) -> Position:
+    def _subscribe(self, conn: Conn, q: chronq.Queue, qc: QueueCfg, hello: p.Hello) -> tuple[Position, int]:
         """Send the queue's roll cycle, take the sink's Subscribe, back-fill from a sink that is ahead and
-        check that both hold the same history: where the sink's stream starts."""
+        check that both hold the same history: where the sink's stream starts, and the sink's last
+        excerpt (-1: none), which this queue holds too."""
         conn.send(_roll_info(q, self._host.host_id))
         sub = conn.expect(p.Subscribe)
         assert isinstance(sub, p.Subscribe)
@@ -344,14 +465,15 @@ class SourceEndpoint:
                     self._backfill(conn, q, qc.name, hello.host_id)
             # before anything is sent: a sink with another history at an index must not be appended to
             check_same_history(q, qc.name, sub.last_index, sub.last_hash, hello.host_id, self._host.host_id)
+            _check_subscription(q, qc.name, sub, hello.host_id)
         finally:
             self._reported(qc.name, hello.host_id)
-        return Position(None if sub.next_index < 0 else sub.next_index, sub.metadata)
+        return Position(None if sub.next_index < 0 else sub.next_index, sub.metadata), max(-1, sub.last_index)
 
     def _reported(self, name: str, host: int | None) -> None:
         """Sink `host` said where it ends (None: the back-fill time is up): once every sink of the queue
         did, the source accepts local writes."""
-        with self._backfill_lock:
+        with self._waiting_lock:
             waiting = self._waiting.get(name)
             if waiting is None:
                 return
@@ -377,7 +499,12 @@ class SourceEndpoint:
         table = q.table
         assert table is not None
         me = self._host.host_id
-        locked_here = name not in self._waiting
+        with self._waiting_lock:
+            locked_here = name not in self._waiting
+        # a sink that claims to be ahead must back-fill steadily: heartbeats alone do not hold the
+        # queue's lock (and the other sinks' subscriptions) for longer than this without an excerpt
+        patience = (self._host.config.backfill_timeout_ms or self._host.config.heartbeat_timeout_ms) / 1000
+        progress_at = time.monotonic()
         if locked_here:
             table.set(REPLICATION_BACKFILL, me)
         count = 0
@@ -407,8 +534,12 @@ class SourceEndpoint:
                             self._check_no_local_write(writer, end, name, sink_host, count)
                             writer.write_all(f.items)
                         count += len(f.items)
+                        progress_at = time.monotonic()
                     if time.monotonic() - conn.last_recv > conn.timeout:
                         raise ReplicationError(f"no back-fill from host {sink_host} for {conn.timeout} s")
+                    if time.monotonic() - progress_at > patience:
+                        raise ReplicationError(f"host {sink_host} claims to be ahead but back-filled nothing "
+                                               f"for {patience} s ({count} documents before)")
         finally:
             if locked_here:
                 table.set(REPLICATION_BACKFILL, NOT_A_SINK)

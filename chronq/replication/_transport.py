@@ -25,23 +25,40 @@ from chronq.replication.errors import ConfigError, ProtocolError, ReplicationErr
 from chronq.replication.status import LinkState, LinkStatus, Role
 from chronq.table import TableStore
 
-__all__ = ["RECV_SIZE", "Conn", "Host", "Link", "Links", "tls_contexts"]
+__all__ = [
+    "HANDSHAKE_MAX_FRAME",
+    "RECV_SIZE",
+    "Conn",
+    "Host",
+    "Link",
+    "Links",
+    "describe",
+    "is_cut",
+    "is_failure",
+    "tls_contexts",
+]
 
 RECV_SIZE = 1 << 20  # bytes a connection takes off its socket per recv (a 4 MiB frame in four)
+# the largest frame a peer may send before it authenticated (a Hello with the longest queue name fits):
+# a stranger holds no more than this, and a small receive buffer, until it proved the key
+HANDSHAKE_MAX_FRAME = 2 * p.MAX_TEXT
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
 class Conn:
     """A socket speaking frames: `send` whole frames, `poll` for what arrived."""
 
-    def __init__(self, sock: socket.socket, peer: str, max_frame: int, timeout: float) -> None:
+    def __init__(self, sock: socket.socket, peer: str, max_frame: int, timeout: float,
+                 handshake: bool = False) -> None:
+        """`handshake`: frames are bounded by HANDSHAKE_MAX_FRAME (and the receive buffer kept small)
+        until `authenticated()`."""
         self.sock = sock
         self.peer = peer
         self.max_frame = max_frame
         self.timeout = timeout
-        self._decoder = p.FrameDecoder(max_frame)
+        self._decoder = p.FrameDecoder(HANDSHAKE_MAX_FRAME if handshake else max_frame)
         self._pending: list[p.Frame] = []
-        self._rbuf = bytearray(RECV_SIZE)
+        self._rbuf = bytearray(2 * HANDSHAKE_MAX_FRAME if handshake else RECV_SIZE)
         self._spinner = BackoffPauser()
         self._auth: p.FrameAuth | None = None
         self.last_recv = self.last_send = time.monotonic()
@@ -132,6 +149,12 @@ class Conn:
                 raise kind(f"{self.peer} refused: {f.text}")
         return frames
 
+    def authenticated(self) -> None:
+        """The peer proved who it is: frames up to `max_frame` from now on."""
+        self._decoder.max_frame = self.max_frame
+        if len(self._rbuf) < RECV_SIZE:
+            self._rbuf = bytearray(RECV_SIZE)
+
     def push_back(self, frames: list[p.Frame]) -> None:
         """Frames taken by `poll` that a later step is to handle: the next `poll` returns them first."""
         self._pending = frames + self._pending
@@ -166,6 +189,7 @@ class Link:
         self.lock = threading.Lock()
         self.queue, self.role, self.peer, self.peer_host_id = queue, role, peer, peer_host_id
         self.state = LinkState.CONNECTING
+        self.error: str | None = None  # set by `fail`, cleared by `recovered`
         self.replicated = -1
         self.acknowledged = -1
         # (last data index of a sent batch, time.time() it was read): the unacknowledged ones, for the lag
@@ -176,6 +200,17 @@ class Link:
             self.state = state
             if peer is not None:
                 self.peer = peer
+
+    def fail(self, error: str) -> None:
+        """The session ended on `error`: the link shows as failing until `recovered`."""
+        with self.lock:
+            self.error = error
+
+    def recovered(self) -> None:
+        """A session moved data (or stayed healthy): the link is no longer failing."""
+        if self.error is not None:
+            with self.lock:
+                self.error = None
 
     def sent(self, index: int, read_at: float) -> None:
         with self.lock:
@@ -191,8 +226,9 @@ class Link:
     def snapshot(self, lag_messages: int | None) -> LinkStatus:
         with self.lock:
             lag = time.time() - self._pending[0][1] if self._pending else 0.0
-            return LinkStatus(self.queue, self.role, self.peer, self.peer_host_id, self.state,
-                              self.replicated, self.acknowledged, lag_messages, max(0.0, lag))
+            state = self.state if self.error is None else LinkState.FAILING
+            return LinkStatus(self.queue, self.role, self.peer, self.peer_host_id, state,
+                              self.replicated, self.acknowledged, lag_messages, max(0.0, lag), self.error)
 
 
 class Links:
@@ -236,9 +272,26 @@ class Host:
         """Seconds of silence after which a peer is gone (the configuration's heartbeat timeout)."""
         return self.config.heartbeat_timeout_ms / 1000
 
-    def connection(self, sock: socket.socket, peer: str) -> Conn:
-        """A framing connection on `sock` with this host's frame bound and timeout."""
-        return Conn(sock, peer, self.config.max_frame, self.timeout)
+    def connection(self, sock: socket.socket, peer: str, handshake: bool = False) -> Conn:
+        """A framing connection on `sock` with this host's frame bound and timeout (`Conn`)."""
+        return Conn(sock, peer, self.config.max_frame, self.timeout, handshake)
+
+
+def is_failure(e: BaseException) -> bool:
+    """Whether a session's error makes its link `failing`: anything but a lost or refused connection
+    (the peer's data refused, a split brain, the disk full or damaged, a bug)."""
+    return isinstance(e, (ProtocolError, SplitBrainError)) or not isinstance(e, (ReplicationError, OSError))
+
+
+def is_cut(e: OSError) -> bool:
+    """Whether a failed TLS handshake was the connection going away (the peer stopping, or a listener
+    closed with the connection still queued), which is not a refused certificate."""
+    return isinstance(e, (ConnectionResetError, BrokenPipeError, ssl.SSLEOFError, ssl.SSLZeroReturnError))
+
+
+def describe(e: BaseException) -> str:
+    """An error as the status shows it: its kind and text."""
+    return f"{type(e).__name__}: {e}"
 
 
 def tls_contexts(cfg: ReplicationConfig, host_id: int) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:

@@ -34,6 +34,10 @@ class LinkState(enum.StrEnum):
     AUTHENTICATING = "authenticating"
     REPLICATING = "replicating"
     DISCONNECTED = "disconnected"
+    #: the last session ended on an error that reconnecting alone does not cure (the peer's data refused,
+    #: the disk full or damaged): `LinkStatus.error` says which. It keeps retrying, and is `replicating`
+    #: again once a session moves data (or stays healthy for a heartbeat interval)
+    FAILING = "failing"
 
 
 class Role(enum.StrEnum):
@@ -52,7 +56,8 @@ class LinkStatus:
     data index sent (source) or written (sink); `acknowledged_index` the last one the sink acknowledged
     (-1: none). `lag_messages` counts the source's data excerpts after the acknowledged one (None where
     unknown: on a sink host). `lag_seconds` is how long ago the oldest unacknowledged excerpt was read
-    from the source queue (chronq excerpts carry no append time), 0 when all is acknowledged.
+    from the source queue (chronq excerpts carry no append time), 0 when all is acknowledged. `error`
+    is the last error of a `failing` link (None otherwise).
     """
 
     queue: str
@@ -64,6 +69,7 @@ class LinkStatus:
     acknowledged_index: int
     lag_messages: int | None
     lag_seconds: float
+    error: str | None = None  # why the link is `failing`
 
 
 @dataclass(frozen=True)
@@ -144,4 +150,5 @@ def format_status(status: HostStatus) -> str:
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     if not status.links:
         lines.append("(no links yet)")
+    lines += [f"{s.queue} ({s.role}, host {s.peer_host_id}): {s.error}" for s in status.links if s.error]
     return "\n".join(lines)

@@ -183,9 +183,9 @@ def test_sink_reconnects_at_once_after_many_cut_sessions(tmp_path: Path,
     With the back-off's ceiling raised to an hour, that growth would make the 12th reconnection wait
     0.05 s x 2^11 = 102 s, past the 60 s each message is given: evidence by count, not by a time bound
     a loaded machine could break."""
-    from chronq.replication import ReplicatedQueue, endpoints
+    from chronq.replication import ReplicatedQueue, _sink_side
 
-    monkeypatch.setattr(endpoints, "RETRY_MAX", 3600.0)
+    monkeypatch.setattr(_sink_side, "RETRY_MAX", 3600.0)
 
     with FaultProxy(("127.0.0.1", 0), 0) as proxy:
         proxy.enabled = False

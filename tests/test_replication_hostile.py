@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import strategies as st
 
 import chronq
 from chronq.replication import ReplicatedQueue, load_config
@@ -217,3 +218,186 @@ def test_a_peer_of_an_older_protocol_is_refused_clearly(tmp_path: Path) -> None:
         error = peer.expect(p.Error)
         assert isinstance(error, p.Error)
         assert "host 2 speaks replication protocol version 4, this host 5" in error.text, error
+
+
+def _tree(root: Path, skip: Path) -> set[Path]:
+    return {f for f in root.rglob("*") if skip not in f.parents and f != skip}
+
+
+def test_a_hostile_authenticated_source_cannot_make_a_sink_hold_a_gap_a_duplicate_or_a_forgery(
+        tmp_path: Path) -> None:
+    """Fault injection: a source that holds the key sends hypothesis-generated QueueInfo, Run, Excerpts
+    and Ack frames built around a genuine history G (indexes in G carry G's bytes, every other index
+    b"forged"). After every session the sink holds a prefix of G, nothing else, and only today's cycle
+    file, and nothing was written outside its folder; once the hostile sessions stop, a genuine one
+    brings it to all of G."""
+    from hypothesis import HealthCheck, example, given, settings
+
+    config = write_config(tmp_path, hosts=2, roll_cycle="FAST_DAILY")
+    sink_path = tmp_path / "sink2" / "queue1"
+    with chronq.open(tmp_path / "genuine", "FAST_DAILY") as q:
+        appender = q.appender()
+        genuine = {appender.write(f"doc {k}".encode()): f"doc {k}".encode() for k in range(12)}
+    history = sorted(genuine.items())
+    first, last = history[0][0], history[-1][0]
+    outsiders = [last + 2, last + 50, first - 1, FAST_DAILY.to_index(today() + 2, 0),
+                 FAST_DAILY.to_index(today() + THOUSAND_YEARS, 0), FAST_DAILY.to_index((1 << 31) - 1, 0)]
+    # None: the sink's next genuine index (so that sessions get past the first frame and far)
+    index_st = st.none() | st.none() | st.sampled_from([i for i, _ in history] + outsiders)
+
+    def docs(index: int, count: int) -> list[tuple[int, bytes]]:
+        if index in genuine:  # a run from G stays in G: beyond its end the next index would be plausible
+            return [(i, genuine[i]) for i in range(index, min(index + count, last + 1))]
+        return [(index + k, b"forged") for k in range(count)]
+
+    frame_st = st.one_of(
+        st.tuples(st.just("run"), index_st, st.integers(1, 4)),
+        st.tuples(st.just("run"), index_st, st.integers(1, 4)),
+        st.tuples(st.just("excerpts"), index_st, st.integers(0, 4)),
+        st.tuples(st.just("ack"), st.integers(-(1 << 63), (1 << 63) - 1), st.just(0)),
+        st.tuples(st.just("info"), st.just(0), st.just(0)),
+        st.tuples(st.just("heartbeat"), st.just(0), st.just(0)),
+    )
+    info_st = st.sampled_from([queue_info(), queue_info(), queue_info(1 << 62), queue_info(3_600_000),
+                               p.QueueInfo("yyyyMMdd'T1'", 86_400_000, 8, 1, 0, 1),
+                               p.QueueInfo("yyyyMMdd'F'", 86_400_000, 4096, 256, 0, 0)])
+
+    def check_sink(outside_before: set[Path]) -> None:
+        held = [(i, b) for i, _, b in excerpts(sink_path)]
+        assert held == history[:len(held)], held  # a prefix of G: no gap, no duplicate, no forgery
+        assert cycle_files(sink_path) == [FAST_DAILY.file_name(today())]
+        assert _tree(tmp_path, sink_path) == outside_before
+
+    with listening_as_host1(config) as listener, ReplicatedQueue(config, 2):
+        peer = serve_handshake(listener, queue_info())  # the sink starts with G's first document
+        peer.expect(p.Subscribe)
+        peer.send(run_of(first, genuine[first]))
+        peer.expect(p.Ack)
+        peer.sock.close()
+        outside = _tree(tmp_path, sink_path)
+
+        @settings(max_examples=40, deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+        @given(info_st, st.lists(frame_st, max_size=6))
+        @example(queue_info(), [("run", None, 2), ("run", outsiders[4], 1)])  # the cases the issue found,
+        @example(queue_info(), [("excerpts", None, 1), ("excerpts", outsiders[3], 2)])  # always tried
+        @example(queue_info(), [("run", outsiders[5], 1), ("run", None, 1)])
+        @example(queue_info(1 << 62), [])
+        def hostile_session(info: p.QueueInfo, frames: list[tuple[str, int | None, int]]) -> None:
+            held = len(excerpts(sink_path))
+            peer = serve_handshake(listener, info)
+            try:
+                peer.expect(p.Subscribe, skip=(p.Heartbeat, p.Error))
+            except ConnectionError:  # its QueueInfo was refused (the Error, then the close)
+                peer.sock.close()
+                check_sink(outside)
+                return
+            with contextlib.suppress(OSError):  # the sink may have refused a frame and closed
+                for kind, a_or_next, b in frames:
+                    if a_or_next is None:
+                        a = history[held][0] if held < len(history) else last + 2
+                        held += b
+                    else:
+                        a = a_or_next
+                    if kind == "run":
+                        items = docs(a, b)
+                        data = b"".join(struct.pack(">I", len(body)) + body for _, body in items)
+                        peer.send(p.Run(items[0][0], len(items), data))
+                    elif kind == "excerpts":
+                        peer.send(p.Excerpts([(i, False, body) for i, body in docs(a, b)] if b else []))
+                    elif kind == "ack":
+                        peer.send(p.Ack(a))
+                    elif kind == "info":
+                        peer.send(queue_info())
+                    else:
+                        peer.send(p.Heartbeat())
+            peer.sock.close()
+            # the sink is done with the session once it connects again: then its queue is checked
+            nxt, _ = listener.accept()
+            check_sink(outside)
+            nxt.close()  # refused before the handshake: the next session gets a fresh connection
+
+        hostile_session()
+        peer = serve_handshake(listener, queue_info())  # the faults stop: a genuine session
+        sub = peer.expect(p.Subscribe)
+        assert isinstance(sub, p.Subscribe)
+        held = len(excerpts(sink_path))
+        for index, body in history[held:]:
+            peer.send(run_of(index, body))
+        while held < len(history) and (ack := peer.expect(p.Ack)) != p.Ack(last):
+            assert isinstance(ack, p.Ack) and ack.index < last
+        peer.sock.close()
+    assert [(i, b) for i, _, b in excerpts(sink_path)] == history
+    check_sink(outside)
+
+
+def test_a_hostile_authenticated_sink_cannot_make_a_source_hold_a_gap_or_the_future(tmp_path: Path) -> None:
+    """Fault injection the other way: a sink that holds the key claims to be ahead and back-fills
+    hypothesis-generated Excerpts (and frames out of place). The source's queue stays consecutive (no gap,
+    no duplicate), in today's cycle file only, nothing is written outside its folder, and once the faults
+    stop local appends go on in today's cycle."""
+    from hypothesis import HealthCheck, example, given, settings
+
+    config = write_config(tmp_path, hosts=2, roll_cycle="FAST_DAILY")
+    far = [FAST_DAILY.to_index(today() + 2, 0), FAST_DAILY.to_index(today() + THOUSAND_YEARS, 0),
+           FAST_DAILY.to_index((1 << 31) - 1, 0)]
+    with ReplicatedQueue(config, 1) as src, chronq.open(src.source_path("queue1")) as q:
+        assert src.address is not None
+        q.appender().write(b"first")
+        outside = _tree(tmp_path, q.path)
+
+        def check_source() -> None:
+            held = [i for i, _, _ in excerpts(q.path)]
+            assert held == list(range(held[0], held[0] + len(held))), held
+            assert cycle_files(q.path) == [FAST_DAILY.file_name(today())]
+            assert _tree(tmp_path, q.path) == outside
+
+        # an offset from the source's end (1: the next index), or one of the far indexes
+        index_st = st.integers(-2, 3) | st.sampled_from(far)
+        frame_st = st.one_of(st.tuples(st.just("excerpts"), index_st, st.integers(0, 3)),
+                             st.tuples(st.just("ack"), st.integers(-(1 << 63), (1 << 63) - 1), st.just(0)),
+                             st.tuples(st.just("heartbeat"), st.just(0), st.just(0)))
+
+        @settings(max_examples=25, deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+        @given(st.lists(frame_st, max_size=5))
+        @example([("excerpts", 1, 1), ("excerpts", far[1], 1)])
+        @example([("excerpts", far[2], 1)])
+        def hostile_backfill(frames: list[tuple[str, int, int]]) -> None:
+            end = q.last_index
+            assert end is not None
+            with socket.create_connection(src.address or ("", 0), timeout=30) as s:
+                peer = RawPeer(s)
+                nonce = secrets.token_bytes(p.NONCE_SIZE)
+                peer.send(p.Hello(p.VERSION, "queue1", 2, nonce))
+                ch = peer.expect(p.Challenge)
+                assert isinstance(ch, p.Challenge)
+                peer.send(p.Auth(p.proof(KEY.encode(), b"sink", ch.nonce, nonce, "queue1")))
+                peer.authenticate(p.FrameAuth(KEY.encode(), nonce, ch.nonce, "queue1", sink=True))
+                peer.expect(p.QueueInfo)
+                claim = far[1] if frames else end + 5
+                peer.send(p.Subscribe(claim + 1, 0, claim, hashlib.sha256(b"forged").digest()))
+                peer.expect(p.Subscribe)
+                with contextlib.suppress(OSError):
+                    for kind, a, b in frames:
+                        if kind == "excerpts":
+                            start = end + a if -2 <= a <= 3 else a
+                            peer.send(p.Excerpts([(start + k, False, b"backfilled") for k in range(b)]))
+                            end = max(end, start + b - 1) if b else end
+                        elif kind == "ack":
+                            peer.send(p.Ack(a))
+                        else:
+                            peer.send(p.Heartbeat())
+                    peer.send(p.Excerpts([]))
+                with contextlib.suppress(OSError, ConnectionError, AssertionError):
+                    while True:  # until the source is done with the session and closes it
+                        peer.expect(p.Error, skip=(p.Heartbeat, p.Run, p.TailerPositions, p.QueueCodec,
+                                                   p.Excerpts))
+            wait_until(lambda: not any(s.peer_host_id == 2 and s.state.value == "replicating"
+                                       for s in src.status()), 30, "the session to end")
+            check_source()
+
+        hostile_backfill()
+        after = q.appender().write(b"after the faults")
+        assert FAST_DAILY.to_cycle(after) == today()
+        check_source()

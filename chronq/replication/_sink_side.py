@@ -75,10 +75,10 @@ def _apply_tailer_positions(table: TableStore, items: list[tuple[str, int, int]]
 
 
 def check_queue_info(info: p.QueueInfo, qc: QueueCfg) -> RollCycle:
-    """The roll cycle of the source's queue, ProtocolError unless the source's description of it is
-    usable before it touches the disk: the host is the queue's master in the configuration, and every
-    field is in the range a queue can hold (`bounds.queue_roll_cycle`: an epoch of 2^62 written into the
-    sink's table store would make every later open of the queue fail)."""
+    """The roll cycle of the source's description of its queue, checked whole before it touches the
+    disk: the host is the queue's master in the configuration, and every field is one a queue can hold
+    (`bounds.queue_roll_cycle`: an epoch of 2^62 written into the sink's table store would make every
+    later open of the queue fail). ProtocolError otherwise."""
     if info.host_id != qc.master_id:
         raise ProtocolError(f"queue {qc.name!r}: the source says it is host {info.host_id}, the "
                             f"configuration says the master is host {qc.master_id}")
@@ -148,12 +148,9 @@ class SinkEndpoint:
                     link.fail(describe(e))
                     link.set_state(LinkState.DISCONNECTED)
                     return
-                except ProtocolError as e:  # a frame refused: the source learns why before the close
-                    log.warning("replication: %s from %s: %s", self._qc.name, peer, e)
-                    link.fail(describe(e))
-                    self.subscribed = False
-                    conn.refuse(str(e))
                 except Exception as e:
+                    if isinstance(e, ProtocolError):  # a frame refused: the source learns why
+                        conn.refuse(str(e))
                     if is_failure(e):
                         # not a lost connection: the source's data or this disk. Logged whole, retried
                         # with the back-off (a full disk may get space back), shown in the status
@@ -192,7 +189,7 @@ class SinkEndpoint:
 
     def _conversation(self, conn: Conn) -> None:
         info = self._handshake(conn)
-        rc = check_queue_info(info, self._qc)  # checked whole before the sink queue is opened or created
+        rc = check_queue_info(info, self._qc)  # before the sink queue is opened or created with it
         with SinkWriter(self.path, rc, info.epoch, source_host=info.host_id) as writer:
             pos = writer.position
             last, digest = last_excerpt(writer.queue)

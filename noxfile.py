@@ -28,9 +28,10 @@ TREE = ("tests", "docs", "examples", "benchmarks", "README.md", "pyproject.toml"
 # The only tests left out, as they cannot run from an installed wheel: test_wheel.py builds the sdist and
 # wheel from this repository's sources (`make test-pythons` runs it first, on the dev interpreter);
 # test_docs_site.py builds the documentation site, whose mkdocs.yml watches and reads the source packages
-# (`make docs` builds it in CI). Tests that read the packages' files find them where the packages are
-# imported from: site-packages here.
-NOT_FROM_A_WHEEL = ("tests/test_wheel.py", "tests/test_docs_site.py")
+# (`make docs` builds it in CI); test_editable_install.py installs the source tree in editable mode, as
+# the Makefile does (`make test` runs it). Tests that read the packages' files find them where the packages
+# are imported from: site-packages here.
+NOT_FROM_A_WHEEL = ("tests/test_wheel.py", "tests/test_docs_site.py", "tests/test_editable_install.py")
 
 nox.options.download_python = "never"
 nox.options.default_venv_backend = "venv"

@@ -51,9 +51,11 @@ test-slow: build
 # licence, and the sdist builds with and without OpenSSL's headers (tests/test_wheel.py); then each of
 # Python 3.11, 3.12 and 3.13 (pyenv's) builds its wheel, installs it into a clean virtualenv and runs the
 # suite against it (noxfile.py). A missing 3.12 or 3.13 is said and skipped; a missing 3.11 fails.
+# PYTHONS picks some of them (`make test-pythons PYTHONS="3.12 3.13"`).
+PYTHONS ?= 3.11 3.12 3.13
 test-pythons: $(STAMP)
 	$(PY) -m pytest -q -m wheel tests/test_wheel.py
-	$(VENV)/bin/nox
+	$(VENV)/bin/nox -s $(addprefix tests-,$(PYTHONS))
 
 # Real Java Chronicle Queue 5.26 reads, resumes, method-reads and appends to queues chronq wrote
 # (../shared/java/run.sh, needs a JDK 17). run.sh installs the Debian jars Chronicle needs on first use

@@ -15,6 +15,7 @@ import sys
 import sysconfig
 import tarfile
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -36,12 +37,10 @@ NEEDED = (
     "chronq/__init__.py", "chronq/__main__.py", "chronq/cli.py", "chronq/spark/__init__.py",
     "rpc/__init__.py", "rpc/cli.py", "rpc/testing/plugin.py", "wire/__init__.py",
 )
-ENTRY_POINTS = {
-    "console_scripts": {"chronq": "chronq.cli:main"},
-    "chronq.commands": {"write": "rpc.cli:register"},
-    "chronq.decoders": {"interface": "rpc.cli:interface_decoder"},
-    "pytest11": {"chronq_replay": "rpc.testing.plugin"},
-}
+# what pyproject.toml declares: the command and every entry point group (rpc's CLI commands and decoders,
+# the Spark source's interface reader, the pytest plugin) must reach the wheel
+_PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+ENTRY_POINTS = {"console_scripts": _PROJECT["scripts"], **_PROJECT["entry-points"]}
 # Run from an unpacked wheel: the C modules load, a plain queue and an AES-GCM codec queue round-trip.
 ROUND_TRIP = textwrap.dedent("""
     import sys

@@ -40,12 +40,9 @@ def java(*args: str) -> str:
 
 
 def java_tailers(queue: Path, names: dict[str, int]) -> dict[str, int]:
-    """Where Java Chronicle resumes each of these named tailers of `queue` (a tailer Java does not find is
-    left out). Java lists every named tailer of the queue and this keeps the ones asked for: the long kill
-    loop's thousands of names would not fit on one command line."""
-    lines = java("tailers", str(queue)).splitlines()
-    found = {name: int(index, 16) for name, index, _ in (line.split("\t") for line in lines)}
-    return {name: found[name] for name in names if name in found}
+    """Where Java Chronicle resumes each of these named tailers of `queue`."""
+    lines = java("tailers", str(queue), *names).splitlines()
+    return {name: int(index, 16) for name, index, _ in (line.split("\t") for line in lines)}
 
 
 def make_queue(path: Path, excerpts: int = 8) -> None:

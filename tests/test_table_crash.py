@@ -206,7 +206,10 @@ def kill_loop(tmp_path: Path, rounds: int) -> None:
         if r % 5 == 4 or r == rounds - 1:
             check_keys(queue, acks, tailers=r == rounds - 1)
     assert len(acks) > rounds  # the kills landed while keys were being added, not before
-    assert java_tailers(queue, acks) == acks, "Java resumes a named tailer elsewhere than chronq"
+    # Java resumes up to 100 of them, spread evenly (a JVM resolving the long loop's thousands of tailers
+    # takes minutes, and their names overflow one command line); chronq checked every one above
+    sample = dict(sorted(acks.items())[:: max(1, len(acks) // 100)])
+    assert java_tailers(queue, sample) == sample, "Java resumes a named tailer elsewhere than chronq"
 
 
 @pytest.mark.exclusive

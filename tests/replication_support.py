@@ -121,8 +121,9 @@ class RawPeer:
         self.authenticate(p.FrameAuth(key.encode(), hello.nonce, nonce, hello.queue, sink=False))
         return hello
 
-    def subscribe(self, queue: str = "queue1", host_id: int = 2) -> p.QueueInfo:
-        """As sink `host_id` of a cluster keyed with KEY: hello, proof of the key, subscription from 0."""
+    def handshake(self, queue: str = "queue1", host_id: int = 2) -> p.QueueInfo:
+        """As sink `host_id` of a cluster keyed with KEY: hello, proof of the key (frames are tagged from
+        then on), and the source's QueueInfo."""
         nonce = secrets.token_bytes(p.NONCE_SIZE)
         self.send(p.Hello(p.VERSION, queue, host_id, nonce))
         ch = self.expect(p.Challenge)
@@ -131,6 +132,11 @@ class RawPeer:
         self.authenticate(p.FrameAuth(KEY.encode(), nonce, ch.nonce, queue, sink=True))
         info = self.expect(p.QueueInfo)
         assert isinstance(info, p.QueueInfo)
+        return info
+
+    def subscribe(self, queue: str = "queue1", host_id: int = 2) -> p.QueueInfo:
+        """`handshake`, then a subscription from 0."""
+        info = self.handshake(queue, host_id)
         self.send(p.Subscribe(-1, 0))
         return info
 

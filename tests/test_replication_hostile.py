@@ -108,13 +108,7 @@ def test_a_source_refuses_a_backfill_from_the_future(tmp_path: Path) -> None:
         far = FAST_DAILY.to_index(today() + THOUSAND_YEARS, 0)
         with socket.create_connection(src.address, timeout=30) as s:
             peer = RawPeer(s)
-            nonce = secrets.token_bytes(p.NONCE_SIZE)
-            peer.send(p.Hello(p.VERSION, "queue1", 2, nonce))
-            ch = peer.expect(p.Challenge)
-            assert isinstance(ch, p.Challenge)
-            peer.send(p.Auth(p.proof(KEY.encode(), b"sink", ch.nonce, nonce, "queue1")))
-            peer.authenticate(p.FrameAuth(KEY.encode(), nonce, ch.nonce, "queue1", sink=True))
-            peer.expect(p.QueueInfo)
+            peer.handshake()
             peer.send(p.Subscribe(far + 1, 0, far, hashlib.sha256(b"forged").digest()))  # "I am ahead"
             peer.expect(p.Subscribe)  # the source asks for what the sink holds beyond its end
             peer.send(p.Excerpts([(far, False, b"forged")]))
@@ -368,13 +362,7 @@ def test_a_hostile_authenticated_sink_cannot_make_a_source_hold_a_gap_or_the_fut
             assert end is not None
             with socket.create_connection(src.address or ("", 0), timeout=30) as s:
                 peer = RawPeer(s)
-                nonce = secrets.token_bytes(p.NONCE_SIZE)
-                peer.send(p.Hello(p.VERSION, "queue1", 2, nonce))
-                ch = peer.expect(p.Challenge)
-                assert isinstance(ch, p.Challenge)
-                peer.send(p.Auth(p.proof(KEY.encode(), b"sink", ch.nonce, nonce, "queue1")))
-                peer.authenticate(p.FrameAuth(KEY.encode(), nonce, ch.nonce, "queue1", sink=True))
-                peer.expect(p.QueueInfo)
+                peer.handshake()
                 claim = far[1] if frames else end + 5
                 peer.send(p.Subscribe(claim + 1, 0, claim, hashlib.sha256(b"forged").digest()))
                 peer.expect(p.Subscribe)

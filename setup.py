@@ -17,6 +17,9 @@ if os.environ.get("CHRONQ_SANITIZE") == "1":
     LINK += SANITIZE
 
 
+# chronq._native's C files (chronq/csrc, one concept each; chronq/csrc/native.h is their shared header)
+NATIVE = ("module", "buffers", "cycle", "appender", "tailer", "merge", "runs")
+
 WITHOUT = ("building without OpenSSL: AES-GCM codecs seal and open through `cryptography`, one message at "
            "a time; nothing else changes")
 
@@ -41,15 +44,15 @@ setup(
     ext_modules=[
         Extension(
             "chronq._native",
-            ["chronq/_native.c"],
-            depends=["wire/_document_source.h"],
+            [f"chronq/csrc/{name}.c" for name in NATIVE],
+            depends=["chronq/csrc/native.h", "chronq/csrc/pyerr.h", "wire/_document_source.h"],
             extra_compile_args=COMPILE,
             extra_link_args=LINK,
         ),
         Extension(
             "chronq._codecs",
             ["chronq/_codecs.c"],
-            depends=["wire/_document_source.h"],
+            depends=["chronq/csrc/pyerr.h", "wire/_document_source.h"],
             extra_compile_args=COMPILE,
             extra_link_args=LINK,
             **openssl(),  # type: ignore[arg-type]

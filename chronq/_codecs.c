@@ -17,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "../wire/_document_source.h"
+#include "csrc/pyerr.h"
 #include <stdint.h>
 #include <string.h>
 #ifdef CHRONQ_OPENSSL
@@ -458,13 +459,7 @@ static PyObject *read_frames(PyObject *mod, PyObject *const *args, Py_ssize_t na
         PyObject *ex = src->read(tailer, &doc, &len, &metadata);
         if (!ex) {
             /* the tailer could not read on: what was read before is decoded and returned with the error */
-            PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            PyErr_NormalizeException(&type, &value, &tb);
-            if (tb && value) PyException_SetTraceback(value, tb);
-            Py_XDECREF(type);
-            Py_XDECREF(tb);
-            error = value ? value : Py_NewRef(Py_None);
+            error = take_error();
             break;
         }
         if (ex == Py_None) {

@@ -1,4 +1,4 @@
-"""Private native hot path of chronq (chronq/_native.c). Stable for chronq's own modules only.
+"""Private native hot path of chronq (chronq/csrc/*.c). Stable for chronq's own modules only.
 
 Atomics work on any buffer (an ``mmap.mmap``, a :class:`Map`, a ``bytearray``): the offset must be in
 range and naturally aligned, or ``IndexError``/``ValueError`` is raised; writes need a writable buffer.

@@ -250,7 +250,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
         self._eof = bool(r and r[1])
         return self
 
-    # move_to_index(index) -> bool is native (chronq/_native.c): the next `read()` returns excerpt
+    # move_to_index(index) -> bool is native (chronq/csrc/tailer.c): the next `read()` returns excerpt
     # `index`; False (position unchanged) if absent. The index right after the last excerpt also
     # returns False but leaves the tailer there, so the next excerpt written is read next. Other
     # cycles and directions go through `_move`.

@@ -135,9 +135,12 @@ def test_sdist_carries_what_the_wheel_is_built_from(dist: tuple[Path, Path, str]
     sdist, _, _ = dist
     with tarfile.open(sdist) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
-    needed = {"setup.py", "pyproject.toml", "README.md", "LICENSE", "pyspark_chronq.py",
-              "wire/_document_source.h", *(f"{m}.c" for m in C_MODULES), *(f"{m}.pyi" for m in C_MODULES),
-              *(f"{p}/py.typed" for p in PACKAGES)}
+    # every C source and header: chronq._native's files in chronq/csrc, the other modules' beside them
+    c_sources = sorted(p.relative_to(ROOT).as_posix() for pkg in PACKAGES for ext in ("*.c", "*.h")
+                       for p in (ROOT / pkg).rglob(ext))
+    assert "chronq/csrc/native.h" in c_sources and "chronq/_codecs.c" in c_sources
+    needed = {"setup.py", "pyproject.toml", "README.md", "LICENSE", "pyspark_chronq.py", *c_sources,
+              *(f"{m}.pyi" for m in C_MODULES), *(f"{p}/py.typed" for p in PACKAGES)}
     assert sorted(needed - names) == []
 
 

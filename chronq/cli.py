@@ -224,7 +224,7 @@ def _history_parser(sub: Any) -> None:
 
 
 def _history(args: argparse.Namespace) -> None:
-    from chronq import history
+    from chronq import latency
 
     if args.ignore < 0:
         raise UsageError(f"--ignore must be >= 0, not {args.ignore}")
@@ -232,17 +232,17 @@ def _history(args: argparse.Namespace) -> None:
         raise UsageError(f"--interval must be > 0 seconds, not {args.interval}")
     from chronq.progress import Progress, wanted
 
-    total = sum(_messages_in(q) for q in history.queues_read(args.queues)) if wanted() else None
+    total = sum(_messages_in(q) for q in latency.queues_read(args.queues)) if wanted() else None
     names = " ".join(str(q) for q in args.queues)
     with Progress(total, f"history {names}", force=None if total is not None else False) as bar:
-        rep = history.analyze(args.queues, ignore=args.ignore, interval=args.interval,
+        rep = latency.analyze(args.queues, ignore=args.ignore, interval=args.interval,
                               by_method=args.by_method, on_read=bar.advance)
-    sys.stdout.write(history.format_table(rep, args.unit))
+    sys.stdout.write(latency.format_table(rep, args.unit))
     if args.csv is not None:
-        history.write_csv(rep, args.csv, args.unit)
+        latency.write_csv(rep, args.csv, args.unit)
     if args.plot is not None:
         try:
-            history.plot(rep, args.plot, args.unit)
+            latency.plot(rep, args.plot, args.unit)
         except ChronqError as e:  # the table and CSV are still worth having without the plot extra
             print(f"chronq history: plot skipped: {_one_line(e)}", file=sys.stderr)
 

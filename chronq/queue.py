@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
-from chronq import _directory, _native
-from chronq import codecs as _codecs
+from chronq import _directory, _native, codecs
 from chronq.appender import Appender
 from chronq.errors import ChronqError, CorruptQueueError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_name
@@ -47,7 +46,7 @@ from chronq.tailer import Excerpt, ExcerptLike, Tailer
 
 __all__ = ["CycleFile", "Queue", "QueueExcerpt", "open"]
 
-QueueExcerpt: TypeAlias = "Excerpt | _codecs.DecodedExcerpt"
+QueueExcerpt: TypeAlias = "Excerpt | codecs.DecodedExcerpt"
 """What a queue's tailer reads: the stored `Excerpt`, or on a codec queue a data excerpt decoded."""
 
 K = TypeVar("K")
@@ -117,8 +116,8 @@ class Queue:
         lock_timeout: float = 15.0,
         on_acquired: Listener | None = None,
         on_released: Listener | None = None,
-        codec: _codecs.Codec | None = None,
-        keys: _codecs.Keys | None = None,
+        codec: codecs.Codec | None = None,
+        keys: codecs.Keys | None = None,
         max_message_size: int | None = None,
     ) -> None:
         self.path = Path(path)
@@ -182,7 +181,7 @@ class Queue:
             self.table.refresh_listing(self.fresh_cycles)
         self._keys = keys
         # None for a plain queue: appender() and tailer() then make the plain native-path classes
-        self._codec = _codecs.configure(self, codec, keys, max_message_size)
+        self._codec = codecs.configure(self, codec, keys, max_message_size)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Queue:
@@ -442,30 +441,27 @@ class Queue:
         return cycle_file_size(self.block_size, index_count)
 
     # -- appenders and tailers -------------------------------------------------------------------------
-    def appender(self, codec: _codecs.Codec | None = None) -> Appender:
+    def appender(self, codec: codecs.Codec | None = None) -> Appender:
         """The calling thread's appender (one per thread, as in Chronicle); `codec` sets the codec this
         thread's appender writes with (recorded as the queue's if the queue has none yet)."""
         self.check_open()
         if self.readonly:
             raise ChronqError(f"{self.path}: queue is open read-only")
         if codec is not None and self._codec is None:
-            self._codec = _codecs.configure(self, codec, self._keys, None)
+            self._codec = codecs.configure(self, codec, self._keys, None)
         a: Appender | None = getattr(self._local, "appender", None)
         st = self._codec
-        if a is not None and st is not None and not isinstance(a, _codecs.CodecAppender):
+        if a is not None and st is not None and not isinstance(a, codecs.CodecAppender):
             a.close()  # made before the queue had a codec
         if a is None or a.closed:
             _refuse_sink(self)
-            if st is None or st.codec is None:
-                a = Appender(self)
-            else:
-                a = _codecs.CodecAppender(self, st, st.codec)
+            a = Appender(self) if st is None or st.codec is None else codecs.CodecAppender(self, st, st.codec)
             self._local.appender = a
             if not hasattr(self, "_appenders"):
                 self._appenders: list[Appender] = []
             self._appenders.append(a)
         if codec is not None:
-            assert isinstance(a, _codecs.CodecAppender)
+            assert isinstance(a, codecs.CodecAppender)
             if codec.encryption is not None and self._keys is None:
                 raise ChronqError(f"{self.path}: an encrypting codec needs the queue opened with keys=")
             a.codec = codec
@@ -486,7 +482,7 @@ class Queue:
                 _refuse_sink(self, f"a replicated named tailer ({name!r}) is moved only by its source")
         if self.table is not None and not self.readonly:
             self.table.refresh_listing(self.fresh_cycles)  # as Java's createTailer
-        t = Tailer(self, name) if self._codec is None else _codecs.CodecTailer(self, name, self._codec)
+        t = Tailer(self, name) if self._codec is None else codecs.CodecTailer(self, name, self._codec)
         if name is not None:
             self._named.add(t)
         return t

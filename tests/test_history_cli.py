@@ -14,7 +14,7 @@ import pytest
 
 import chronq
 import rpc
-from chronq.history import PERCENTILES, Histogram
+from chronq.latency import PERCENTILES, Histogram
 from wire.history import read_history
 
 SCRIPT = Path(sys.executable).with_name("chronq")

@@ -46,7 +46,7 @@ EXPORTS: dict[str, list[str]] = {
         "ChronqError", "CorruptQueueError", "IndexNotFoundError", "QueueLockedError",
         "RollCycleMismatchError", "WireError",
     ],
-    "chronq.history": [
+    "chronq.latency": [
         "FRACTION_BITS", "Histogram", "HistoryReport", "METRICS", "PERCENTILES", "UNITS", "analyze",
         "draw_percentiles", "format_table", "percentile_label", "plot", "queues_read",
         "write_csv",

@@ -112,11 +112,11 @@ def test_report_without_plot_needs_no_matplotlib(spark: Any, tmp_path: Path,
 
 
 def test_spark_buckets_are_the_histograms(spark: Any) -> None:
-    # the Spark report feeds chronq.history's Histogram: its bucket expression must agree with
+    # the Spark report feeds chronq.latency's Histogram: its bucket expression must agree with
     # Histogram.bucket_of everywhere, around every power of two in particular
     from pyspark.sql import functions as F
 
-    from chronq.history import Histogram
+    from chronq.latency import Histogram
     from chronq.spark.latency import _bucket
 
     values = sorted({0, 1, 127, 128, 255, 256, 257, 10**9 + 7}

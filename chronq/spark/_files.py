@@ -31,7 +31,7 @@ _U32 = struct.Struct("<I")
 
 
 @dataclass(frozen=True)
-class Layout:
+class LiveLayout:
     """A cycle file's store layout (``chronq.store``) with its live ``writePosition`` and sequence hint."""
 
     store: StoreLayout
@@ -72,7 +72,10 @@ class Layout:
 
 
 @dataclass(frozen=True)
-class CycleFile:
+class CyclePath:
+    """A cycle file of a queue directory by number and path, as the planner lists them (the mapped file of
+    an open queue is `chronq.queue.CycleFile`)."""
+
     cycle: int
     path: str
 
@@ -105,16 +108,16 @@ def read_roll(queue_dir: str) -> RollMetadata:
     return roll
 
 
-def list_cycles(queue_dir: str) -> list[CycleFile]:
+def list_cycles(queue_dir: str) -> list[CyclePath]:
     """Cycle files of a queue directory in cycle order (``.discard`` and foreign files ignored)."""
-    return [CycleFile(cycle, str(path)) for cycle, path in queue_directory(queue_dir).cycle_files()]
+    return [CyclePath(cycle, str(path)) for cycle, path in queue_directory(queue_dir).cycle_files()]
 
 
 # --------------------------------------------------------------------------------------------- store header
 
 
-def read_layout(buf: mmap.mmap, path: str, *, aligned_headerless: bool) -> Layout | None:
-    """Layout of a cycle file, or None while its first header is still being written.
+def read_layout(buf: mmap.mmap, path: str, *, aligned_headerless: bool) -> LiveLayout | None:
+    """The live layout of a cycle file, or None while its first header is still being written.
 
     `aligned_headerless`: whether headerless (libchronicle) files pad their documents, as the
     directory says (``Directory.headerless_aligned``).
@@ -130,7 +133,7 @@ def read_layout(buf: mmap.mmap, path: str, *, aligned_headerless: bool) -> Layou
         (wp,) = _I64.unpack_from(buf, layout.write_position_offset)
         if layout.has_sequence_hint:
             (hint,) = _I64.unpack_from(buf, layout.write_position_offset + 8)
-    return Layout(layout, wp, hint)
+    return LiveLayout(layout, wp, hint)
 
 
 # --------------------------------------------------------------------------------------------- header walk

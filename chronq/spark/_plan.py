@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from chronq import _directory
 from chronq.spark import _files
-from chronq.spark._files import CycleFile, Layout
+from chronq.spark._files import CyclePath, LiveLayout
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class CycleState:
 
     cycle: int
     path: str
-    layout: Layout
+    layout: LiveLayout
     count: int  # complete data documents (next sequence number)
     end_pos: int  # first byte after the last complete document
     closed: bool  # EOF seen: nothing more will ever be appended
@@ -45,7 +45,7 @@ class Range:
     end_pos: int
 
 
-def cycle_state(cf: CycleFile, aligned_headerless: bool = True) -> CycleState | None:
+def cycle_state(cf: CyclePath, aligned_headerless: bool = True) -> CycleState | None:
     """Count the complete documents of one cycle file, or None if the file has no header yet.
 
     `aligned_headerless`: whether a headerless (libchronicle) file pads its documents (v5 queues).
@@ -78,7 +78,7 @@ def snapshot(queue_dir: str, first_cycle: int | None = None, last_cycle: int | N
     for cycle, path in directory.cycle_files():
         if not lowest <= cycle <= highest:
             continue
-        st = cycle_state(CycleFile(cycle, str(path)), directory.headerless_aligned)
+        st = cycle_state(CyclePath(cycle, str(path)), directory.headerless_aligned)
         if st is not None:
             # rows take their index from the file's own split: one of another roll cycle is refused
             _directory.check_split(st.layout.store, directory.roll)

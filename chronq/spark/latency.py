@@ -12,8 +12,8 @@ A hop is the join of queue ``k``'s messages with queue ``k-1``'s on that index:
 Timings are ``monotonic_ns``/``System.nanoTime`` values, so throughput is bucketed per minute since
 the first message of the run, not per wall-clock minute.
 
-Spark joins and counts; the percentiles are `chronq.history`'s: each hop and metric is aggregated
-into the bucket counts of a `chronq.history.Histogram` (a few hundred rows, whatever the queue's
+Spark joins and counts; the percentiles are `chronq.latency`'s: each hop and metric is aggregated
+into the bucket counts of a `chronq.latency.Histogram` (a few hundred rows, whatever the queue's
 size), from which `chronq history` computes, labels and plots its percentiles too.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chronq.errors import ChronqError
-from chronq.history import FRACTION_BITS, PERCENTILES, Histogram, draw_percentiles, percentile_label
+from chronq.latency import FRACTION_BITS, PERCENTILES, Histogram, draw_percentiles, percentile_label
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -173,7 +173,7 @@ def _require_matplotlib() -> None:
 
 
 def _bucket(ns: Column) -> Column:
-    """`chronq.history.Histogram.bucket_of` as a Spark expression (`ns` >= 0)."""
+    """`chronq.latency.Histogram.bucket_of` as a Spark expression (`ns` >= 0)."""
     from pyspark.sql import functions as F
 
     bits = F.when(ns > 0, F.floor(F.log2(ns)).cast("int") + 1).otherwise(F.lit(0))

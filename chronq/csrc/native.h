@@ -45,9 +45,9 @@ typedef struct ExcerptObject ExcerptObject;
 /* Excerpts die and are born once per iteration step: keep a few for reuse (like CPython's float freelist). */
 #define EX_FREELIST 64
 
-/* The module's state in one static struct: the types are static, so code that has no module object at
- * hand (an error deep in a read, an excerpt's dealloc) reaches it at no cost. The error classes are
- * loaded on first use (chronq.errors imports nothing of this module, but chronq imports this first). */
+/* The module's state in one struct: the types are static, so code that has no module object at hand
+ * (an error deep in a read, an excerpt's dealloc) reaches it at no cost. The error classes are loaded
+ * when the first error is raised. */
 typedef struct {
     PyObject *corrupt_queue_error; /* chronq.errors.CorruptQueueError */
     PyObject *chronq_error;        /* chronq.errors.ChronqError */

@@ -148,7 +148,8 @@ DeadLetterHook = Callable[[DeadLetter], None]
 
 class InputStatus(msgspec.Struct):
     """One input of a service: its last index, the last one the service consumed (None: none), the
-    messages between, and for how long the service has been behind (0.0 when caught up)."""
+    messages between, and for how long the service has been behind: since a status call first found
+    it behind, unless it caught up (found nothing to read) since (0.0 when caught up)."""
 
     source_id: int
     path: str
@@ -684,8 +685,9 @@ class Service:
             inp, out = self.inputs[0], self.out
             written = out.written
             got = inp.reader.read_many(self.batch) if self.batch > 1 else int(inp.reader.read_one())
-            if got:
-                inp.behind_since = None
+            if not got:
+                inp.behind_since = None  # caught up
+            else:
                 # one message that wrote: its output's history reflects it (a batch: maybe not its last)
                 self._run = None if got == 1 and out.written != written else inp
         else:
@@ -718,9 +720,9 @@ class Service:
                 self._run = None if out.written != written else inp
                 got += 1
             if got:
-                inp.behind_since = None
                 self._next = (self._next + k + 1) % n
                 return got
+            inp.behind_since = None  # caught up
         return 0
 
     def _go_live(self) -> None:

@@ -354,6 +354,12 @@ def test_retention_keeps_what_the_snapshots_need_and_says_so(tmp_path: Path) -> 
         again = rpc.Service(a, out, Summer, SERVICE_ID, snapshots=snap)
         again.run(until_idle=True)
         assert again.handler.state == svc.handler.state  # type: ignore[attr-defined]
+        archived = subprocess.run([sys.executable, "-m", "chronq", "archive", str(tmp_path / "a"),
+                                   str(tmp_path / "arch")], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                                  timeout=60)
+        assert archived.returncode == 0, archived.stderr
+        assert "archived cycle" not in archived.stdout  # what is left is what the snapshots need
+        assert f"held by service {SERVICE_ID} snapshots from cycle {a.cycles()[0]}" in archived.stderr
 
 
 def test_java_reads_the_output_and_snapshot_queues(tmp_path: Path) -> None:
@@ -477,3 +483,24 @@ def test_service_machine_long() -> None:
     run_state_machine_as_test(ServiceMachine, settings=settings(
         max_examples=150, stateful_step_count=40, deadline=None,
         suppress_health_check=[HealthCheck.too_slow]))
+
+
+def test_status_reports_lag_processed_and_snapshots_as_json(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "b", source_id=2) as b, \
+            chronq.open(tmp_path / "out", source_id=SID) as out, chronq.open(tmp_path / "snap") as snap:
+        svc = rpc.Service({1: a, 2: b}, out, Summer, SERVICE_ID, start=rpc.Start.ALL, snapshots=snap)
+        _append(a, [1, 2, 3, 4, 5], "x")
+        first = svc.status()
+        assert [(i.source_id, i.last_index, i.processed_index, i.lag_messages) for i in first.inputs] == [
+            (1, a.last_index, None, 5), (2, None, None, 0)]
+        later = svc.status()
+        assert later.inputs[0].lag_seconds >= first.inputs[0].lag_seconds  # behind since the first look
+        assert first.snapshot_index is None and first.state == "running"
+        svc.run(until_idle=True)
+        index = svc.snapshot()
+        done = svc.status()
+        assert done.processed == 5 and done.inputs[0].processed_index == a.last_index
+        assert done.inputs[0].lag_messages == 0 and done.inputs[0].lag_seconds == 0.0
+        assert done.snapshot_index == index and done.snapshot_age is not None and done.snapshot_age >= 0
+        decoded = msgspec.json.decode(msgspec.json.encode(done), type=rpc.ServiceStatus)
+        assert decoded == done

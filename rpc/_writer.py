@@ -174,12 +174,6 @@ def _body_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any], a
         ns[f"_D_{m.name}"] = whole
         body.append(f"        self._write(_D_{m.name}(_E_{m.name}, {args[0]}))")
         return body
-    if mode == "history" and m.chain is None and whole is not None:  # the history, then that C step
-        ns[f"_D_{m.name}"] = whole
-        body.append("        b_ = _history_prefix(self._start())")
-        body.append(f"        b_ += _D_{m.name}(_E_{m.name}, {args[0]})")
-        body.append("        self._write(b_)")
-        return body
     if mode == "plain":
         body.append(f"        b_ = bytearray(_E_{m.name})")
     elif mode == "history":

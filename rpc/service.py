@@ -560,8 +560,8 @@ class Service:
                     continue
                 if _record_crc(record) != record.crc:
                     raise _codec.WireError(f"CRC-32 mismatch (recorded {record.crc:#010x})")
-                if record.output_index > out_last:
-                    continue  # (a standby: the output has not caught up with it yet)
+                if record.output_index > out_last or (self.standby and not self._inputs_reach(record)):
+                    continue  # (a standby: the replicated output or inputs have not caught up with it yet)
                 state = _binary.decode_document(record.state, self._state_type())
             except (_codec.WireError, ValueError, TypeError, msgspec.ValidationError) as e:
                 why = f"{self.snapshots.path}: snapshot at index {index:#x} is unreadable: {e}"
@@ -578,6 +578,14 @@ class Service:
             self._held_output = self._last_output = record.output_index
             return record
         return None
+
+    def _inputs_reach(self, record: SnapshotRecord) -> bool:
+        for p in record.positions:
+            inp = self._by_source.get(p.source)
+            last = inp.queue.last_index if inp is not None else None
+            if inp is not None and p.index >= 0 and (last is None or last < p.index):
+                return False
+        return True
 
     def snapshot(self) -> int:
         """Write a snapshot of the handler's state now; returns its index in the snapshot queue.

@@ -504,3 +504,21 @@ def test_status_reports_lag_processed_and_snapshots_as_json(tmp_path: Path) -> N
         assert done.snapshot_index == index and done.snapshot_age is not None and done.snapshot_age >= 0
         decoded = msgspec.json.decode(msgspec.json.encode(done), type=rpc.ServiceStatus)
         assert decoded == done
+
+
+def test_a_standby_skips_a_snapshot_its_replicated_inputs_do_not_reach_yet(tmp_path: Path) -> None:
+    import shutil
+
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "out", source_id=SID) as out, \
+            chronq.open(tmp_path / "snap") as snap:
+        _append(a, [1, 2, 3], "x")
+        shutil.copytree(tmp_path / "a", tmp_path / "a-copy")  # a sink copy that lags behind
+        _append(a, [4, 5, 6], "x")
+        primary = rpc.Service(a, out, Summer, SERVICE_ID, start=rpc.Start.ALL, snapshots=snap)
+        primary.run(until_idle=True)
+        primary.snapshot()
+        with chronq.open(tmp_path / "a-copy", source_id=1) as lagging:
+            standby = rpc.Service(lagging, out, Summer, SERVICE_ID, snapshots=snap, standby=True)
+            assert standby.status().snapshot_index is None  # not the snapshot: it needs index 5
+            standby.run(until_idle=True)
+            assert standby.handler.state == State({"x": 6}, 3)  # type: ignore[attr-defined]

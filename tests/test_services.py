@@ -99,9 +99,9 @@ def test_inputs_need_distinct_source_ids_and_the_output_is_not_an_input(tmp_path
             rpc.Service([a, b], out, Summer, SERVICE_ID)
         with pytest.raises(ValueError, match="cannot be one of its inputs"):
             rpc.Service({1: a, 3: out}, out, Summer, SERVICE_ID)
-        with chronq.open(tmp_path / "out", source_id=3) as same:  # the same directory, another object
-            with pytest.raises(ValueError, match="cannot be one of its inputs"):
-                rpc.Service({1: a, 3: same}, out, Summer, SERVICE_ID)
+        same = chronq.open(tmp_path / "out", source_id=3)  # the same directory, another object
+        with same, pytest.raises(ValueError, match="cannot be one of its inputs"):
+            rpc.Service({1: a, 3: same}, out, Summer, SERVICE_ID)
         with pytest.raises(ValueError, match="standby starts from what the output reflects"):
             rpc.Service([a], out, Summer, SERVICE_ID, standby=True, start=rpc.Start.ALL)
 

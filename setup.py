@@ -41,8 +41,8 @@ setup(
     ext_modules=[
         Extension(
             "chronq._native",
-            ["chronq/_native.c"],
-            depends=["wire/_document_source.h"],
+            ["chronq/_native.c", "chronq/csrc/doorbell.c"],
+            depends=["wire/_document_source.h", "chronq/csrc/doorbell.h"],
             extra_compile_args=COMPILE,
             extra_link_args=LINK,
         ),

@@ -15,6 +15,7 @@
 #include <Python.h>
 #include <structmember.h> /* T_LONGLONG etc.: Py_T_* need 3.12 */
 #include "../wire/_document_source.h"
+#include "csrc/doorbell.h" /* doorbell */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -855,6 +856,7 @@ typedef struct {
     int64_t last_data_seq;
     IndexWork *deferred;
     Py_ssize_t n_deferred, cap_deferred;
+    DoorbellRef db; /* doorbell */
 } AppenderObject;
 
 static void App_clear_lock_view(AppenderObject *self) {
@@ -876,6 +878,7 @@ static void App_dealloc(AppenderObject *self) {
     PyObject_GC_UnTrack(self);
     PyMem_Free(self->deferred);
     App_clear_lock_view(self);
+    doorbell_clear(&self->db); /* doorbell */
     Py_CLEAR(self->g.map);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -965,6 +968,15 @@ static PyObject *App_set_lock(AppenderObject *self, PyObject *args) {
     self->lock_obj = obj;
     self->lock_p = (char *)self->lock_view.buf + off;
     self->pid = (int64_t)pid;
+    Py_RETURN_NONE;
+}
+
+/* doorbell: _set_doorbell(table_buffer | None, word_off, probe_off) (-1: none) */
+static PyObject *App_set_doorbell(AppenderObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t word_off, probe_off;
+    if (!PyArg_ParseTuple(args, "Onn", &obj, &word_off, &probe_off)) return NULL;
+    if (doorbell_set(&self->db, obj, word_off, probe_off) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1373,6 +1385,7 @@ static PyObject *App_write_impl(AppenderObject *self, PyObject *obj, int meta) {
     if (App_prepare(self) == 0) {
         index = App_put(self, data, len, meta);
         App_unlock(self);
+        if (index >= 0 && !self->lock_depth) doorbell_after_publish(&self->db, (PyObject *)self); /* doorbell */
     }
     if (v.obj) PyBuffer_Release(&v);
     if (index < 0 || App_after_write(self) < 0) return NULL;
@@ -1434,6 +1447,7 @@ static PyObject *App_write_many(AppenderObject *self, PyObject *iterable) {
         n++;
     }
     App_unlock(self);
+    if (n && !self->lock_depth) doorbell_after_publish(&self->db, (PyObject *)self); /* doorbell */
     Py_DECREF(it);
     if (failed || PyErr_Occurred() || App_after_write(self) < 0) return NULL;
     (void)batch_start;
@@ -1465,6 +1479,7 @@ static PyObject *App_commit(AppenderObject *self, PyObject *obj) {
     PyBuffer_Release(&v);
     self->claimed = 0;
     App_unlock(self);
+    if (index >= 0 && !self->lock_depth) doorbell_after_publish(&self->db, (PyObject *)self); /* doorbell */
     if (index < 0 || App_after_write(self) < 0) return NULL;
     return PyLong_FromLongLong(index);
 }
@@ -1542,6 +1557,7 @@ static PyObject *App_atomic_end(AppenderObject *self, PyObject *arg) {
         self->cache_valid = 0;
     }
     App_unlock(self);
+    if (publish && !failed && !self->lock_depth) doorbell_after_publish(&self->db, (PyObject *)self); /* doorbell */
     if (failed) return NULL;
     Py_RETURN_NONE;
 }
@@ -1574,6 +1590,7 @@ static PyMethodDef App_methods[] = {
     {"_attach", (PyCFunction)App_attach, METH_O, NULL},
     {"_detach", (PyCFunction)App_detach, METH_NOARGS, NULL},
     {"_set_lock", (PyCFunction)App_set_lock, METH_VARARGS, NULL},
+    {"_set_doorbell", (PyCFunction)App_set_doorbell, METH_VARARGS, NULL}, /* doorbell */
     {"_set_clock", (PyCFunction)App_set_clock, METH_VARARGS, NULL},
     {"_set_grow_at", (PyCFunction)App_set_grow_at, METH_VARARGS, NULL},
     {"lock", (PyCFunction)App_lock_py, METH_NOARGS,
@@ -3289,6 +3306,7 @@ static PyObject *py_write_run(PyObject *m, PyObject *args) {
     res = Py_BuildValue("nn", data, trailing);
 unlock:
     App_unlock(self);
+    if (!self->lock_depth) doorbell_after_publish(&self->db, (PyObject *)self); /* doorbell: even a failed run published some */
     if (res && App_after_write(self) < 0) Py_CLEAR(res);
 done:
     put_buf(&b);
@@ -3313,6 +3331,7 @@ static PyMethodDef module_methods[] = {
     {"read_run", (PyCFunction)py_read_run, METH_VARARGS, "copy a run of documents from a tailer"},
     {"write_run", (PyCFunction)py_write_run, METH_VARARGS, "append a run of documents through an appender"},
     {"read_payloads", (PyCFunction)(void (*)(void))py_read_payloads, METH_FASTCALL, read_payloads_doc},
+    DOORBELL_METHODS /* doorbell */
     {NULL}};
 
 static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "chronq._native",

@@ -1,0 +1,113 @@
+"""The doorbell (chronq.doorbell): appenders ring it when they publish, readers sleep on it, across
+processes, on real files. What ends a sleep is checked by what the sleeper reports (rung or timed out),
+never by how long it took."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import chronq
+from chronq.doorbell import DOORBELL_KEY
+from chronq.table import TableStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _child(code: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+
+
+def _until(cond: object, what: str, limit: float = 30.0) -> None:
+    """Poll `cond()` (a callable) until true; a bound against a hang, not a timing assertion."""
+    deadline = time.monotonic() + limit
+    while not cond():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not seen within {limit} s")
+        time.sleep(0.001)
+
+
+SLEEPER = """
+    import sys, chronq
+    q = chronq.open(sys.argv[1], readonly=True)
+    bell = q.doorbell
+    seen = bell.sequence()
+    print("armed", flush=True)
+    print("rung" if bell.wait(seen, 60.0) else "timeout", flush=True)
+"""
+
+
+def test_a_publication_in_one_process_wakes_a_sleeper_in_another(tmp_path: Path) -> None:
+    with chronq.open(tmp_path) as q:
+        a = q.appender()
+        a.write(b"first")  # the cycle exists
+        child = _child(SLEEPER, str(tmp_path))
+        assert child.stdout is not None
+        assert child.stdout.readline() == "armed\n"
+        assert q.doorbell.waiters == 1
+        a.write(b"wake up")
+        assert child.stdout.readline() == "rung\n"
+        assert child.communicate(timeout=30)[0] == ""
+        assert child.returncode == 0
+
+
+def test_nothing_published_means_a_timeout_and_the_table_store_gets_the_key_only_when_waited_on(
+        tmp_path: Path) -> None:
+    with chronq.open(tmp_path) as q:
+        q.appender().write(b"x")
+        with TableStore.open(tmp_path / "metadata.cq4t", readonly=True) as t:
+            assert DOORBELL_KEY not in t  # appending alone leaves Java's table store as it was
+        t = q.tailer()
+        assert t.read() is not None
+        assert t.wait(0.01) is False
+        bell = q.doorbell
+        assert bell.wait(bell.sequence(), 0.0) is False
+        with TableStore.open(tmp_path / "metadata.cq4t", readonly=True) as ts:
+            assert DOORBELL_KEY in ts
+
+
+def test_tailer_wait_does_not_consume(tmp_path: Path) -> None:
+    with chronq.open(tmp_path) as q:
+        a = q.appender()
+        t = q.tailer("named")
+        a.write(b"one")
+        assert t.wait(5.0) is True
+        assert t.wait(5.0) is True
+        ex = t.read()
+        assert ex is not None and ex.bytes() == b"one"
+        assert t.wait(0.0) is False
+
+
+def test_wakeup_pauser_reads_everything_another_process_writes(tmp_path: Path) -> None:
+    writer = """
+        import sys, chronq
+        q = chronq.open(sys.argv[1])
+        a = q.appender()
+        for i in range(2000):
+            a.write(i.to_bytes(4, "little"))
+    """
+    with chronq.open(tmp_path) as q:
+        q.appender().write((-1).to_bytes(4, "little", signed=True))
+        t = q.tailer()
+        assert t.read() is not None
+        p = chronq.WakeupPauser(q.doorbell)
+        child = _child(writer, str(tmp_path))
+        got = []
+        while len(got) < 2000:
+            ex = t.read()
+            if ex is None:
+                p.pause()
+                continue
+            p.reset()
+            got.append(int.from_bytes(ex.payload, "little"))
+        assert got == list(range(2000))
+        child.communicate(timeout=30)
+        assert child.returncode == 0

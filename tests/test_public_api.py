@@ -24,10 +24,12 @@ PACKAGES = ("wire", "chronq", "rpc")
 
 EXPORTS: dict[str, list[str]] = {
     "chronq": [
-        "Appender", "BusyPauser", "ChronqError", "CorruptQueueError", "Direction", "DocumentContext", "Doorbell",
+        "Appender", "BusyPauser", "ChronqError", "CorruptQueueError", "Direction", "DocumentContext",
+        "Doorbell",
         "Excerpt", "ExcerptLike", "IndexNotFoundError", "Pauser", "Queue", "QueueExcerpt", "QueueLockedError",
         "Reader", "RollCycleMismatchError",
-        "SleepingPauser", "SyncMode", "Tailer", "TailerState", "WakeupPauser", "YieldingPauser", "merge", "open",
+        "SleepingPauser", "SyncMode", "Tailer", "TailerState", "WakeupPauser", "YieldingPauser", "merge",
+        "open",
     ],
     "chronq.appender": ["Appender", "AppenderListener", "DocumentContext", "SyncMode"],
     "chronq.archive": [

@@ -63,8 +63,8 @@ def test_nothing_published_means_a_timeout_and_the_table_store_gets_the_key_only
         tmp_path: Path) -> None:
     with chronq.open(tmp_path) as q:
         q.appender().write(b"x")
-        with TableStore.open(tmp_path / "metadata.cq4t", readonly=True) as t:
-            assert DOORBELL_KEY not in t  # appending alone leaves Java's table store as it was
+        with TableStore.open(tmp_path / "metadata.cq4t", readonly=True) as before:
+            assert DOORBELL_KEY not in before  # appending alone leaves Java's table store as it was
         t = q.tailer()
         assert t.read() is not None
         assert t.wait(0.01) is False
@@ -100,7 +100,7 @@ def test_wakeup_pauser_reads_everything_another_process_writes(tmp_path: Path) -
         assert t.read() is not None
         p = chronq.WakeupPauser(q.doorbell)
         child = _child(writer, str(tmp_path))
-        got = []
+        got: list[int] = []
         while len(got) < 2000:
             ex = t.read()
             if ex is None:

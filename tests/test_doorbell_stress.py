@@ -242,6 +242,10 @@ def test_a_java_appender_is_seen_by_a_sleeping_reader(tmp_path: Path) -> None:
         assert not reader.is_alive()
         assert len(got) == n and all(b"javaAppend" in m for m in got)
         assert bell.sequence() == before  # nothing rang: every message was found by a timed look
+        cq.appender().write_document({"chronq": 1})  # rings: the reader armed the key above
+    listed = java("list", q, "-").stdout  # Java reads the queue, doorbell key and all
+    bodies = [json.loads(line).get("json") or "" for line in listed.splitlines() if line.strip()]
+    assert sum("javaAppend" in b for b in bodies) == n and sum('"chronq"' in b for b in bodies) == 2, bodies
     sleeps.sort()
     print(f"\n{len(sleeps)} sleeps of max_wait 1 ms: p50 {sleeps[len(sleeps) // 2] * 1e6:.0f} us, "
           f"max {sleeps[-1] * 1e6:.0f} us; load {_load()}")

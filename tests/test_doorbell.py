@@ -226,7 +226,8 @@ def test_an_appender_finds_the_doorbell_added_after_other_keys(tmp_path: Path) -
         assert bell.wait(seen, 0.0) is True
 
 
-def test_ringing_off_leaves_the_sleeper_to_its_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ringing_off_leaves_the_sleeper_to_its_timeout(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CHRONQ_DOORBELL", "0")
     with chronq.open(tmp_path) as q, chronq.open(tmp_path, readonly=True) as reader:
         a = q.appender()  # made while ringing is off

@@ -1,6 +1,7 @@
 """chronq: Chronicle Queue v5 for Python, a persisted broker-less queue on memory-mapped files."""
 
 from chronq.appender import Appender, DocumentContext, SyncMode
+from chronq.doorbell import Doorbell
 from chronq.errors import (
     ChronqError,
     CorruptQueueError,
@@ -9,7 +10,7 @@ from chronq.errors import (
     RollCycleMismatchError,
 )
 from chronq.merge import merge
-from chronq.pausers import BusyPauser, Pauser, SleepingPauser, YieldingPauser
+from chronq.pausers import BusyPauser, Pauser, SleepingPauser, WakeupPauser, YieldingPauser
 from chronq.queue import Queue, QueueExcerpt, open
 from chronq.tailer import Direction, Excerpt, ExcerptLike, Reader, Tailer, TailerState
 
@@ -20,6 +21,7 @@ __all__ = [
     "CorruptQueueError",
     "Direction",
     "DocumentContext",
+    "Doorbell",
     "Excerpt",
     "ExcerptLike",
     "IndexNotFoundError",
@@ -33,6 +35,7 @@ __all__ = [
     "SyncMode",
     "Tailer",
     "TailerState",
+    "WakeupPauser",
     "YieldingPauser",
     "merge",
     "open",

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from chronq import _native
+from chronq.doorbell import DOORBELL_KEY, ringing_enabled
 from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
 from chronq.table import NORMALISED_EOFS_TO, UNLOCKED, WRITE_LOCK
 
@@ -150,6 +151,7 @@ class Appender(_native.AppenderCore):
         table.register_writer()
         self._lock_off = table.acquire(WRITE_LOCK, UNLOCKED)
         self._set_lock(table.buffer, self._lock_off, os.getpid())
+        self._find_doorbell()
         self._normalise_eofs()
 
     @property
@@ -305,6 +307,7 @@ class Appender(_native.AppenderCore):
             self._atomic_end(False)
             self._abort()
             self._set_lock(None, 0, 0)
+            self._set_doorbell(None, -1, -1)
             table = self._queue.table
             if table is not None:
                 table.release_writer()
@@ -318,6 +321,23 @@ class Appender(_native.AppenderCore):
             m.sync()
 
     # -- slow paths called from C ----------------------------------------------------------------------
+    def _find_doorbell(self) -> None:
+        """Point the C publish paths at the doorbell word (`chronq.doorbell`), or, while no reader has
+        added it, at the table store's chain end, which the C calls this again for when a key appears
+        there. Also called at each roll (a key another process was adding when we last looked)."""
+        table = self._queue.table
+        if table is None or self.closed or not ringing_enabled():
+            return
+        off = table.find(DOORBELL_KEY)
+        probe = -1
+        if off is None:
+            # a header at the chain end that does not make a key (another process half-way through
+            # adding one, or killed there) would call us at every publication: watch it once per roll
+            end = table.chain_end
+            if end + 4 <= len(table.buffer) and _native.load32(table.buffer, end) == 0:
+                probe = end
+        self._set_doorbell(table.buffer, -1 if off is None else off, probe)
+
     def _attach_file(self, cf: CycleFile) -> None:
         self._file = cf
         self._attach(cf.geometry())
@@ -358,6 +378,7 @@ class Appender(_native.AppenderCore):
         cf = q.open_cycle(target, writable=True, create=True)
         assert cf is not None
         self._attach_file(cf)
+        self._find_doorbell()
 
     def _clock_end(self, cycle: int) -> int:
         return self._queue.roll_cycle.cycle_end(cycle, self._queue.epoch)

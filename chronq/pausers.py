@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"]
+if TYPE_CHECKING:
+    from chronq.doorbell import Doorbell
+
+__all__ = ["DEFAULT_MAX_WAIT", "BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "WakeupPauser",
+           "YieldingPauser"]
+
+#: how long a reader sleeping on a doorbell sleeps at most before it looks anyway: what a queue's
+#: appenders that do not ring (Java, an older chronq, a copy from another host) can cost in latency
+DEFAULT_MAX_WAIT = 0.001
 
 
 class Pauser(Protocol):
@@ -105,3 +113,49 @@ class BackoffPauser:
     def reset(self) -> None:
         self._since = 0.0
         self._sleep = self.min_sleep
+
+
+class WakeupPauser:
+    """Sleeps on a queue's doorbell (`Queue.doorbell`): woken within microseconds when an appender
+    publishes, and after at most `max_wait` seconds in any case (appenders that do not ring). An idle
+    reader costs no CPU but those `max_wait` looks.
+
+    Race-free: the first pause after a look that found something arms the doorbell and reads its
+    sequence without sleeping (the caller looks once more); each later pause sleeps only while the
+    sequence is still the one read before the caller's last look, and reads it again on waking. With
+    `spin` > 0 it first spins (yielding the CPU at each look) for that many seconds, as BackoffPauser.
+    """
+
+    def __init__(self, doorbell: Doorbell, *, max_wait: float = DEFAULT_MAX_WAIT, spin: float = 0.0) -> None:
+        if not max_wait > 0:
+            raise ValueError(f"max_wait must be positive, not {max_wait!r}")
+        self.doorbell = doorbell
+        self.max_wait = max_wait
+        self.spin = spin
+        self._since = 0.0
+        self._seen: int | None = None
+
+    def next_wait(self) -> float:
+        """0.0 while spinning (after a yield) and at the arming pause, then `max_wait`: for a caller that
+        waits on something else instead (a socket's `select`, a stop `Event`) and gives up the doorbell."""
+        if self.spin:
+            now = time.monotonic()
+            if not self._since:
+                self._since = now
+            if now - self._since < self.spin:
+                os.sched_yield()
+                return 0.0
+        if self._seen is None:
+            self._seen = self.doorbell.sequence()
+            return 0.0
+        return self.max_wait
+
+    def pause(self) -> None:
+        if self.next_wait():
+            assert self._seen is not None
+            self.doorbell.wait(self._seen, self.max_wait)
+            self._seen = self.doorbell.sequence()  # before the caller's next look
+
+    def reset(self) -> None:
+        self._since = 0.0
+        self._seen = None

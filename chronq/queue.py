@@ -20,6 +20,7 @@ from typing import Any, Concatenate, ParamSpec, TypeAlias, TypeVar
 
 from chronq import _directory, _native, codecs
 from chronq.appender import Appender
+from chronq.doorbell import Doorbell
 from chronq.errors import ChronqError, CorruptQueueError
 from chronq.rollcycles import Clock, RollCycle, SystemClock, by_name
 from chronq.store import (
@@ -135,6 +136,7 @@ class Queue:
         self._cycles: list[int] | None = None
         self._cycles_mod = -1
         self._closed = False
+        self._doorbell: Doorbell | None = None
         # tailers mapping a table-store value
         self._named: weakref.WeakSet[Tailer[ExcerptLike]] = weakref.WeakSet()
         self._users: dict[int, int] = {}  # cycle -> appenders/tailers attached to it (store-file events)
@@ -196,6 +198,8 @@ class Queue:
             if self._closed:
                 return
             self._closed = True
+            if self._doorbell is not None:
+                self._doorbell.close()
             for a in list(getattr(self, "_appenders", [])):
                 a.close()
             for t in list(self._named):
@@ -215,6 +219,16 @@ class Queue:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def doorbell(self) -> Doorbell:
+        """The queue's doorbell (see `chronq.doorbell`): sleep on it until an appender publishes."""
+        with self._lock:
+            bell = self._doorbell
+            if bell is None:
+                self.check_open()
+                bell = self._doorbell = Doorbell(self.table)
+            return bell
 
     def check_open(self) -> None:
         """Raise ChronqError if the queue was closed (internal API: retention checks it too)."""

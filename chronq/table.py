@@ -423,6 +423,16 @@ class TableStore:
         return None if hit is None else hit[1]
 
     # -- keys ------------------------------------------------------------------------------------------
+    def find(self, key: str) -> int | None:
+        """Offset of `key`'s value in `buffer`, None if no process has added it (looks for new keys)."""
+        return self._lookup(key)
+
+    @property
+    def chain_end(self) -> int:
+        """Where the next key's header will be published (0 there until some process adds a key): a
+        process waiting for a key to appear can watch that one word instead of scanning."""
+        return self._scan_pos
+
     def keys(self) -> list[str]:
         """Every key, as stored, in file order."""
         self._scan()

@@ -14,7 +14,7 @@ from typing_extensions import Buffer, TypeVar
 
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
-from chronq.pausers import Pauser, SleepingPauser
+from chronq.pausers import DEFAULT_MAX_WAIT, Pauser, SleepingPauser
 from chronq.store import load32, load64, process_alive
 from chronq.table import UNLOCKED, tailer_index_key, tailer_lock_key, tailer_version_key
 
@@ -470,6 +470,37 @@ class Tailer(_native.TailerCore[E], Generic[E]):
         if cycle not in self._queue.fresh_cycles():
             return -1
         return self._queue.count_in(cycle)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Sleep on the queue's doorbell until the next excerpt is readable (True) or `timeout` seconds
+        pass (False; None waits for ever). Nothing is consumed: the next `read()` returns it. Looks at
+        least every `chronq.pausers.DEFAULT_MAX_WAIT` seconds (appenders that do not ring)."""
+        bell = self._queue.doorbell
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            seen = bell.sequence()  # before the look: a publication after it rings
+            if self._readable():
+                return True
+            left = DEFAULT_MAX_WAIT
+            if deadline is not None:
+                left = min(left, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            bell.wait(seen, left)
+
+    def _readable(self) -> bool:
+        """Whether `read()` would return an excerpt now; the tailer stays where it is (except that
+        `last_read_index` counts the excerpt looked at)."""
+        before = (self._file, self._pos, self._seq) if self._map is not None else None
+        cycle = self._cycle
+        ex = self._read_open(False)
+        if ex is None:
+            return False
+        if before is not None and ex.cycle == cycle:
+            self._set_position(before[1], before[2])
+        else:
+            self._restore(before)
+        return True
 
     def wait_read(self, timeout: float | None = None, pauser: Pauser | None = None) -> E | None:
         """Block until an excerpt is available (or `timeout` seconds pass: None)."""

@@ -25,9 +25,11 @@ PACKAGES = ("wire", "chronq", "rpc")
 EXPORTS: dict[str, list[str]] = {
     "chronq": [
         "Appender", "BusyPauser", "ChronqError", "CorruptQueueError", "Direction", "DocumentContext",
+        "Doorbell",
         "Excerpt", "ExcerptLike", "IndexNotFoundError", "Pauser", "Queue", "QueueExcerpt", "QueueLockedError",
         "Reader", "RollCycleMismatchError",
-        "SleepingPauser", "SyncMode", "Tailer", "TailerState", "YieldingPauser", "merge", "open",
+        "SleepingPauser", "SyncMode", "Tailer", "TailerState", "WakeupPauser", "YieldingPauser", "merge",
+        "open",
     ],
     "chronq.appender": ["Appender", "AppenderListener", "DocumentContext", "SyncMode"],
     "chronq.archive": [
@@ -41,6 +43,7 @@ EXPORTS: dict[str, list[str]] = {
         "dictionary_ids", "dictionary_path", "encode", "payload_decoder", "store_dictionary",
         "stored_payload_decoder", "train_dictionary",
     ],
+    "chronq.doorbell": ["DOORBELL_KEY", "Doorbell", "ringing_enabled"],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.errors": [
         "ChronqError", "CorruptQueueError", "IndexNotFoundError", "QueueLockedError",
@@ -52,7 +55,10 @@ EXPORTS: dict[str, list[str]] = {
         "write_csv",
     ],
     "chronq.merge": ["merge"],
-    "chronq.pausers": ["BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "YieldingPauser"],
+    "chronq.pausers": [
+        "DEFAULT_MAX_WAIT", "BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "WakeupPauser",
+        "YieldingPauser",
+    ],
     "chronq.plugins": ["LoadError", "entry_point", "entry_points", "load_object"],
     "chronq.progress": ["Progress", "wanted"],
     "chronq.queue": ["CycleFile", "Queue", "QueueExcerpt", "open"],

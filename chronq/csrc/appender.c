@@ -33,6 +33,7 @@ static void App_dealloc(AppenderObject *self) {
     PyObject_GC_UnTrack(self);
     PyMem_Free(self->deferred);
     App_clear_lock_view(self);
+    doorbell_clear(&self->db); /* doorbell */
     Py_CLEAR(self->g.map);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -122,6 +123,15 @@ static PyObject *App_set_lock(AppenderObject *self, PyObject *args) {
     self->lock_obj = obj;
     self->lock_p = (char *)self->lock_view.buf + off;
     self->pid = (int64_t)pid;
+    Py_RETURN_NONE;
+}
+
+/* doorbell: _set_doorbell(table_buffer | None, word_off, probe_off) (-1: none) */
+static PyObject *App_set_doorbell(AppenderObject *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t word_off, probe_off;
+    if (!PyArg_ParseTuple(args, "Onn", &obj, &word_off, &probe_off)) return NULL;
+    if (doorbell_set(&self->db, obj, word_off, probe_off) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -530,6 +540,7 @@ static PyObject *App_write_impl(AppenderObject *self, PyObject *obj, int meta) {
     if (App_prepare(self) == 0) {
         index = App_put(self, data, len, meta);
         App_unlock(self);
+        if (index >= 0 && !self->lock_depth) doorbell_after_publish(&self->db, (PyObject *)self); /* doorbell */
     }
     if (v.obj) PyBuffer_Release(&v);
     if (index < 0 || App_after_write(self) < 0) return NULL;
@@ -591,6 +602,7 @@ static PyObject *App_write_many(AppenderObject *self, PyObject *iterable) {
         n++;
     }
     App_unlock(self);
+    if (n && !self->lock_depth) doorbell_after_publish(&self->db, (PyObject *)self); /* doorbell */
     Py_DECREF(it);
     if (failed || PyErr_Occurred() || App_after_write(self) < 0) return NULL;
     (void)batch_start;
@@ -622,6 +634,7 @@ static PyObject *App_commit(AppenderObject *self, PyObject *obj) {
     PyBuffer_Release(&v);
     self->claimed = 0;
     App_unlock(self);
+    if (index >= 0 && !self->lock_depth) doorbell_after_publish(&self->db, (PyObject *)self); /* doorbell */
     if (index < 0 || App_after_write(self) < 0) return NULL;
     return PyLong_FromLongLong(index);
 }
@@ -699,6 +712,7 @@ static PyObject *App_atomic_end(AppenderObject *self, PyObject *arg) {
         self->cache_valid = 0;
     }
     App_unlock(self);
+    if (publish && !failed && !self->lock_depth) doorbell_after_publish(&self->db, (PyObject *)self); /* doorbell */
     if (failed) return NULL;
     Py_RETURN_NONE;
 }
@@ -731,6 +745,7 @@ static PyMethodDef App_methods[] = {
     {"_attach", (PyCFunction)App_attach, METH_O, NULL},
     {"_detach", (PyCFunction)App_detach, METH_NOARGS, NULL},
     {"_set_lock", (PyCFunction)App_set_lock, METH_VARARGS, NULL},
+    {"_set_doorbell", (PyCFunction)App_set_doorbell, METH_VARARGS, NULL}, /* doorbell */
     {"_set_clock", (PyCFunction)App_set_clock, METH_VARARGS, NULL},
     {"_set_grow_at", (PyCFunction)App_set_grow_at, METH_VARARGS, NULL},
     {"lock", (PyCFunction)App_lock_py, METH_NOARGS,

@@ -82,6 +82,7 @@ static PyMethodDef module_methods[] = {
     {"read_run", (PyCFunction)py_read_run, METH_VARARGS, "copy a run of documents from a tailer"},
     {"write_run", (PyCFunction)py_write_run, METH_VARARGS, "append a run of documents through an appender"},
     {"read_payloads", (PyCFunction)(void (*)(void))py_read_payloads, METH_FASTCALL, read_payloads_doc},
+    DOORBELL_METHODS /* doorbell */
     {NULL}};
 
 static struct PyModuleDef native_module = {PyModuleDef_HEAD_INIT, "chronq._native",

@@ -23,6 +23,7 @@
 #include <structmember.h> /* T_LONGLONG etc.: Py_T_* need 3.12 */
 #include "../../wire/_document_source.h"
 #include "pyerr.h"
+#include "doorbell.h"
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -215,6 +216,7 @@ typedef struct {
     int64_t last_data_seq;
     IndexWork *deferred;
     Py_ssize_t n_deferred, cap_deferred;
+    DoorbellRef db; /* doorbell */
 } AppenderObject;
 
 extern PyTypeObject AppenderType;

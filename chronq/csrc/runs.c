@@ -246,6 +246,7 @@ PyObject *py_write_run(PyObject *m, PyObject *args) {
     res = Py_BuildValue("nn", data, trailing);
 unlock:
     App_unlock(self);
+    if (!self->lock_depth) doorbell_after_publish(&self->db, (PyObject *)self); /* doorbell: even a failed run published some */
     if (res && App_after_write(self) < 0) Py_CLEAR(res);
 done:
     put_buf(&b);

@@ -1,0 +1,221 @@
+/* The doorbell's futex protocol (see doorbell.h for the word, chronq/doorbell.py for the design). */
+#define PY_SSIZE_T_CLEAN
+#include "doorbell.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COUNT(v) (((v) >> DOORBELL_COUNT_SHIFT) & DOORBELL_COUNT_MAX)
+#define EPOCH(v) ((int64_t)(((v) >> DOORBELL_EPOCH_SHIFT) & DOORBELL_EPOCH_MASK))
+
+/* the sequence half of the word: the futex word */
+static inline uint32_t *seq_word(uint64_t *w) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return (uint32_t *)w;
+#else
+    return (uint32_t *)w + 1;
+#endif
+}
+
+/* FUTEX_WAKE without FUTEX_PRIVATE_FLAG: sleepers in other processes map the same file */
+static long futex_wake(uint64_t *w) { return syscall(SYS_futex, seq_word(w), FUTEX_WAKE, INT_MAX, NULL, NULL, 0); }
+
+void doorbell_ring_slow(uint64_t *w, uint64_t v) {
+    uint64_t n;
+    do {
+        if (!COUNT(v)) return;
+        n = (v & ~DOORBELL_SEQ_MASK) | ((v + 1) & DOORBELL_SEQ_MASK);
+    } while (!__atomic_compare_exchange_n(w, &v, n, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    if (futex_wake(w) != 0) return;
+    /* Nobody was asleep: the armed waiters are awake (looking, and they look again before they sleep:
+       they re-arm first) or dead (killed while armed). Clear the count under a new epoch, moving the
+       sequence on again so that a waiter on its way into the kernel returns at once, and wake whoever
+       got in meanwhile. Later appends cost one load again until someone arms. */
+    v = n;
+    uint64_t r = ((uint64_t)((EPOCH(n) + 1) & DOORBELL_EPOCH_MASK) << DOORBELL_EPOCH_SHIFT) |
+                 ((n + 1) & DOORBELL_SEQ_MASK);
+    if (__atomic_compare_exchange_n(w, &v, r, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) futex_wake(w);
+}
+
+void doorbell_clear(DoorbellRef *d) {
+    d->word = NULL;
+    d->probe = NULL;
+    if (d->has_view) {
+        d->has_view = 0;
+        PyBuffer_Release(&d->view);
+    }
+}
+
+int doorbell_set(DoorbellRef *d, PyObject *buf, Py_ssize_t word_off, Py_ssize_t probe_off) {
+    doorbell_clear(d);
+    if (buf == Py_None) return 0;
+    if (PyObject_GetBuffer(buf, &d->view, PyBUF_WRITABLE) < 0) return -1;
+    d->has_view = 1;
+    char *base = (char *)d->view.buf;
+    Py_ssize_t len = d->view.len;
+    if (word_off >= 0) {
+        if (word_off > len - 8 || ((uintptr_t)(base + word_off) & 7)) {
+            doorbell_clear(d);
+            PyErr_Format(PyExc_ValueError, "doorbell offset %zd is out of range or not 8-byte aligned (%zd bytes)",
+                         word_off, len);
+            return -1;
+        }
+        d->word = (uint64_t *)(base + word_off);
+    }
+    if (probe_off >= 0 && probe_off <= len - 4 && !((uintptr_t)(base + probe_off) & 3))
+        d->probe = (uint32_t *)(base + probe_off); /* past the mapping: no probe (readers fall back to max_wait) */
+    if (!d->word && !d->probe) doorbell_clear(d);
+    return 0;
+}
+
+void doorbell_probe(DoorbellRef *d, PyObject *owner) {
+    if (PyErr_Occurred()) return; /* a failed write that published part of its documents: look next time */
+    d->probe = NULL; /* _find_doorbell sets a new one */
+    PyObject *r = PyObject_CallMethod(owner, "_find_doorbell", NULL);
+    if (!r) {
+        PyErr_WriteUnraisable(owner);
+        return;
+    }
+    Py_DECREF(r);
+    if (d->word) { /* found: ring for the publication that led us here */
+        uint64_t v = __atomic_load_n(d->word, __ATOMIC_SEQ_CST);
+        if ((v >> DOORBELL_COUNT_SHIFT) & DOORBELL_COUNT_MAX) doorbell_ring_slow(d->word, v);
+    }
+}
+
+/* -------------------------------------------------------------------------- module functions */
+
+static uint64_t *word_at(PyObject *const *args, Py_buffer *view, int writable) {
+    if (PyObject_GetBuffer(args[0], view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t off = PyLong_AsSsize_t(args[1]);
+    if (off == -1 && PyErr_Occurred()) goto fail;
+    if (off < 0 || off > view->len - 8 || ((uintptr_t)((char *)view->buf + off) & 7)) {
+        PyErr_Format(PyExc_ValueError, "doorbell offset %zd is out of range or not 8-byte aligned (%zd bytes)", off,
+                     view->len);
+        goto fail;
+    }
+    return (uint64_t *)((char *)view->buf + off);
+fail:
+    PyBuffer_Release(view);
+    return NULL;
+}
+
+static int nargs_is(const char *name, Py_ssize_t nargs, Py_ssize_t want) {
+    if (nargs == want) return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", name, want, nargs);
+    return -1;
+}
+
+PyObject *doorbell_py_arm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs_is("doorbell_arm", nargs, 3) < 0) return NULL;
+    long long epoch = PyLong_AsLongLong(args[2]);
+    if (epoch == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    uint64_t *w = word_at(args, &view, 1);
+    if (!w) return NULL;
+    uint64_t v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+    long long armed;
+    for (;;) {
+        if (EPOCH(v) == epoch && COUNT(v)) { /* still counted: no ring has cleared us */
+            armed = epoch;
+            break;
+        }
+        if (COUNT(v) == DOORBELL_COUNT_MAX) {
+            armed = -1;
+            break;
+        }
+        if (__atomic_compare_exchange_n(w, &v, v + ((uint64_t)1 << DOORBELL_COUNT_SHIFT), 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST)) {
+            armed = EPOCH(v);
+            break;
+        }
+    }
+    /* the caller's next look (its loads of the queue) must not pass this arming */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(armed);
+}
+
+PyObject *doorbell_py_disarm(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs_is("doorbell_disarm", nargs, 3) < 0) return NULL;
+    long long epoch = PyLong_AsLongLong(args[2]);
+    if (epoch == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    uint64_t *w = word_at(args, &view, 1);
+    if (!w) return NULL;
+    uint64_t v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+    while (EPOCH(v) == epoch && COUNT(v) &&
+           !__atomic_compare_exchange_n(w, &v, v - ((uint64_t)1 << DOORBELL_COUNT_SHIFT), 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST)) {
+    }
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+PyObject *doorbell_py_ring(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs_is("doorbell_ring", nargs, 2) < 0) return NULL;
+    Py_buffer view;
+    uint64_t *w = word_at(args, &view, 1);
+    if (!w) return NULL;
+    uint64_t v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+    if (COUNT(v)) doorbell_ring_slow(w, v);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* doorbell_wait(buf, off, seen, epoch, timeout): sleep while the sequence is `seen` (and, epoch >= 0,
+ * the epoch is `epoch`) for at most `timeout` seconds. True once either moved on, False on timeout. */
+PyObject *doorbell_py_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs_is("doorbell_wait", nargs, 5) < 0) return NULL;
+    unsigned long long seen = PyLong_AsUnsignedLongLong(args[2]);
+    if (seen == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    if (seen > DOORBELL_SEQ_MASK) {
+        PyErr_SetString(PyExc_OverflowError, "a doorbell sequence is 32 bits");
+        return NULL;
+    }
+    long long epoch = PyLong_AsLongLong(args[3]);
+    if (epoch == -1 && PyErr_Occurred()) return NULL;
+    double timeout = PyFloat_AsDouble(args[4]);
+    if (timeout == -1.0 && PyErr_Occurred()) return NULL;
+    if (!(timeout >= 0.0) || timeout > 1e9) {
+        PyErr_Format(PyExc_ValueError, "doorbell wait timeout must be between 0 and 1e9 seconds, not %g", timeout);
+        return NULL;
+    }
+    Py_buffer view; /* held while asleep: the mapping cannot be closed under us */
+    uint64_t *w = word_at(args, &view, 0);
+    if (!w) return NULL;
+    double deadline = now_s() + timeout;
+    int rung = 0;
+    for (;;) {
+        uint64_t v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+        if ((v & DOORBELL_SEQ_MASK) != seen || (epoch >= 0 && EPOCH(v) != epoch)) {
+            rung = 1;
+            break;
+        }
+        double left = deadline - now_s();
+        if (left <= 0) break;
+        struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        long r;
+        int err;
+        Py_BEGIN_ALLOW_THREADS
+        r = syscall(SYS_futex, seq_word(w), FUTEX_WAIT, (uint32_t)seen, &ts, NULL, 0);
+        err = errno;
+        Py_END_ALLOW_THREADS
+        if (r != 0 && err == EINTR && PyErr_CheckSignals() < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(rung);
+}

@@ -1,0 +1,147 @@
+"""The queue's doorbell: appenders ring it when they publish, readers with nothing to read sleep on it.
+
+A reader that finds nothing used to poll (spin, yield or sleep on a timer); with the doorbell it sleeps in
+the kernel (a Linux futex on the shared mapping of `metadata.cq4t`) and the appender that publishes the
+next excerpt wakes it, so an idle reader costs no CPU and a woken one reacts in microseconds.
+
+The word is the int64 value of the table-store key `chronq.doorbell` (Java and older chronq ignore keys
+they do not know, and the key is added only when a reader first waits, so a queue nobody waits on keeps
+exactly Java's table store). Its bits:
+
+- 0..31, the **sequence**: every ring that finds a waiter moves it on; sleepers sleep on it (the futex
+  word), and only while it still holds the value they read before their last look;
+- 32..43, the **waiters**: doorbells *armed* since the last ring that found nobody asleep. An appender
+  loads the word after each publication and does nothing more when this is 0: one atomic load;
+- 44..63, the **epoch**: moved on by a ring that finds the armed waiters all awake (or dead): it clears
+  the count. A waiter killed while armed (SIGKILL) thus costs later appends at most one ring (the next
+  one finds nobody asleep and clears it); live waiters see the epoch change (the ring also moved the
+  sequence on) and arm again before they next sleep, so none misses a ring.
+
+The protocol, race-free: `sequence()` arms this doorbell (counts it, unless already counted in the current
+epoch) and then reads the sequence; the caller looks for its excerpt; `wait(seen, timeout)` sleeps only if
+the sequence is still `seen` (and the epoch unchanged). An appender publishes (a CAS) and then loads the
+word: either it sees the waiter armed before that look, and rings; or that look sees what it published.
+
+Appenders that do not ring (Java, an older chronq, a copy written on another host) are seen by the
+sleeper's timeout: `chronq.pausers.WakeupPauser` and `Tailer.wait` never sleep longer than `max_wait`.
+
+`CHRONQ_DOORBELL=0` in the environment turns ringing off (appenders neither ring nor look for the word;
+`ring()` does nothing): waiters then wake only on their timeouts. For A/B measurements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+from chronq import _native
+from chronq.errors import ChronqError
+from chronq.table import TableStore
+
+__all__ = ["DOORBELL_KEY", "Doorbell", "ringing_enabled"]
+
+#: the table-store key holding the doorbell word
+DOORBELL_KEY = "chronq.doorbell"
+_SEQ = 0xFFFF_FFFF
+_COUNT_SHIFT, _COUNT_MASK = 32, 0xFFF
+
+
+def ringing_enabled() -> bool:
+    """False when `CHRONQ_DOORBELL=0`: appenders do not ring (read at each appender's creation)."""
+    return os.environ.get("CHRONQ_DOORBELL", "1") != "0"
+
+
+class Doorbell:
+    """A queue's doorbell (`Queue.doorbell`). One per queue object; threads may share it.
+
+    `table` is the queue's table store. A read-only queue's doorbell opens the file writable for itself
+    when it may (arming writes the waiter count); where it may not, it can still sleep on the word but
+    is not counted, so it wakes on its timeouts (and on rings others asked for).
+    """
+
+    def __init__(self, table: TableStore | None) -> None:
+        self._table = table
+        self._own: TableStore | None = None
+        self._off: int | None = None
+        self._epoch = -1          # the epoch this doorbell is counted in (-1: not counted)
+        self._closed = False
+
+    def _word(self) -> tuple[TableStore, int] | None:
+        """The table store and the word's offset, adding the key if this process may; None without."""
+        table = self._own or self._table
+        if table is None or self._closed:
+            return None
+        if self._off is None:
+            if table.readonly:
+                path = Path(table.path)
+                if os.access(path, os.W_OK):
+                    with contextlib.suppress(OSError, ChronqError):  # e.g. a read-only mount: poll
+                        self._own = table = TableStore.open(path)
+            if table.readonly:
+                self._off = table.find(DOORBELL_KEY)
+            else:
+                self._off = table.acquire(DOORBELL_KEY, 0)
+            if self._off is None:
+                return None
+        return table, self._off
+
+    def sequence(self) -> int:
+        """Arm this doorbell (appenders ring from now on) and return the sequence to pass to `wait`.
+
+        Read it *before* the last look for new excerpts: a publication after that look then either
+        moves the sequence on or is seen by the look."""
+        at = self._word()
+        if at is None:
+            return 0
+        table, off = at
+        buf = table.buffer
+        if not table.readonly:
+            self._epoch = _native.doorbell_arm(buf, off, self._epoch)
+        return _native.load64(buf, off) & _SEQ
+
+    def wait(self, seen: int, timeout: float) -> bool:
+        """Sleep while the sequence is still `seen`, at most `timeout` seconds: True once rung (the
+        sequence moved on: look again), False on timeout."""
+        at = self._word()
+        if at is None:
+            if timeout > 0:
+                time.sleep(timeout)
+            return False
+        table, off = at
+        return _native.doorbell_wait(table.buffer, off, seen & _SEQ, self._epoch, max(0.0, timeout))
+
+    def ring(self) -> None:
+        """Wake the sleepers (if any is armed): appenders do this after every publication; call it after
+        publishing by other means (a table-store value readers wait on)."""
+        if not ringing_enabled():
+            return
+        table = self._own or self._table
+        if table is None or self._closed:
+            return
+        off = self._off if self._off is not None else table.find(DOORBELL_KEY)
+        if off is not None and not table.readonly:
+            _native.doorbell_ring(table.buffer, off)
+
+    @property
+    def waiters(self) -> int:
+        """Doorbells armed (in any process) since the last ring that found nobody asleep."""
+        table = self._own or self._table
+        if table is None:
+            return 0
+        off = self._off if self._off is not None else table.find(DOORBELL_KEY)
+        return 0 if off is None else (_native.load64(table.buffer, off) >> _COUNT_SHIFT) & _COUNT_MASK
+
+    def close(self) -> None:
+        """Stop being counted (the queue closes its doorbell)."""
+        if self._closed:
+            return
+        table = self._own or self._table
+        if table is not None and self._off is not None and self._epoch >= 0 and not table.readonly:
+            _native.doorbell_disarm(table.buffer, self._off, self._epoch)
+        self._epoch = -1
+        self._closed = True
+        if self._own is not None:
+            self._own.close()
+            self._own = None

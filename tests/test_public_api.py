@@ -92,7 +92,8 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.replication.source": ["CodecState", "SourceReader"],
     "chronq.replication.status": [
-        "DatagramCounts", "HostStatus", "LinkState", "LinkStatus", "Role", "format_status", "read_status_file",
+        "DatagramCounts", "HostStatus", "LinkState", "LinkStatus", "Role", "format_status",
+        "read_status_file",
         "status_file_path", "write_status_file",
     ],
     "chronq.retention": [

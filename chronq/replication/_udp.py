@@ -127,6 +127,8 @@ class UdpSender:
         self._key = DatagramKey(session_key(conn, sub.key))
         # the sink's udpUri (a relay, a NAT), else its own address and the port it said
         dest = sink.udp_uri if sink.udp_uri is not None else (str(conn.sock.getpeername()[0]), sub.port)
+        # unacknowledged bytes at most: what the source keeps, and what the sink's socket holds
+        self._in_flight = min(cfg.retransmit_buffer, max(sub.buffer, cfg.datagram_size))
         self._sock = socket.socket(_family(dest[0]), socket.SOCK_DGRAM)
         try:
             with contextlib.suppress(OSError):
@@ -156,7 +158,7 @@ class UdpSender:
     def can_send(self) -> bool:
         """Whether the window (datagrams and bytes unacknowledged by the sink) has room for one more."""
         return (self.next_seq - self._acked < self._cfg.window
-                and self._kept_bytes + len(self._buf) <= self._cfg.retransmit_buffer)
+                and self._kept_bytes + len(self._buf) <= self._in_flight)
 
     def read(self, reader: SourceReader, big: bytearray, max_count: int) -> tuple[int, int, int, int]:
         """The next run into a datagram: (documents, data documents, end, first index), as
@@ -244,6 +246,9 @@ class UdpReceiver:
             raise ReplicationError(f"cannot receive datagrams on {bind[0]}:{bind[1]} (udpBind): {e}") \
                 from None
         self._sock.setblocking(False)
+        # Linux reports twice what it holds of datagrams' bytes (the rest is its bookkeeping): half of it
+        self._buffer = max(1, self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2)
+        self._unacked_bytes = 0
         self._sent_key = b"" if conn.frame_auth is not None else secrets.token_bytes(32)
         self._key = DatagramKey(session_key(conn, self._sent_key))
         self._rbuf = bytearray(65536)
@@ -257,7 +262,7 @@ class UdpReceiver:
 
     def subscription(self) -> p.UdpSubscribe:
         """What the sink tells the source before its Subscribe: its port (and key, inside TLS)."""
-        return p.UdpSubscribe(int(self._sock.getsockname()[1]), self._sent_key)
+        return p.UdpSubscribe(int(self._sock.getsockname()[1]), self._buffer, self._sent_key)
 
     def _wait(self, wait: float, spin: float) -> tuple[bool, bool]:
         conn = self._conn
@@ -338,6 +343,7 @@ class UdpReceiver:
         ahead, seq = self._ahead, self.expected
         while (item := ahead.pop(seq, None)) is not None:
             out.append(p.Run(*item))
+            self._unacked_bytes += len(item[2]) + DATAGRAM_HEAD.size + TAG
             self._asked.discard(seq)
             seq += 1
         self.expected = seq
@@ -360,10 +366,13 @@ class UdpReceiver:
 
     def _ack(self, busy: bool) -> None:
         now = time.monotonic()
+        # a quarter of the window (or of the socket's bytes) on: the source never waits for an Ack
         if self.expected != self._acked and (not busy or now - self._acked_at >= ACK_EVERY
-                                             or self.expected - self._acked >= max(1, self._cfg.window // 4)):
+                                             or self.expected - self._acked >= max(1, self._cfg.window // 4)
+                                             or self._unacked_bytes >= self._buffer // 4):
             self._conn.send(p.UdpAck(self.expected))
             self._acked, self._acked_at = self.expected, now
+            self._unacked_bytes = 0
 
     def close(self) -> None:
         self._sock.close()

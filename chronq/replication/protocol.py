@@ -197,10 +197,12 @@ class Error:
 @dataclass(frozen=True)
 class UdpSubscribe:
     """A sink of a `transport: udp` queue, before its Subscribe: the UDP port it receives datagrams on,
+    the bytes its socket holds (the source never has more unacknowledged: the kernel would drop them),
     and (with TLS only, inside TLS) the 32-byte key that authenticates them; empty with the pre-shared
     key, where both sides derive it (`FrameAuth.datagram_key`)."""
 
     port: int
+    buffer: int
     key: bytes = b""
 
 
@@ -359,9 +361,10 @@ def encode(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
         _check_codec(frame.dictionary_id, len(frame.dictionary))
         body = struct.pack(">qI", frame.codec, frame.dictionary_id) + frame.dictionary
     elif isinstance(frame, UdpSubscribe):
-        if len(frame.key) not in (0, 32) or not 0 < frame.port < 65536:
-            raise ProtocolError(f"UdpSubscribe with port {frame.port} and a key of {len(frame.key)} bytes")
-        body = struct.pack(">HB", frame.port, len(frame.key)) + frame.key
+        if len(frame.key) not in (0, 32) or not 0 < frame.port < 65536 or not 0 < frame.buffer < 1 << 32:
+            raise ProtocolError(f"UdpSubscribe with port {frame.port}, buffer {frame.buffer} and a key of "
+                                f"{len(frame.key)} bytes")
+        body = struct.pack(">HIB", frame.port, frame.buffer, len(frame.key)) + frame.key
     elif isinstance(frame, UdpStart):
         body = b""
     elif isinstance(frame, (UdpPosition, UdpAck)):
@@ -511,10 +514,10 @@ def _decode(kind: int, b: _Body) -> Frame:
         _check_codec(dict_id, b.left)
         frame = QueueCodec(codec, dict_id, b.take(b.left))
     elif kind == 13:
-        port, n = b.unpack(">HB")
-        if n not in (0, 32) or port == 0:
-            raise ProtocolError(f"UdpSubscribe with port {port} and a key of {n} bytes")
-        frame = UdpSubscribe(port, b.take(n))
+        port, buffer, n = b.unpack(">HIB")
+        if n not in (0, 32) or port == 0 or buffer == 0:
+            raise ProtocolError(f"UdpSubscribe with port {port}, buffer {buffer} and a key of {n} bytes")
+        frame = UdpSubscribe(port, buffer, b.take(n))
     elif kind == 14:
         frame = UdpStart()
     elif kind in (15, 16):

@@ -303,3 +303,32 @@ def test_a_flood_from_an_unknown_sender_keeps_memory_bounded(tmp_path: Path) -> 
         source.stop()
         sink.stop()
     _check_equal(tmp_path, [2])
+
+
+def test_udp_with_tls_encrypts_the_datagrams(tmp_path: Path) -> None:
+    """With TLS the datagram key travels inside TLS and the documents are encrypted: a relay sees none
+    of the messages, and the sink still equals the source through 5% loss."""
+    from tests.test_replication_tls import tls_config
+
+    config = tls_config(tmp_path, psk=False)
+    bind = free_port()
+    secret = b"a message no one on the network reads"
+    with UdpRelay(("127.0.0.1", bind), seed=3, loss=0.05, reorder=0.02, tap=1000) as relay:
+        text = config.read_text().replace("rollCycle: TEST_SECONDLY }",
+                                          "rollCycle: TEST_SECONDLY, transport: udp }")
+        text = text.replace("baseSinkPath: sink2,", f'baseSinkPath: sink2, udpBind: "127.0.0.1:{bind}", '
+                            f'udpUri: "127.0.0.1:{relay.port}",')
+        config.write_text(text)
+        with ReplicatedQueue(config, 1) as source, ReplicatedQueue(config, 2) as sink, \
+                chronq.open(tmp_path / "source" / "queue1") as q:
+            a = q.appender()
+            last = 0
+            for i in range(3000):
+                last = a.write(secret + b" %d" % i)
+                if i % 100 == 0:
+                    time.sleep(0.002)
+            source.wait_acknowledged("queue1", last, 30)
+            (link,) = sink.status()
+        assert link.transport == "udp" and link.datagrams > 0
+        assert relay.taps and not any(secret in d for d in relay.taps)
+    _check_equal(tmp_path, [2])

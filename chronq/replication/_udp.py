@@ -5,10 +5,11 @@ A datagram holds a run of documents of one cycle as a `Run` frame does, sized to
 
     version (1 byte) | sequence (8) | first index (8) | documents (4) | the run's documents | tag (16)
 
-The tag is AES-GCM's over everything before it (no plaintext: GMAC), under the session's datagram key
-with the sequence number as the nonce. The key is the session's: with the pre-shared key both sides
-derive it from the key and both nonces (`FrameAuth.datagram_key`); with TLS the sink sends a random one
-inside TLS (`UdpSubscribe`). A datagram of another session, a forged, altered or truncated one fails its
+The tag is AES-GCM's under the session's datagram key with the sequence number as the nonce: over
+everything before it with the pre-shared key alone (GMAC: authenticated, in clear, as that mode's
+frames); with TLS the documents are encrypted as well (the head authenticated), as TLS's are. The key
+is the session's: with the pre-shared key both sides derive it from the key and both nonces
+(`FrameAuth.datagram_key`); with TLS the sink sends a random one inside TLS (`UdpSubscribe`). A datagram of another session, a forged, altered or truncated one fails its
 tag and is dropped and counted, never written; a replayed one is a duplicate of a sequence number the
 sink already holds and is dropped and counted too.
 
@@ -19,7 +20,9 @@ from a later sequence number, or from the source's `UdpPosition` (sent when the 
 every heartbeat interval: a lost tail is noticed too), and asks for the missing ones with a `Nak` over
 TCP; the source sends them again over TCP (`Datagram` frames), from the datagrams it keeps until the
 sink's `UdpAck` says they arrived. Flow control: the source never has more than `udpWindow` datagrams
-(and `udpRetransmitBuffer` bytes) unacknowledged by the sink, so whatever a sink may ask for is kept.
+(and `udpRetransmitBuffer` bytes, and the bytes the sink's socket holds, which the sink says in its
+`UdpSubscribe`) unacknowledged by the sink, so whatever a sink may ask for is kept, and a sink slower
+than the source slows its own session only.
 A session starts on TCP (`Run` frames) while the sink's backlog is large (a whole frame at a time, the
 TCP catch-up) and moves to datagrams (`UdpStart`) once it has caught up.
 """
@@ -61,20 +64,24 @@ def _nonce(seq: int) -> bytes:
 
 
 class DatagramKey:
-    """Seals and opens one session's datagrams (see the module docstring)."""
+    """Seals and opens one session's datagrams (see the module docstring). `encrypt`: the documents are
+    encrypted too (with TLS, whose link is confidential), else only authenticated (with the pre-shared
+    key alone, whose frames travel in clear as well)."""
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, encrypt: bool) -> None:
         if len(key) != 32:
             raise ProtocolError(f"a datagram key has 32 bytes, not {len(key)}")
         self._aead = AESGCM(key)
+        self.encrypt = encrypt
 
-    def seal(self, buf: bytearray, end: int) -> int:
-        """Write the tag of the datagram `buf[:end]` (its head filled in) after it; its new end."""
+    def seal(self, buf: bytearray, end: int) -> bytes:
+        """The datagram whose head and documents are `buf[:end]`, sealed."""
         seq = DATAGRAM_HEAD.unpack_from(buf, 0)[1]
+        head = DATAGRAM_HEAD.size
         with memoryview(buf) as view:
-            tag = self._aead.encrypt(_nonce(seq), b"", view[:end])
-        buf[end:end + TAG] = tag
-        return end + TAG
+            if self.encrypt:
+                return bytes(view[:head]) + self._aead.encrypt(_nonce(seq), view[head:end], view[:head])
+            return bytes(view[:end]) + self._aead.encrypt(_nonce(seq), b"", view[:end])
 
     def open(self, data: bytes | bytearray | memoryview) -> tuple[int, int, int, bytes] | None:
         """(sequence, first index, documents, their bytes) of an authentic datagram, None otherwise."""
@@ -84,12 +91,15 @@ class DatagramKey:
         _, seq, first, count = DATAGRAM_HEAD.unpack_from(data, 0)
         if first < 0 or count < 1:
             return None
+        head = DATAGRAM_HEAD.size
         with memoryview(data) as view:
             try:
+                if self.encrypt:
+                    return seq, first, count, self._aead.decrypt(_nonce(seq), view[head:], view[:head])
                 self._aead.decrypt(_nonce(seq), bytes(view[n - TAG:]), view[:n - TAG])
             except InvalidTag:
                 return None
-            return seq, first, count, bytes(view[DATAGRAM_HEAD.size:n - TAG])
+            return seq, first, count, bytes(view[head:n - TAG])
 
 
 def _counts(link: Link) -> DatagramCounts:
@@ -124,7 +134,7 @@ class UdpSender:
                  interval: float) -> None:
         """`interval`: the heartbeat interval (a busy source says its position that often)."""
         self._cfg, self._conn, self._interval = cfg, conn, interval
-        self._key = DatagramKey(session_key(conn, sub.key))
+        self._key = DatagramKey(session_key(conn, sub.key), encrypt=conn.frame_auth is None)
         # the sink's udpUri (a relay, a NAT), else its own address and the port it said
         dest = sink.udp_uri if sink.udp_uri is not None else (str(conn.sock.getpeername()[0]), sub.port)
         # unacknowledged bytes at most: what the source keeps, and what the sink's socket holds
@@ -178,8 +188,7 @@ class UdpSender:
         buf = self._out
         seq = self.next_seq
         DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
-        end = self._key.seal(buf, end)
-        data = bytes(buf[:end])
+        data = self._key.seal(buf, end)
         self._kept[seq] = data
         self._kept_bytes += len(data)
         self.next_seq = seq + 1
@@ -250,7 +259,7 @@ class UdpReceiver:
         self._buffer = max(1, self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2)
         self._unacked_bytes = 0
         self._sent_key = b"" if conn.frame_auth is not None else secrets.token_bytes(32)
-        self._key = DatagramKey(session_key(conn, self._sent_key))
+        self._key = DatagramKey(session_key(conn, self._sent_key), encrypt=conn.frame_auth is None)
         self._rbuf = bytearray(65536)
         self.counts = _counts(link)
         self.live = False

@@ -9,9 +9,10 @@ The tag is AES-GCM's under the session's datagram key with the sequence number a
 everything before it with the pre-shared key alone (GMAC: authenticated, in clear, as that mode's
 frames); with TLS the documents are encrypted as well (the head authenticated), as TLS's are. The key
 is the session's: with the pre-shared key both sides derive it from the key and both nonces
-(`FrameAuth.datagram_key`); with TLS the sink sends a random one inside TLS (`UdpSubscribe`). A datagram of another session, a forged, altered or truncated one fails its
-tag and is dropped and counted, never written; a replayed one is a duplicate of a sequence number the
-sink already holds and is dropped and counted too.
+(`FrameAuth.datagram_key`); with TLS the sink sends a random one inside TLS (`UdpSubscribe`). A
+datagram of another session, a forged, altered or truncated one fails its tag and is dropped and
+counted, never written; a replayed one is a duplicate of a sequence number the sink already holds and
+is dropped and counted too.
 
 Sequence numbers start at 0 per session, one per run, in the order the source read them. The sink
 writes them strictly in that order through its usual `write_run`, so its cycle files are the source's

@@ -332,3 +332,26 @@ def test_udp_with_tls_encrypts_the_datagrams(tmp_path: Path) -> None:
         assert link.transport == "udp" and link.datagrams > 0
         assert relay.taps and not any(secret in d for d in relay.taps)
     _check_equal(tmp_path, [2])
+
+
+def test_a_fast_source_never_overflows_the_sinks_socket(tmp_path: Path) -> None:
+    """No relay, no loss but the kernel's: the source keeps no more unacknowledged than the sink's
+    socket holds, so a burst written at once needs no datagram sent again."""
+    cfg = write_udp_config(tmp_path, 1, acknowledge=False, roll_cycle="DAILY",
+                           context=", udpDatagramSize: 65000, udpRetransmitBuffer: 268435456")
+    source, sink = Host(cfg, 1), Host(cfg, 2)
+    try:
+        with chronq.open(tmp_path / "source" / "queue1") as q:
+            a = q.appender()
+            a.write(b"first")
+            wait_until(lambda: _caught_up(tmp_path, [2]), 20, "the sink")
+            for _ in range(4):
+                a.write_many([b"%040d" % i for i in range(250_000)])
+            wait_until(lambda: _caught_up(tmp_path, [2]), 60, "the sink after the burst")
+        time.sleep(0.3)  # a status file of after the burst (written every heartbeat interval)
+        (link,) = read_status_file(status_file_path(cfg, 1)).links
+    finally:
+        source.stop()
+        sink.stop()
+    assert link.datagrams > 100 and link.retransmitted == 0, link
+    _check_equal(tmp_path, [2])

@@ -256,8 +256,13 @@ class UdpReceiver:
             raise ReplicationError(f"cannot receive datagrams on {bind[0]}:{bind[1]} (udpBind): {e}") \
                 from None
         self._sock.setblocking(False)
-        # Linux reports twice what it holds of datagrams' bytes (the rest is its bookkeeping): half of it
-        self._buffer = max(1, self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2)
+        # Linux counts each datagram queued on a socket at its allocation (its bytes and headers rounded up
+        # to a power of two) plus its bookkeeping, against the buffer it reports: the datagram bytes it
+        # surely holds are fewer
+        size = cfg.datagram_size
+        held = 1 << (size + 64 - 1).bit_length()
+        self._buffer = max(1, self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) * size
+                           // (held + 640))
         self._unacked_bytes = 0
         self._sent_key = b"" if conn.frame_auth is not None else secrets.token_bytes(32)
         self._key = DatagramKey(session_key(conn, self._sent_key), encrypt=conn.frame_auth is None)

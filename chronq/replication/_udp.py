@@ -244,8 +244,7 @@ class UdpReceiver:
 
     def __init__(self, cfg: UdpCfg, me: HostCfg, conn: Conn, link: Link) -> None:
         self._cfg, self._conn = cfg, conn
-        bind = me.udp_bind or (me.udp_uri if me.udp_uri is not None and me.udp_uri[0] == me.host
-                               else (me.host, 0))
+        bind = me.udp_bind or (me.host, 0)  # any free port of its connectUri's address: announced
         self._sock = socket.socket(_family(bind[0]), socket.SOCK_DGRAM)
         try:
             with contextlib.suppress(OSError):

@@ -172,8 +172,9 @@ def kill_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
     wait returned is in every sink that was running, with the source's bytes."""
     rng = random.Random(seed)
     binds = {h: free_port() for h in (2, 3)}
-    relays = {h: UdpRelay(("127.0.0.1", binds[h]), seed=seed + h, loss=0.05, duplicate=0.02, reorder=0.02,
-                          delay=0.02) for h in binds}
+    rates = {2: 0.001, 3: 0.05}  # the relays' loss; duplicates, reordering and delay at 2% each
+    relays = {h: UdpRelay(("127.0.0.1", binds[h]), seed=seed + h, loss=rates[h], duplicate=0.02,
+                          reorder=0.02, delay=0.02) for h in binds}
     acknowledged: dict[int, bytes] = {}
     try:
         cfg = write_udp_config(tmp_path, 2, {h: r.port for h, r in relays.items()}, binds)

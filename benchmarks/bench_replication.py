@@ -83,24 +83,32 @@ def _tls_files(folder: Path) -> None:
                  "-CAcreateserial", "-out", f"{h}.pem", "-days", "2", "-extfile", f"{h}.ext")
 
 
-def _config(folder: Path, ack: bool = False, tls: bool = False, spin_us: int | None = None) -> Path:
+def _config(folder: Path, ack: bool = False, tls: bool = False, spin_us: int | None = None, sinks: int = 1,
+            udp_size: int = 0, relay: tuple[int, int] | None = None) -> Path:
+    """`udp_size`: the queue goes over UDP in datagrams of that size; `relay`: (bind port, relay port) of
+    host 2's datagrams."""
     (folder / "key").write_text(KEY + "\n")
     extra = ""
-    host_tls = {1: "", 2: ""}
+    host_tls = dict.fromkeys(range(1, sinks + 2), "")
     if tls:
         _tls_files(folder)
         extra += " tlsCaFile: ca.pem,"
         host_tls = {h: f", tlsCertFile: host{h}.pem, tlsKeyFile: host{h}.key" for h in (1, 2)}
     if spin_us is not None:
         extra += f" busySpinMicros: {spin_us},"
+    if udp_size:
+        extra += f" udpDatagramSize: {udp_size},"
+    if relay is not None:
+        host_tls[2] += f', udpBind: "127.0.0.1:{relay[0]}", udpUri: "127.0.0.1:{relay[1]}"'
+    transport = ", transport: udp" if udp_size else ""
     cfg = folder / "cluster.yaml"
     hosts = "".join(f'  host{h}: {{ hostId: {h}, connectUri: "127.0.0.1:{_free_port()}", '
-                    f"baseSinkPath: sink{h}{host_tls[h]} }},\n" for h in (1, 2))
+                    f"baseSinkPath: sink{h}{host_tls[h]} }},\n" for h in range(1, sinks + 2))
     cfg.write_text(
         "!QueueReplicationCfg {\n cluster: {\n  context: !QueueClusterContext { heartbeatIntervalMs: 500,"
         f" heartbeatTimeoutMs: 5000, baseSourcePath: source, keyFile: key,{extra} }},\n{hosts} }},\n"
         f" queues: {{ q: {{ path: q, masterId: 1, rollCycle: DAILY, acknowledge: {'true' if ack else 'false'}"
-        " } }\n}\n")
+        f"{transport} }} }}\n}}\n")
     return cfg
 
 
@@ -382,6 +390,41 @@ def role_floor_sender(port: int, nbytes: int, rate: int, seconds: float) -> None
             s.sendall(STAMP.pack(now) + pad)
 
 
+def role_udp_floor_receiver(nbytes: int) -> None:
+    """Count datagram bytes on a UDP socket until `nbytes` came or none for 0.5 s: print its port first,
+    then the bytes received."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        s.bind(("127.0.0.1", 0))
+        s.settimeout(0.5)
+        print(s.getsockname()[1], flush=True)
+        got = 0
+        buf = bytearray(65536)
+        while got < nbytes:
+            try:
+                got += s.recv_into(buf)
+            except TimeoutError:
+                if got:
+                    break
+        print(got, flush=True)
+
+
+def role_udp_floor_sender(nbytes: int, size: int, ports: str) -> None:
+    """Send `nbytes` in datagrams of `size` bytes to each port (in turn, one datagram each); print the
+    seconds it took and this process's CPU seconds."""
+    dests = [("127.0.0.1", int(p)) for p in ports.split(",")]
+    chunk = bytes(size // MSG * MSG)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        sent = 0
+        while sent < nbytes:
+            for d in dests:
+                s.sendto(chunk, d)
+            sent += len(chunk)
+        print(time.perf_counter() - t0, time.process_time() - cpu0, flush=True)
+
+
 # -- the driver ------------------------------------------------------------------------------------------
 def _pct(lags: list[int], p: float) -> float:
     s = sorted(lags)
@@ -420,6 +463,63 @@ def replication_catch_up(folder: Path, n: int, ack: bool = False,
     return n / secs, int(rss - rss0), int(anon - anon0)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def fanout(folder: Path, n: int, udp_size: int) -> tuple[float, float]:
+    """One source to three sinks, all connected and live: (msg/s until every sink holds the last of `n`
+    messages appended at once, the source host's CPU microseconds per message). `udp_size` 0: TCP."""
+    import chronq
+
+    cfg = _config(folder, sinks=3, udp_size=udp_size)
+    with chronq.open(folder / "source/q", roll_cycle="DAILY") as q:
+        q.appender().write(bytes(MSG))
+        first = q.last_index
+    src = _host(cfg, 1)
+    sinks = [_host(cfg, h) for h in (2, 3, 4)]
+    try:
+        def at_least(index: int | None) -> None:
+            for h in (2, 3, 4):
+                path = folder / f"sink{h}/q"
+                while not (path / "metadata.cq4t").exists():
+                    time.sleep(0.001)
+                with chronq.open(path, readonly=True) as sq:
+                    while (sq.last_index or -1) < (index or 0):
+                        time.sleep(0.001)
+
+        at_least(first)
+        cpu0, t0 = _cpu_seconds(src.pid), time.perf_counter()
+        last = _fill(folder / "source/q", n)
+        at_least(last)
+        secs, cpu = time.perf_counter() - t0, _cpu_seconds(src.pid) - cpu0
+    finally:
+        for p in [src, *sinks]:
+            p.communicate("", timeout=60)
+    return n / secs, cpu / n * 1e6
+
+
+def udp_floor(n: int, size: int = 65000) -> tuple[float, float, float]:
+    """The same bytes in raw datagrams to three receivers, no flow control and no recovery: (msg/s sent
+    to every receiver, the sender's CPU microseconds per message, the least share delivered)."""
+    rxs = [_spawn("--role", "udp-floor-rx", str(n * MSG)) for _ in range(3)]
+    ports = ",".join(_line(rx) for rx in rxs)
+    tx = _spawn("--role", "udp-floor-tx", str(n * MSG), str(size), ports)
+    secs, cpu = (float(x) for x in _line(tx).split())
+    tx.communicate(timeout=60)
+    got = min(int(_line(rx)) for rx in rxs)
+    for rx in rxs:
+        rx.communicate(timeout=60)
+    return n / secs, cpu / n * 1e6, got / (n * MSG)
+
+
+def fanout_case(n: int, udp_size: int) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory() as d:
+        return fanout(Path(d), n, udp_size)
+
+
 def floor_throughput(n: int) -> float:
     port = _free_port()
     rx = _spawn("--role", "floor-rx", str(port), str(n * MSG), "0")
@@ -438,10 +538,22 @@ def _lag_cpus(pin: bool) -> tuple[int | None, int | None]:
     return (cpus[0], cpus[1]) if pin and len(cpus) >= 2 else (None, None)
 
 
-def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int, pin: bool) -> list[int]:
+def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int, pin: bool, udp_size: int = 0,
+                    loss: float = 0.0) -> list[int]:
+    """`udp_size`: over UDP; `loss`: its datagrams through a relay that drops that share (and
+    duplicates, reorders and delays half as many)."""
     import chronq
 
-    cfg = _config(folder, spin_us=spin_us)
+    relay = None
+    if loss:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.udp_relay import UdpRelay
+
+        bind = _free_port()
+        relay = UdpRelay(("127.0.0.1", bind), seed=1, loss=loss, duplicate=loss / 2, reorder=loss / 2,
+                         delay=loss / 2, max_delay=0.0005)
+    cfg = _config(folder, spin_us=spin_us, udp_size=udp_size,
+                  relay=None if relay is None else (bind, relay.port))
     with chronq.open(folder / "source/q", roll_cycle="DAILY"):
         pass
     count = int(rate * seconds)
@@ -467,6 +579,8 @@ def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int, pin: 
                 proc.communicate()
         for h in hosts:
             h.communicate("", timeout=60)
+        if relay is not None:
+            relay.close()
     return lags
 
 
@@ -525,6 +639,10 @@ def main() -> None:
             role_floor_receiver(int(args[0]), int(args[1]), int(args[2]))
         elif r == "floor-tx":
             role_floor_sender(int(args[0]), int(args[1]), int(args[2]), float(args[3]))
+        elif r == "udp-floor-rx":
+            role_udp_floor_receiver(int(args[0]))
+        elif r == "udp-floor-tx":
+            role_udp_floor_sender(int(args[0]), int(args[1]), args[2])
         return
     n = a.n or (1_000_000 if a.quick else 5_000_000)
     seconds = a.seconds or (1.0 if a.quick else 5.0)
@@ -552,6 +670,29 @@ def main() -> None:
                              _pct(fl, 0.5), p50 <= LAG_P50, ".1f"))
             rows.append(_row(f"lag p99 at {rate:,} msg/s, {how} (us)", p99, f"<= {LAG_P99}",
                              _pct(fl, 0.99), p99 <= LAG_P99, ".1f"))
+    if "fanout" in cases:
+        tcp, tcp_cpu = fanout_case(n, 0)
+        rows.append(_row("1 -> 3 sinks, TCP (msg/s to each)", tcp, f">= {TARGETS['plain']:,}", None,
+                         tcp >= TARGETS["plain"]))
+        rows.append(_row("1 -> 3 sinks, TCP: source CPU/msg (us)", tcp_cpu, "-", None, True, ".3f"))
+        fl, fl_cpu, delivered = udp_floor(n)
+        for size in (1472, 65000):
+            udp, udp_cpu = fanout_case(n, size)
+            rows.append(_row(f"1 -> 3 sinks, UDP {size} B (msg/s to each)", udp, f">= {TARGETS['plain']:,}",
+                             fl, udp >= TARGETS["plain"]))
+            rows.append(_row(f"1 -> 3 sinks, UDP {size} B: source CPU/msg (us)", udp_cpu,
+                             f"<= {tcp_cpu / 2:.3f}", fl_cpu, udp_cpu <= tcp_cpu / 2, ".3f"))
+        rows.append(f"{'raw UDP floor: share delivered':<40}{delivered:>14.3f}")
+    if "udp-lag" in cases:
+        for spin, loss in ((0, 0.0), (0, 0.01), (a.spin_us, 0.0), (a.spin_us, 0.01)):
+            with tempfile.TemporaryDirectory() as d:
+                lags = replication_lag(Path(d), 100_000, seconds, spin, not a.no_pin, 1472, loss)
+            p50, p99 = _pct(lags, 0.5), _pct(lags, 0.99)
+            how = f"UDP, {loss:.0%} loss, " + (f"spin {spin} us" if spin else "sleeping")
+            rows.append(_row(f"lag p50 at 100,000 msg/s, {how} (us)", p50, f"<= {LAG_P50}",
+                             None, p50 <= LAG_P50, ".1f"))
+            rows.append(_row(f"lag p99 at 100,000 msg/s, {how} (us)", p99,
+                             f"<= {LAG_P99}" if not loss else "-", None, p99 <= LAG_P99 or bool(loss), ".1f"))
     if "steps" in cases:
         for step, us in path_steps(min(n, 200_000)):
             rows.append(f"{'step: ' + step + ' (us)':<40}{us:>14.2f}")

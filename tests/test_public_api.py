@@ -75,7 +75,8 @@ EXPORTS: dict[str, list[str]] = {
         "CLOCK_SLACK_MS", "MAX_CYCLE_LENGTH_MS", "MAX_CYCLE_SHIFT", "MAX_EPOCH_MS", "MAX_INDEX_COUNT",
         "MAX_INDEX_SPACING", "IndexBound", "queue_roll_cycle",
     ],
-    "chronq.replication.config": ["HostCfg", "QueueCfg", "ReplicationConfig", "load_config", "parse_config"],
+    "chronq.replication.config": ["HostCfg", "QueueCfg", "ReplicationConfig", "UdpCfg", "load_config",
+                                  "parse_config"],
     "chronq.replication.endpoints": ["ReplicatedQueue"],
     "chronq.replication.errors": [
         "AcknowledgementTimeout", "AuthenticationError", "ConfigError", "ProtocolError", "ReplicationError",
@@ -89,7 +90,7 @@ EXPORTS: dict[str, list[str]] = {
         "Ack", "Auth", "Challenge", "DEFAULT_MAX_FRAME", "Error", "Excerpts", "Frame", "FrameAuth",
         "FrameDecoder", "Heartbeat", "Hello", "MAX_HOST_ID", "MAX_MAX_FRAME", "NONCE_SIZE", "QueueCodec",
         "QueueInfo", "RUN_HEAD", "RUN_META", "Run", "Subscribe", "TailerPositions", "VERSION", "encode",
-        "proof", "run_head",
+        "proof", "run_head", "Datagram", "Nak", "UdpAck", "UdpPosition", "UdpStart", "UdpSubscribe",
     ],
     "chronq.replication.sink": [
         "CycleClock", "Excerpt", "Position", "SinkWriter", "is_store_document", "read_position",
@@ -97,7 +98,8 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.replication.source": ["CodecState", "SourceReader"],
     "chronq.replication.status": [
-        "HostStatus", "LinkState", "LinkStatus", "Role", "format_status", "read_status_file",
+        "DatagramCounts", "HostStatus", "LinkState", "LinkStatus", "Role", "format_status",
+        "read_status_file",
         "status_file_path", "write_status_file",
     ],
     "chronq.retention": [

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.replication_support import free_port
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "replication.md"
@@ -19,8 +21,16 @@ def _block(lang: str) -> str:
     return found.group(1)
 
 
-def test_two_process_example_runs(tmp_path: Path) -> None:
-    config = _block("yaml").replace("PORT1", str(free_port())).replace("PORT2", str(free_port()))
+def _udp_config() -> str:
+    """The configuration of the example's UDP variant (the yaml block with `transport: udp`)."""
+    (found,) = [b for b in re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S) if "transport: udp" in b]
+    return str(found)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "udp"])
+def test_two_process_example_runs(tmp_path: Path, transport: str) -> None:
+    config = _block("yaml") if transport == "tcp" else _udp_config()
+    config = config.replace("PORT1", str(free_port())).replace("PORT2", str(free_port()))
     (tmp_path / "cluster.yaml").write_text(config)
     bindir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}

@@ -14,16 +14,22 @@ from chronq.replication.protocol import (
     Ack,
     Auth,
     Challenge,
+    Datagram,
     Error,
     Excerpts,
     Frame,
     FrameDecoder,
     Heartbeat,
     Hello,
+    Nak,
     QueueCodec,
     QueueInfo,
     Run,
     Subscribe,
+    UdpAck,
+    UdpPosition,
+    UdpStart,
+    UdpSubscribe,
     encode,
 )
 from chronq.replication.sink import is_store_document
@@ -58,6 +64,13 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     runs,
     st.builds(QueueCodec, i64),
     st.builds(QueueCodec, i64, st.integers(1, (1 << 32) - 1), st.binary(min_size=1, max_size=200)),
+    st.builds(UdpSubscribe, st.integers(1, 65535), st.integers(1, (1 << 32) - 1),
+              st.sampled_from([b"", bytes(range(32))])),
+    st.just(UdpStart()),
+    st.builds(UdpPosition, st.integers(0, (1 << 63) - 1)),
+    st.builds(UdpAck, st.integers(0, (1 << 63) - 1)),
+    st.builds(Nak, st.integers(0, (1 << 63) - 1), st.integers(1, (1 << 32) - 1)),
+    st.builds(Datagram, st.binary(max_size=200)),
 )
 
 

@@ -19,6 +19,7 @@ import time
 from chronq.pausers import BackoffPauser
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Host, describe, is_cut, is_failure
+from chronq.replication._udp import UdpReceiver
 from chronq.replication.bounds import IndexBound, queue_roll_cycle
 from chronq.replication.config import QueueCfg
 from chronq.replication.errors import AuthenticationError, ProtocolError, ReplicationError, SplitBrainError
@@ -190,21 +191,33 @@ class SinkEndpoint:
     def _conversation(self, conn: Conn) -> None:
         info = self._handshake(conn)
         rc = check_queue_info(info, self._qc)  # before the sink queue is opened or created with it
-        with SinkWriter(self.path, rc, info.epoch, source_host=info.host_id) as writer:
-            pos = writer.position
-            last, digest = last_excerpt(writer.queue)
-            nxt = -1 if pos.next_index is None else pos.next_index
-            conn.send(p.Subscribe(nxt, pos.metadata, last, digest))
-            link = self._link
-            link.set_state(LinkState.REPLICATING)
-            link.sent(writer.last_data_index, time.time())
-            link.acked(writer.last_data_index)
-            self.subscribed = True
-            self._receive(conn, writer, IndexBound(rc, info.epoch, conn.peer))
+        udp = None
+        if self._qc.transport == "udp":  # its port (and key, inside TLS) before the subscription
+            cfg = self._host.config
+            udp = UdpReceiver(cfg.udp, cfg.host(self._host.host_id), conn, self._link)
+        try:
+            with SinkWriter(self.path, rc, info.epoch, source_host=info.host_id) as writer:
+                if udp is not None:
+                    conn.send(udp.subscription())
+                pos = writer.position
+                last, digest = last_excerpt(writer.queue)
+                nxt = -1 if pos.next_index is None else pos.next_index
+                conn.send(p.Subscribe(nxt, pos.metadata, last, digest))
+                link = self._link
+                link.set_state(LinkState.REPLICATING)
+                link.sent(writer.last_data_index, time.time())
+                link.acked(writer.last_data_index)
+                self.subscribed = True
+                self._receive(conn, writer, IndexBound(rc, info.epoch, conn.peer), udp)
+        finally:
+            if udp is not None:
+                udp.close()
 
-    def _receive(self, conn: Conn, writer: SinkWriter, bound: IndexBound) -> None:
+    def _receive(self, conn: Conn, writer: SinkWriter, bound: IndexBound,
+                 udp: UdpReceiver | None = None) -> None:
         """Write what the source sends, acknowledging it, until the stop or an error. A document in a
-        cycle beyond the present (`bound`) is refused before anything of its frame is written."""
+        cycle beyond the present (`bound`) is refused before anything of its frame is written. With
+        `udp`, runs come in sequence order from the datagrams too (`UdpReceiver.poll`)."""
         cfg, stop, qc, link = self._host.config, self._host.stop, self._qc, self._link
         interval = cfg.heartbeat_interval_ms / 1000
         spin = cfg.busy_spin_us / 1e6
@@ -216,7 +229,8 @@ class SinkEndpoint:
         acked_upto, acked_at = writer.last_data_index, 0.0
         while not stop.is_set():
             quiet = acked_upto == writer.last_data_index
-            frames = conn.poll(min(interval, 0.1) if quiet else ack_every, spin)
+            wait = min(interval, 0.1) if quiet else ack_every
+            frames = conn.poll(wait, spin) if udp is None else udp.poll(wait, spin)
             for f in frames:
                 if isinstance(f, p.Run):
                     bound.check(f.first_index, "Run")  # one cycle: the writer refuses a run across two

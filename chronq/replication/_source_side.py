@@ -23,6 +23,7 @@ import chronq
 from chronq.pausers import BackoffPauser
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Host, Link, describe, is_cut, is_failure
+from chronq.replication._udp import CAUGHT_UP, UdpSender
 from chronq.replication.bounds import IndexBound
 from chronq.replication.config import QueueCfg
 from chronq.replication.errors import AuthenticationError, ProtocolError, ReplicationError, SplitBrainError
@@ -148,8 +149,10 @@ class _Stream:
     tailer positions as they change, Acks in."""
 
     def __init__(self, host: Host, conn: Conn, q: chronq.Queue, qc: QueueCfg, sink_host: int,
-                 start: Position, verified: int, link: Link) -> None:
-        """`start`: where the sink ends; `verified`: its last excerpt, which this queue holds too."""
+                 start: Position, verified: int, link: Link, udp: UdpSender | None = None) -> None:
+        """`start`: where the sink ends; `verified`: its last excerpt, which this queue holds too;
+        `udp`: the sink's datagrams (`transport: udp`), None over TCP alone."""
+        self.udp = udp
         cfg = host.config
         self.host, self.conn, self.q, self.qc, self.sink_host, self.link = host, conn, q, qc, sink_host, link
         assert q.table is not None
@@ -182,19 +185,34 @@ class _Stream:
                 if now >= positions_at:
                     snap = _tailer_positions(self.table)
                     positions_at = now + POSITIONS_EVERY
-                docs, data, end, first = self.reader.read_run(frame, head, len(frame), RUN_COUNT)
+                udp = self.udp
+                if udp is None or not udp.live:
+                    docs, data, end, first = self.reader.read_run(frame, head, len(frame), RUN_COUNT)
+                elif udp.can_send():  # else the sink's window is full: wait for its UdpAck
+                    docs, data, end, first = udp.read(self.reader, frame, RUN_COUNT)
+                else:
+                    docs = data = end = first = 0
                 if docs:
                     if self.sent_upto == self.recorded:  # the oldest unrecorded read: the lag counts from it
                         self.read_at = time.time()
-                    for value, dict_id, dictionary in self.codec.news(data):
+                    news = self.codec.news(data)
+                    for value, dict_id, dictionary in news:
                         conn.send(p.QueueCodec(value, dict_id, dictionary))
-                    p.run_head(frame, end, first, docs)
-                    conn.send_bytes(frame_view[:end])
+                    if udp is not None and udp.live:
+                        udp.send(first, docs, end, over_tcp=bool(news))
+                    else:
+                        p.run_head(frame, end, first, docs)
+                        conn.send_bytes(frame_view[:end])
+                        if udp is not None and end < len(frame) // CAUGHT_UP:
+                            udp.start()  # the catch-up over TCP is done
                     if data:
                         self.sent_upto = self.ackable = first + data - 1
                     idling = False
                     wait = 0.0
                 else:
+                    if udp is not None:
+                        udp.start()
+                        udp.quiet(now)
                     if now - conn.last_send >= interval:
                         conn.send(p.Heartbeat())
                     # idle: look again at once while spinning, then wait ever longer (to IDLE_POLL) for
@@ -218,11 +236,18 @@ class _Stream:
                 self.table.set_max(LAST_INDEX_REPLICATED, self.sent_upto)
             self.link.set_state(LinkState.DISCONNECTED)
             self.reader.close()
+            if self.udp is not None:
+                self.udp.close()
 
     def _send_positions(self, snap: dict[str, tuple[int, int]], sending: bool) -> None:
-        # a tailer's index is the next one it reads: the sink must hold all before it
+        # a tailer's index is the next one it reads: the sink must hold all before it. Datagrams may
+        # still be on their way (or lost) when a TCP frame arrives: over UDP, what it acknowledged
+        if self.udp is not None and self.udp.live:
+            sending, holds = True, self.link.acknowledged
+        else:
+            holds = self.sent_upto
         moved = [(n, i, v) for n, (i, v) in sorted(snap.items())
-                 if self.positions_sent.get(n) != (i, v) and (not sending or i <= self.sent_upto + 1)]
+                 if self.positions_sent.get(n) != (i, v) and (not sending or i <= holds + 1)]
         if moved:
             self.conn.send(p.TailerPositions(moved))
             self.positions_sent.update((n, (i, v)) for n, i, v in moved)
@@ -246,6 +271,8 @@ class _Stream:
                                         f"excerpt it holds or was sent ({self.ackable:#x})")
                 self.link.acked(f.index)
                 self.host.acknowledged(self.qc, f.index, self.table)
+            elif self.udp is not None and self.udp.handle(f):  # its UdpAck or Nak
+                continue
             elif not isinstance(f, p.Heartbeat):
                 raise ProtocolError(f"unexpected {type(f).__name__} from a sink")
         if time.monotonic() - conn.last_recv > conn.timeout:
@@ -438,23 +465,34 @@ class SourceEndpoint:
         if qc is None:
             raise ReplicationError(f"no queue {hello.queue!r} is mastered by host {self._host.host_id}")
         with chronq.open(self._paths[qc.name]) as q:
-            start, verified = self._subscribe(conn, q, qc, hello)
+            start, verified, udp_sub = self._subscribe(conn, q, qc, hello)
             log.info("replication: %s (host %d) follows %s from %s", conn.peer, hello.host_id, qc.name, start)
             link = self._host.links.get(Role.SOURCE, qc.name, conn.peer, hello.host_id)
             link.set_state(LinkState.REPLICATING, conn.peer)
             link.acked(verified)  # what the sink already holds counts as acknowledged
+            udp = None
+            if udp_sub is not None:
+                udp = UdpSender(self._host.config.udp, conn, udp_sub, self._host.config.host(hello.host_id),
+                                link, self._host.config.heartbeat_interval_ms / 1000)
             try:
-                _Stream(self._host, conn, q, qc, hello.host_id, start, verified, link).run()
+                _Stream(self._host, conn, q, qc, hello.host_id, start, verified, link, udp).run()
             except Exception as e:
                 if is_failure(e):
                     link.fail(describe(e))
                 raise
 
-    def _subscribe(self, conn: Conn, q: chronq.Queue, qc: QueueCfg, hello: p.Hello) -> tuple[Position, int]:
-        """Send the queue's roll cycle, take the sink's Subscribe, back-fill from a sink that is ahead and
-        check that both hold the same history: where the sink's stream starts, and the sink's last
-        excerpt (-1: none), which this queue holds too."""
+    def _subscribe(self, conn: Conn, q: chronq.Queue, qc: QueueCfg,
+                   hello: p.Hello) -> tuple[Position, int, p.UdpSubscribe | None]:
+        """Send the queue's roll cycle, take the sink's Subscribe (after its UdpSubscribe for a
+        `transport: udp` queue), back-fill from a sink that is ahead and check that both hold the same
+        history: where the sink's stream starts, the sink's last excerpt (-1: none), which this queue
+        holds too, and its UdpSubscribe."""
         conn.send(_roll_info(q, self._host.host_id))
+        udp_sub: p.UdpSubscribe | None = None
+        if qc.transport == "udp":
+            got = conn.expect(p.UdpSubscribe)
+            assert isinstance(got, p.UdpSubscribe)
+            udp_sub = got
         sub = conn.expect(p.Subscribe)
         assert isinstance(sub, p.Subscribe)
         try:
@@ -468,7 +506,8 @@ class SourceEndpoint:
             _check_subscription(q, qc.name, sub, hello.host_id)
         finally:
             self._reported(qc.name, hello.host_id)
-        return Position(None if sub.next_index < 0 else sub.next_index, sub.metadata), max(-1, sub.last_index)
+        start = Position(None if sub.next_index < 0 else sub.next_index, sub.metadata)
+        return start, max(-1, sub.last_index), udp_sub
 
     def _reported(self, name: str, host: int | None) -> None:
         """Sink `host` said where it ends (None: the back-fill time is up): once every sink of the queue

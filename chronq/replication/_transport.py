@@ -22,7 +22,7 @@ from chronq.pausers import BackoffPauser
 from chronq.replication import protocol as p
 from chronq.replication.config import QueueCfg, ReplicationConfig
 from chronq.replication.errors import ConfigError, ProtocolError, ReplicationError, SplitBrainError
-from chronq.replication.status import LinkState, LinkStatus, Role
+from chronq.replication.status import DatagramCounts, LinkState, LinkStatus, Role
 from chronq.table import TableStore
 
 __all__ = [
@@ -114,6 +114,16 @@ class Conn:
             raise ProtocolError(f"{self.peer} sent frames before the handshake finished")
         self._auth = self._decoder.auth = auth
 
+    @property
+    def frame_auth(self) -> p.FrameAuth | None:
+        """The frames' authentication after a pre-shared-key handshake (None before, and with TLS)."""
+        return self._auth
+
+    @property
+    def has_pending(self) -> bool:
+        """Whether frames or bytes are waiting that a `poll(0)` would return without the socket."""
+        return bool(self._pending) or (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0)
+
     def _readable(self, wait: float) -> bool:
         # TLS may hold decrypted bytes that select() on the descriptor cannot see
         if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0:
@@ -194,6 +204,7 @@ class Link:
         self.acknowledged = -1
         # (last data index of a sent batch, time.time() it was read): the unacknowledged ones, for the lag
         self._pending: deque[tuple[int, float]] = deque()
+        self.datagrams: DatagramCounts | None = None  # a `transport: udp` link's counts (`_udp`)
 
     def set_state(self, state: LinkState, peer: str | None = None) -> None:
         with self.lock:
@@ -227,8 +238,13 @@ class Link:
         with self.lock:
             lag = time.time() - self._pending[0][1] if self._pending else 0.0
             state = self.state if self.error is None else LinkState.FAILING
+            d = self.datagrams
+            if d is None:
+                return LinkStatus(self.queue, self.role, self.peer, self.peer_host_id, state,
+                                  self.replicated, self.acknowledged, lag_messages, max(0.0, lag), self.error)
             return LinkStatus(self.queue, self.role, self.peer, self.peer_host_id, state,
-                              self.replicated, self.acknowledged, lag_messages, max(0.0, lag), self.error)
+                              self.replicated, self.acknowledged, lag_messages, max(0.0, lag), self.error,
+                              "udp", d.datagrams, d.retransmitted, d.dropped, d.duplicates, d.loss_rate)
 
 
 class Links:

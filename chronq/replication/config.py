@@ -18,6 +18,7 @@
       },
       queues: {
         queue1: { path: queue1, acknowledge: false, masterId: 1, rollCycle: FAST_DAILY },
+        queue2: { path: queue2, masterId: 1, transport: udp },   # chronq: data as datagrams (below)
       }
     }
 
@@ -28,6 +29,14 @@ travels on the network; its `path` must be relative and stay inside the base fol
 At least one of `keyFile` (a pre-shared key: both sides prove it with an HMAC) and TLS (`tlsCaFile`,
 `tlsCertFile`, `tlsKeyFile`: both sides present a certificate the CA signed) is required; both can be
 used together.
+
+`transport: udp` (per queue; `tcp` is the default) sends the queue's data as authenticated datagrams
+beside the TCP link, which stays the control channel (`chronq.replication._udp`). A sink receives them on
+its host's `udpBind` (host:port; default the address of its `connectUri`, any free port), announced to
+the source over the TCP link; the source sends them to the sink's `udpUri` where one is configured (a
+relay, a NAT) and else to the sink's address with the announced port. `udpDatagramSize` (bytes of a
+datagram, headers and tag included), `udpWindow` (datagrams in flight per sink) and `udpRetransmitBuffer`
+(bytes a source keeps per sink for retransmission) are context keys.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -43,19 +52,26 @@ from chronq.replication.errors import ConfigError
 from chronq.replication.protocol import DEFAULT_MAX_FRAME, MAX_HOST_ID, MAX_MAX_FRAME, MAX_TEXT, MIN_MAX_FRAME
 from chronq.rollcycles import by_name
 
-__all__ = ["HostCfg", "QueueCfg", "ReplicationConfig", "load_config", "parse_config"]
+__all__ = ["HostCfg", "QueueCfg", "ReplicationConfig", "UdpCfg", "load_config", "parse_config"]
 
 MIN_KEY_BYTES = 16
 DEFAULT_BUSY_SPIN_US = 100
 MAX_CONFIG_BYTES = 1 << 20  # a configuration is a few lines: a bigger file is a mistake, refused unread
 MAX_MS = 86_400_000  # heartbeats and the back-fill wait: a day at most (a timer beyond overflows threads)
 MAX_BUSY_SPIN_US = 1_000_000
+TRANSPORTS = ("tcp", "udp")
+DEFAULT_DATAGRAM = 1472  # an Ethernet MTU of 1500 less the IPv4 and UDP headers
+MIN_DATAGRAM, MAX_DATAGRAM = 512, 65507  # the largest UDP payload over IPv4
+DEFAULT_WINDOW, MAX_WINDOW = 1024, 1 << 16
+DEFAULT_RETRANSMIT = 16 << 20
+MIN_RETRANSMIT, MAX_RETRANSMIT = 64 << 10, 1 << 30
 _ROOT_KEYS = ("cluster", "queues")
 _CONTEXT_KEYS = ("heartbeatIntervalMs", "heartbeatTimeoutMs", "baseSourcePath", "baseSinkPath", "keyFile",
                  "busySpinMicros", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "maxFrameSize",
-                 "backfillTimeoutMs")
-_HOST_KEYS = ("hostId", "connectUri", "baseSourcePath", "baseSinkPath", "tlsCertFile", "tlsKeyFile")
-_QUEUE_KEYS = ("path", "acknowledge", "masterId", "rollCycle")
+                 "backfillTimeoutMs", "udpDatagramSize", "udpWindow", "udpRetransmitBuffer")
+_HOST_KEYS = ("hostId", "connectUri", "baseSourcePath", "baseSinkPath", "tlsCertFile", "tlsKeyFile",
+              "udpBind", "udpUri")
+_QUEUE_KEYS = ("path", "acknowledge", "masterId", "rollCycle", "transport")
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
@@ -69,6 +85,8 @@ class HostCfg:
     base_sink_path: Path
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    udp_bind: tuple[str, int] | None = None  # where this host's UDP sinks receive (None: connectUri's host)
+    udp_uri: tuple[str, int] | None = None  # where a source sends them (None: the sink's address)
 
 
 @dataclass(frozen=True)
@@ -78,6 +96,16 @@ class QueueCfg:
     master_id: int
     acknowledge: bool
     roll_cycle: str | None
+    transport: str = "tcp"  # "udp": data as datagrams beside the TCP control link
+
+
+@dataclass(frozen=True)
+class UdpCfg:
+    """The datagram settings of the queues with `transport: udp` (context keys)."""
+
+    datagram_size: int = DEFAULT_DATAGRAM
+    window: int = DEFAULT_WINDOW
+    retransmit_buffer: int = DEFAULT_RETRANSMIT
 
 
 @dataclass(frozen=True)
@@ -91,6 +119,7 @@ class ReplicationConfig:
     tls_ca: Path | None = None
     backfill_timeout_ms: int = 0  # 0: no back-fill (a sink ahead of its source is refused)
     busy_spin_us: int = DEFAULT_BUSY_SPIN_US  # how long an idle link spins before it sleeps
+    udp: UdpCfg = field(default_factory=UdpCfg)
 
     def host(self, host_id: int) -> HostCfg:
         try:
@@ -156,6 +185,17 @@ def _path(m: dict[str, Any], key: str, where: str, base: Path) -> Path | None:
     return None if m.get(key) is None else base / _str(m, key, where)
 
 
+def _address(m: dict[str, Any], key: str, where: str, any_port: bool = False) -> tuple[str, int] | None:
+    """An optional host:port (port 0 only where `any_port`)."""
+    if m.get(key) is None:
+        return None
+    uri = _str(m, key, where)
+    addr, sep, port_text = uri.rpartition(":")
+    if not sep or not addr or not port_text.isdigit() or not (0 if any_port else 1) <= int(port_text) < 65536:
+        raise ConfigError(f"{where}: {key} {uri!r} is not host:port")
+    return addr.strip("[]"), int(port_text)
+
+
 def _relative(text: str, where: str) -> str:
     p = PurePosixPath(text)
     if not text or p.is_absolute() or ".." in p.parts:
@@ -188,6 +228,12 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
     max_frame = _int(ctx, "maxFrameSize", where, DEFAULT_MAX_FRAME, MIN_MAX_FRAME, MAX_MAX_FRAME)
     backfill = _int(ctx, "backfillTimeoutMs", where, 0, 0, MAX_MS)
     spin = _int(ctx, "busySpinMicros", where, DEFAULT_BUSY_SPIN_US, 0, MAX_BUSY_SPIN_US)
+    udp = UdpCfg(_int(ctx, "udpDatagramSize", where, DEFAULT_DATAGRAM, MIN_DATAGRAM, MAX_DATAGRAM),
+                 _int(ctx, "udpWindow", where, DEFAULT_WINDOW, 1, MAX_WINDOW),
+                 _int(ctx, "udpRetransmitBuffer", where, DEFAULT_RETRANSMIT, MIN_RETRANSMIT, MAX_RETRANSMIT))
+    if udp.retransmit_buffer < udp.datagram_size:
+        raise ConfigError(f"{where}: udpRetransmitBuffer ({udp.retransmit_buffer}) must hold at least one "
+                          f"datagram (udpDatagramSize {udp.datagram_size})")
     src_base = _str(ctx, "baseSourcePath", where, "replica/source")
     sink_base = _str(ctx, "baseSinkPath", where, "replica/sink")
     tls_ca = _path(ctx, "tlsCaFile", where, base)
@@ -213,10 +259,9 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
         h = _map(value, where)
         _known(h, _HOST_KEYS, where)
         host_id = _int(h, "hostId", where, low=1, high=MAX_HOST_ID)
-        uri = _str(h, "connectUri", where)
-        addr, sep, port_text = uri.rpartition(":")
-        if not sep or not addr or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ConfigError(f"{where}: connectUri {uri!r} is not host:port")
+        connect = _address(h, "connectUri", where)
+        if connect is None:
+            raise ConfigError(f"{where}: connectUri is missing")
         if host_id in hosts:
             raise ConfigError(f"{where}: hostId {host_id} is used twice")
         cert = _path(h, "tlsCertFile", where, base) or ctx_cert
@@ -225,9 +270,10 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
             raise ConfigError(f"{where}: with tlsCaFile every host needs tlsCertFile and tlsKeyFile")
         if tls_ca is None and (cert is not None or cert_key is not None):
             raise ConfigError(f"{where}: tlsCertFile and tlsKeyFile need tlsCaFile in cluster.context")
-        hosts[host_id] = HostCfg(name, host_id, addr.strip("[]"), int(port_text),
+        hosts[host_id] = HostCfg(name, host_id, connect[0], connect[1],
                                  base / _str(h, "baseSourcePath", where, src_base),
-                                 base / _str(h, "baseSinkPath", where, sink_base), cert, cert_key)
+                                 base / _str(h, "baseSinkPath", where, sink_base), cert, cert_key,
+                                 _address(h, "udpBind", where, any_port=True), _address(h, "udpUri", where))
     if not hosts:
         raise ConfigError("cluster: no hosts (entries with hostId and connectUri)")
     queues: dict[str, QueueCfg] = {}
@@ -250,10 +296,20 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
                 by_name(roll)
             except ValueError as e:
                 raise ConfigError(f"{where}: {e}") from None
-        queues[name] = QueueCfg(name, _relative(_str(q, "path", where, name), where), master, ack, roll)
+        transport = _str(q, "transport", where, "tcp")
+        if transport not in TRANSPORTS:
+            raise ConfigError(f"{where}: transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+        queues[name] = QueueCfg(name, _relative(_str(q, "path", where, name), where), master, ack, roll,
+                                transport)
     if not queues:
         raise ConfigError("queues: no queue to replicate")
-    return ReplicationConfig(hosts, queues, interval, timeout, key, max_frame, tls_ca, backfill, spin)
+    if any(qc.transport == "udp" for qc in queues.values()):
+        try:
+            import cryptography  # noqa: F401  (datagrams are authenticated with its AES-GCM)
+        except ImportError:
+            raise ConfigError("queues: transport udp needs the cryptography package "
+                              "(pip install 'chronq[codecs]')") from None
+    return ReplicationConfig(hosts, queues, interval, timeout, key, max_frame, tls_ca, backfill, spin, udp)
 
 
 def load_config(path: str | os.PathLike[str]) -> ReplicationConfig:

@@ -61,6 +61,7 @@ __all__ = [
     "Ack",
     "Auth",
     "Challenge",
+    "Datagram",
     "Error",
     "Excerpts",
     "Frame",
@@ -68,11 +69,16 @@ __all__ = [
     "FrameDecoder",
     "Heartbeat",
     "Hello",
+    "Nak",
     "QueueCodec",
     "QueueInfo",
     "Run",
     "Subscribe",
     "TailerPositions",
+    "UdpAck",
+    "UdpPosition",
+    "UdpStart",
+    "UdpSubscribe",
     "encode",
     "proof",
     "run_head",
@@ -188,12 +194,64 @@ class Error:
     text: str
 
 
+@dataclass(frozen=True)
+class UdpSubscribe:
+    """A sink of a `transport: udp` queue, before its Subscribe: the UDP port it receives datagrams on,
+    the bytes its socket holds (the source never has more unacknowledged: the kernel would drop them),
+    and (with TLS only, inside TLS) the 32-byte key that authenticates them; empty with the pre-shared
+    key, where both sides derive it (`FrameAuth.datagram_key`)."""
+
+    port: int
+    buffer: int
+    key: bytes = b""
+
+
+@dataclass(frozen=True)
+class UdpStart:
+    """Source: the runs after this one come as datagrams, numbered from 0 (the catch-up over TCP is
+    done)."""
+
+
+@dataclass(frozen=True)
+class UdpPosition:
+    """Source: every datagram before `next_seq` was sent (a sink that lacks one asks for it: a lost
+    tail is noticed too). Sent when the source goes quiet and every heartbeat interval."""
+
+    next_seq: int
+
+
+@dataclass(frozen=True)
+class UdpAck:
+    """Sink: every datagram before `next_seq` arrived (the source's window moves on, and it drops them
+    from its retransmission buffer)."""
+
+    next_seq: int
+
+
+@dataclass(frozen=True)
+class Nak:
+    """Sink: datagrams `first` .. `first + count - 1` are missing: send them again (over TCP)."""
+
+    first: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Datagram:
+    """Source: a datagram's bytes sent over TCP (a retransmission, or one that must follow a TCP frame
+    in order); checked by the sink as one that came over UDP."""
+
+    data: bytes
+
+
 Frame = (Hello | Challenge | Auth | QueueInfo | Subscribe | Excerpts | Heartbeat | Ack | Error
-         | TailerPositions | Run | QueueCodec)
+         | TailerPositions | Run | QueueCodec | UdpSubscribe | UdpStart | UdpPosition | UdpAck | Nak
+         | Datagram)
 
 _TYPES: dict[type, int] = {Hello: 1, Challenge: 2, Auth: 3, QueueInfo: 4, Subscribe: 5, Excerpts: 6,
                            Heartbeat: 7, Ack: 8, Error: 9, TailerPositions: 10, Run: 11,
-                           QueueCodec: 12}
+                           QueueCodec: 12, UdpSubscribe: 13, UdpStart: 14, UdpPosition: 15, UdpAck: 16,
+                           Nak: 17, Datagram: 18}
 
 
 def proof(key: bytes, role: bytes, first: bytes, second: bytes, queue: str) -> bytes:
@@ -228,6 +286,9 @@ class FrameAuth:
         self._send = hmac.new(to_source if sink else to_sink, digestmod=hashlib.sha256)
         self._recv = hmac.new(to_sink if sink else to_source, digestmod=hashlib.sha256)
         self._sent = self._received = 0
+        # the key of the session's datagrams (`transport: udp`): another HKDF output of the same inputs
+        self.datagram_key = _hkdf(key, sink_nonce + source_nonce, b"chronq replication datagrams\0"
+                                  + queue.encode("utf-8"), 32)
 
     def seal(self, frame: bytes | bytearray | memoryview) -> bytes:
         """The tag of the next frame sent (its bytes, length prefix included)."""
@@ -299,6 +360,19 @@ def encode(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
     elif isinstance(frame, QueueCodec):
         _check_codec(frame.dictionary_id, len(frame.dictionary))
         body = struct.pack(">qI", frame.codec, frame.dictionary_id) + frame.dictionary
+    elif isinstance(frame, UdpSubscribe):
+        if len(frame.key) not in (0, 32) or not 0 < frame.port < 65536 or not 0 < frame.buffer < 1 << 32:
+            raise ProtocolError(f"UdpSubscribe with port {frame.port}, buffer {frame.buffer} and a key of "
+                                f"{len(frame.key)} bytes")
+        body = struct.pack(">HIB", frame.port, frame.buffer, len(frame.key)) + frame.key
+    elif isinstance(frame, UdpStart):
+        body = b""
+    elif isinstance(frame, (UdpPosition, UdpAck)):
+        body = struct.pack(">q", frame.next_seq)
+    elif isinstance(frame, Nak):
+        body = struct.pack(">qI", frame.first, frame.count)
+    elif isinstance(frame, Datagram):
+        body = frame.data
     else:
         body = _text(frame.text[:MAX_TEXT // 4])
     n = 1 + len(body)
@@ -439,6 +513,25 @@ def _decode(kind: int, b: _Body) -> Frame:
         codec, dict_id = b.unpack(">qI")
         _check_codec(dict_id, b.left)
         frame = QueueCodec(codec, dict_id, b.take(b.left))
+    elif kind == 13:
+        port, buffer, n = b.unpack(">HIB")
+        if n not in (0, 32) or port == 0 or buffer == 0:
+            raise ProtocolError(f"UdpSubscribe with port {port}, buffer {buffer} and a key of {n} bytes")
+        frame = UdpSubscribe(port, buffer, b.take(n))
+    elif kind == 14:
+        frame = UdpStart()
+    elif kind in (15, 16):
+        (seq,) = b.unpack(">q")
+        if seq < 0:
+            raise ProtocolError(f"negative datagram sequence {seq}")
+        frame = UdpPosition(seq) if kind == 15 else UdpAck(seq)
+    elif kind == 17:
+        first, count = b.unpack(">qI")
+        if first < 0 or count < 1:
+            raise ProtocolError(f"Nak of {count} datagrams from {first}")
+        frame = Nak(first, count)
+    elif kind == 18:
+        frame = Datagram(b.take(b.left))
     else:
         raise ProtocolError(f"unknown frame type {kind}")
     b.end()

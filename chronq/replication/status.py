@@ -22,8 +22,8 @@ from chronq._durable import write_file
 from chronq.replication.errors import ReplicationError
 from chronq.store import process_alive
 
-__all__ = ["HostStatus", "LinkState", "LinkStatus", "Role", "format_status", "read_status_file",
-           "status_file_path", "write_status_file"]
+__all__ = ["DatagramCounts", "HostStatus", "LinkState", "LinkStatus", "Role", "format_status",
+           "read_status_file", "status_file_path", "write_status_file"]
 
 
 class LinkState(enum.StrEnum):
@@ -44,6 +44,25 @@ class Role(enum.StrEnum):
 
     SOURCE = "source"
     SINK = "sink"
+
+
+@dataclass
+class DatagramCounts:
+    """What a `transport: udp` link counted over its sessions. On a source: datagrams sent and sent
+    again (asked for by the sink: lost, or late). On a sink: authentic datagrams taken, those asked for
+    again (`retransmitted`), and those dropped: failing their check (forged, altered, truncated, of
+    another session or sender) or beyond the window (`dropped`), or already held (`duplicates`:
+    duplicated or replayed)."""
+
+    datagrams: int = 0
+    retransmitted: int = 0
+    dropped: int = 0
+    duplicates: int = 0
+
+    @property
+    def loss_rate(self) -> float:
+        """The share of datagrams that had to be sent again."""
+        return self.retransmitted / max(1, self.datagrams)
 
 
 @dataclass(frozen=True)
@@ -69,6 +88,12 @@ class LinkStatus:
     lag_messages: int | None
     lag_seconds: float
     error: str | None = None  # why the link is `failing`
+    transport: str = "tcp"  # "udp": the counts below are the link's datagrams (`DatagramCounts`)
+    datagrams: int = 0
+    retransmitted: int = 0
+    dropped: int = 0
+    duplicates: int = 0
+    loss_rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -142,4 +167,7 @@ def format_status(status: HostStatus) -> str:
     if not status.links:
         lines.append("(no links yet)")
     lines += [f"{s.queue} ({s.role}, host {s.peer_host_id}): {s.error}" for s in status.links if s.error]
+    lines += [f"{s.queue} ({s.role}, host {s.peer_host_id}): udp: {s.datagrams} datagrams, {s.retransmitted} "
+              f"retransmitted ({s.loss_rate:.2%} loss), {s.dropped} dropped, {s.duplicates} duplicates"
+              for s in status.links if s.transport == "udp"]
     return "\n".join(lines)

@@ -1,0 +1,392 @@
+"""Replication data over UDP (`transport: udp`): datagrams beside the TCP link, which stays the control
+channel (handshake, authentication, subscription, acknowledgements, back-fill, retransmission requests).
+
+A datagram holds a run of documents of one cycle as a `Run` frame does, sized to `udpDatagramSize`:
+
+    version (1 byte) | sequence (8) | first index (8) | documents (4) | the run's documents | tag (16)
+
+The tag is AES-GCM's under the session's datagram key with the sequence number as the nonce: over
+everything before it with the pre-shared key alone (GMAC: authenticated, in clear, as that mode's
+frames); with TLS the documents are encrypted as well (the head authenticated), as TLS's are. The key
+is the session's: with the pre-shared key both sides derive it from the key and both nonces
+(`FrameAuth.datagram_key`); with TLS the sink sends a random one inside TLS (`UdpSubscribe`). A
+datagram of another session, a forged, altered or truncated one fails its tag and is dropped and
+counted, never written; a replayed one is a duplicate of a sequence number the sink already holds and
+is dropped and counted too.
+
+Sequence numbers start at 0 per session, one per run, in the order the source read them. The sink
+writes them strictly in that order through its usual `write_run`, so its cycle files are the source's
+byte for byte. It holds what arrived ahead of a gap (at most `udpWindow` datagrams); it learns of a gap
+from a later sequence number, or from the source's `UdpPosition` (sent when the source goes quiet and
+every heartbeat interval: a lost tail is noticed too), and asks for the missing ones with a `Nak` over
+TCP; the source sends them again over TCP (`Datagram` frames), from the datagrams it keeps until the
+sink's `UdpAck` says they arrived. Flow control: the source never has more than `udpWindow` datagrams
+(and `udpRetransmitBuffer` bytes, and the bytes the sink's socket holds, which the sink says in its
+`UdpSubscribe`) unacknowledged by the sink, so whatever a sink may ask for is kept, and a sink slower
+than the source slows its own session only.
+A session starts on TCP (`Run` frames) while the sink's backlog is large (a whole frame at a time, the
+TCP catch-up) and moves to datagrams (`UdpStart`) once it has caught up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import select
+import socket
+import struct
+import time
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from chronq.replication import protocol as p
+from chronq.replication._transport import Conn, Link
+from chronq.replication.config import HostCfg, UdpCfg
+from chronq.replication.errors import ProtocolError, ReplicationError
+from chronq.replication.source import SourceReader
+from chronq.replication.status import DatagramCounts
+
+__all__ = ["DATAGRAM_HEAD", "DATAGRAM_VERSION", "TAG", "DatagramKey", "UdpReceiver", "UdpSender"]
+
+DATAGRAM_VERSION = 1
+DATAGRAM_HEAD = struct.Struct(">BQqI")  # version, sequence, first index, documents
+TAG = 16
+READS_PER_POLL = 256  # datagrams a sink takes off its socket per poll at most (then it looks at TCP)
+SOCKET_BUFFER = 8 << 20  # bytes asked of the kernel for a UDP socket's buffer (it may give less)
+ACK_EVERY = 0.001  # s between a sink's UdpAcks on a busy link (and at once when it goes quiet)
+POSITION_AFTER = 0.0005  # s a source stays quiet after its last datagram before it says its position
+CAUGHT_UP = 2  # a TCP run filling less than 1/CAUGHT_UP of a frame: the catch-up is done, datagrams next
+
+
+def _nonce(seq: int) -> bytes:
+    return b"\0\0\0\0" + seq.to_bytes(8, "big")
+
+
+class DatagramKey:
+    """Seals and opens one session's datagrams (see the module docstring). `encrypt`: the documents are
+    encrypted too (with TLS, whose link is confidential), else only authenticated (with the pre-shared
+    key alone, whose frames travel in clear as well)."""
+
+    def __init__(self, key: bytes, encrypt: bool) -> None:
+        if len(key) != 32:
+            raise ProtocolError(f"a datagram key has 32 bytes, not {len(key)}")
+        self._aead = AESGCM(key)
+        self.encrypt = encrypt
+
+    def seal(self, buf: bytearray, end: int) -> bytes:
+        """The datagram whose head and documents are `buf[:end]`, sealed."""
+        seq = DATAGRAM_HEAD.unpack_from(buf, 0)[1]
+        head = DATAGRAM_HEAD.size
+        with memoryview(buf) as view:
+            if self.encrypt:
+                return bytes(view[:head]) + self._aead.encrypt(_nonce(seq), view[head:end], view[:head])
+            return bytes(view[:end]) + self._aead.encrypt(_nonce(seq), b"", view[:end])
+
+    def open(self, data: bytes | bytearray | memoryview) -> tuple[int, int, int, bytes] | None:
+        """(sequence, first index, documents, their bytes) of an authentic datagram, None otherwise."""
+        n = len(data)
+        if n < DATAGRAM_HEAD.size + 4 + TAG or data[0] != DATAGRAM_VERSION:
+            return None
+        _, seq, first, count = DATAGRAM_HEAD.unpack_from(data, 0)
+        if first < 0 or count < 1:
+            return None
+        head = DATAGRAM_HEAD.size
+        with memoryview(data) as view:
+            try:
+                if self.encrypt:
+                    return seq, first, count, self._aead.decrypt(_nonce(seq), view[head:], view[:head])
+                self._aead.decrypt(_nonce(seq), bytes(view[n - TAG:]), view[:n - TAG])
+            except InvalidTag:
+                return None
+            return seq, first, count, bytes(view[head:n - TAG])
+
+
+def _counts(link: Link) -> DatagramCounts:
+    """The link's datagram counters (kept across its sessions)."""
+    if link.datagrams is None:
+        link.datagrams = DatagramCounts()
+    return link.datagrams
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def session_key(conn: Conn, sent: bytes) -> bytes:
+    """The session's datagram key: derived with the pre-shared key's frame keys, else (TLS) the one the
+    sink sent inside TLS. A key sent outside TLS is refused: anyone could read it."""
+    auth = conn.frame_auth
+    if auth is not None:
+        if sent:
+            raise ProtocolError(f"{conn.peer} sent a datagram key in clear: refused")
+        return auth.datagram_key
+    if len(sent) != 32:
+        raise ProtocolError(f"{conn.peer} sent no datagram key ({len(sent)} bytes)")
+    return sent
+
+
+class UdpSender:
+    """The source's end of one sink's datagrams: reads runs sized to a datagram, sends them, keeps them
+    until acknowledged, sends them again over TCP when asked, and holds back when the window is full."""
+
+    def __init__(self, cfg: UdpCfg, conn: Conn, sub: p.UdpSubscribe, sink: HostCfg, link: Link,
+                 interval: float) -> None:
+        """`interval`: the heartbeat interval (a busy source says its position that often)."""
+        self._cfg, self._conn, self._interval = cfg, conn, interval
+        self._key = DatagramKey(session_key(conn, sub.key), encrypt=conn.frame_auth is None)
+        # the sink's udpUri (a relay, a NAT), else its own address and the port it said
+        dest = sink.udp_uri if sink.udp_uri is not None else (str(conn.sock.getpeername()[0]), sub.port)
+        # unacknowledged bytes at most: what the source keeps, and what the sink's socket holds
+        self._in_flight = min(cfg.retransmit_buffer, max(sub.buffer, cfg.datagram_size))
+        self._sock = socket.socket(_family(dest[0]), socket.SOCK_DGRAM)
+        try:
+            with contextlib.suppress(OSError):
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+            self._sock.connect(dest)
+        except OSError as e:
+            self._sock.close()
+            raise ReplicationError(f"cannot send datagrams to {dest[0]}:{dest[1]}: {e}") from None
+        self.dest = dest
+        self._buf = bytearray(cfg.datagram_size)
+        self._out = self._buf  # where the last `read` put its datagram (a big one: the TCP frame buffer)
+        self.counts = _counts(link)
+        self.live = False  # datagrams (after UdpStart), else TCP runs (the catch-up)
+        self.next_seq = 0
+        self._acked = 0  # the sink holds every datagram before this one
+        self._kept: dict[int, bytes] = {}
+        self._kept_bytes = 0
+        self._told = 0  # the last position said
+        self._sent_at = 0.0
+
+    def start(self) -> None:
+        """The catch-up over TCP is done: runs go as datagrams from now on."""
+        if not self.live:
+            self._conn.send(p.UdpStart())
+            self.live = True
+
+    def can_send(self) -> bool:
+        """Whether the window (datagrams and bytes unacknowledged by the sink) has room for one more."""
+        return (self.next_seq - self._acked < self._cfg.window
+                and self._kept_bytes + len(self._buf) <= self._in_flight)
+
+    def read(self, reader: SourceReader, big: bytearray, max_count: int) -> tuple[int, int, int, int]:
+        """The next run into a datagram: (documents, data documents, end, first index), as
+        `SourceReader.read_run`. A document larger than a datagram is read into `big` (the TCP frame
+        buffer) and goes over TCP."""
+        head = DATAGRAM_HEAD.size
+        try:
+            self._out = self._buf
+            return reader.read_run(self._buf, head, len(self._buf) - TAG, max_count)
+        except ReplicationError:
+            self._out = big
+            return reader.read_run(big, head, self._conn.max_frame - 1 - TAG, max_count)
+
+    def send(self, first: int, docs: int, end: int, over_tcp: bool) -> None:
+        """Seal and send the datagram `read` made; `over_tcp`: it must come after a TCP frame just sent
+        (a codec dictionary it may need), or it is too big for a datagram."""
+        buf = self._out
+        seq = self.next_seq
+        DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
+        data = self._key.seal(buf, end)
+        self._kept[seq] = data
+        self._kept_bytes += len(data)
+        self.next_seq = seq + 1
+        if over_tcp or buf is not self._buf:
+            self._conn.send(p.Datagram(data))
+        else:
+            with contextlib.suppress(ConnectionRefusedError):  # no socket there yet, or any more: the
+                self._sock.send(data)                           # sink asks for it again or reconnects
+        self.counts.datagrams += 1
+        now = time.monotonic()
+        self._sent_at = now
+        if now - self._conn.last_send >= self._interval:  # a heartbeat that says where the source is
+            self._tell()
+
+    def quiet(self, now: float) -> None:
+        """Nothing to send: say the position once the source has been quiet a moment (a lost tail is
+        then noticed) and every heartbeat."""
+        if self.next_seq != self._told and now - self._sent_at >= POSITION_AFTER:
+            self._tell()
+
+    def _tell(self) -> None:
+        self._conn.send(p.UdpPosition(self.next_seq))
+        self._told = self.next_seq
+
+    def handle(self, f: p.Frame) -> bool:
+        """Take a sink's UdpAck or Nak (False: not one of those)."""
+        if isinstance(f, p.UdpAck):
+            if f.next_seq > self.next_seq:
+                raise ProtocolError(f"{self._conn.peer} acknowledged datagram {f.next_seq - 1}, beyond the "
+                                    f"last one sent ({self.next_seq - 1})")
+            for seq in range(self._acked, f.next_seq):
+                self._kept_bytes -= len(self._kept.pop(seq))
+            self._acked = max(self._acked, f.next_seq)
+            return True
+        if isinstance(f, p.Nak):
+            if f.first + f.count > self.next_seq:
+                raise ProtocolError(f"{self._conn.peer} asked for datagrams up to {f.first + f.count - 1}, "
+                                    f"beyond the last one sent ({self.next_seq - 1})")
+            for seq in range(max(f.first, self._acked), f.first + f.count):
+                self._conn.send(p.Datagram(self._kept[seq]))
+                self.counts.retransmitted += 1
+            return True
+        return False
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class UdpReceiver:
+    """The sink's end of one session's datagrams: its UDP socket, the datagrams held ahead of a gap,
+    and a `poll` that returns the TCP link's frames and, in sequence order, the runs to write."""
+
+    def __init__(self, cfg: UdpCfg, me: HostCfg, conn: Conn, link: Link) -> None:
+        self._cfg, self._conn = cfg, conn
+        bind = me.udp_bind or (me.host, 0)  # any free port of its connectUri's address: announced
+        self._sock = socket.socket(_family(bind[0]), socket.SOCK_DGRAM)
+        try:
+            with contextlib.suppress(OSError):
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+            self._sock.bind(bind)
+        except OSError as e:
+            self._sock.close()
+            raise ReplicationError(f"cannot receive datagrams on {bind[0]}:{bind[1]} (udpBind): {e}") \
+                from None
+        self._sock.setblocking(False)
+        # Linux counts each datagram queued on a socket at its allocation (its bytes and headers rounded up
+        # to a power of two) plus its bookkeeping, against the buffer it reports: the datagram bytes it
+        # surely holds are fewer
+        size = cfg.datagram_size
+        held = 1 << (size + 64 - 1).bit_length()
+        self._buffer = max(1, self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) * size
+                           // (held + 640))
+        self._unacked_bytes = 0
+        self._sent_key = b"" if conn.frame_auth is not None else secrets.token_bytes(32)
+        self._key = DatagramKey(session_key(conn, self._sent_key), encrypt=conn.frame_auth is None)
+        self._rbuf = bytearray(65536)
+        self.counts = _counts(link)
+        self.live = False
+        self.expected = 0  # the next datagram to write
+        self._high = 0  # the source sent every datagram before this one, as far as this sink knows
+        self._ahead: dict[int, tuple[int, int, bytes]] = {}
+        self._asked: set[int] = set()
+        self._acked, self._acked_at = 0, 0.0
+
+    def subscription(self) -> p.UdpSubscribe:
+        """What the sink tells the source before its Subscribe: its port (and key, inside TLS)."""
+        return p.UdpSubscribe(int(self._sock.getsockname()[1]), self._buffer, self._sent_key)
+
+    def _wait(self, wait: float, spin: float) -> tuple[bool, bool]:
+        conn = self._conn
+        if conn.has_pending:
+            return True, False
+        socks = [conn.sock, self._sock]
+        deadline = time.monotonic() + wait
+        spin_until = time.monotonic() + min(spin, wait)
+        while True:
+            ready = select.select(socks, [], [], 0)[0]
+            if ready or time.monotonic() >= spin_until:
+                break
+            os.sched_yield()
+        if not ready:
+            ready = select.select(socks, [], [], max(0.0, deadline - time.monotonic()))[0]
+        return conn.sock in ready, self._sock in ready
+
+    def poll(self, wait: float, spin: float = 0.0) -> list[p.Frame]:
+        """The frames the TCP link brought (its datagram frames taken here) and the runs now in order,
+        within `wait` seconds; Naks and UdpAcks go out as needed."""
+        tcp, udp = self._wait(wait, spin)
+        out: list[p.Frame] = []
+        got = 0
+        if udp:
+            sock, view = self._sock, memoryview(self._rbuf)
+            try:
+                while got < READS_PER_POLL:
+                    try:
+                        n = sock.recv_into(view)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:  # an ICMP error from an earlier send: nothing to read
+                        continue
+                    got += 1
+                    self._take(view[:n])
+            finally:
+                view.release()
+        if tcp:
+            for f in self._conn.poll(0):
+                if isinstance(f, p.Datagram):
+                    self._take(f.data)
+                elif isinstance(f, p.UdpPosition):
+                    self._high = max(self._high, f.next_seq)
+                elif isinstance(f, p.UdpStart):
+                    if self.live:
+                        raise ProtocolError(f"{self._conn.peer} sent UdpStart twice")
+                    self.live = True
+                    self._release(out)
+                elif isinstance(f, p.Run) and self.live:
+                    raise ProtocolError(f"{self._conn.peer} sent a Run over TCP after UdpStart")
+                else:
+                    out.append(f)
+        self._release(out)
+        self._ask()
+        self._ack(got > 0)
+        return out
+
+    def _take(self, data: bytes | bytearray | memoryview) -> None:
+        opened = self._key.open(data)
+        counts = self.counts
+        if opened is None:
+            counts.dropped += 1
+            return
+        seq, first, count, docs = opened
+        if seq < self.expected or seq in self._ahead:
+            counts.duplicates += 1
+            return
+        if seq >= self.expected + self._cfg.window:  # beyond what may be held: asked for again later
+            counts.dropped += 1
+            return
+        counts.datagrams += 1
+        self._ahead[seq] = (first, count, docs)
+        self._high = max(self._high, seq + 1)
+
+    def _release(self, out: list[p.Frame]) -> None:
+        if not self.live:
+            return
+        ahead, seq = self._ahead, self.expected
+        while (item := ahead.pop(seq, None)) is not None:
+            out.append(p.Run(*item))
+            self._unacked_bytes += len(item[2]) + DATAGRAM_HEAD.size + TAG
+            self._asked.discard(seq)
+            seq += 1
+        self.expected = seq
+
+    def _ask(self) -> None:
+        """A Nak for every datagram missing before the highest known, within the window, asked once."""
+        top = min(self._high, self.expected + self._cfg.window)
+        if top <= self.expected:
+            return
+        first = -1
+        for seq in range(self.expected, top + 1):
+            missing = seq < top and seq not in self._ahead and seq not in self._asked
+            if missing and first < 0:
+                first = seq
+            elif not missing and first >= 0:
+                self._conn.send(p.Nak(first, seq - first))
+                self._asked.update(range(first, seq))
+                self.counts.retransmitted += seq - first
+                first = -1
+
+    def _ack(self, busy: bool) -> None:
+        now = time.monotonic()
+        # a quarter of the window (or of the socket's bytes) on: the source never waits for an Ack
+        if self.expected != self._acked and (not busy or now - self._acked_at >= ACK_EVERY
+                                             or self.expected - self._acked >= max(1, self._cfg.window // 4)
+                                             or self._unacked_bytes >= self._buffer // 4):
+            self._conn.send(p.UdpAck(self.expected))
+            self._acked, self._acked_at = self.expected, now
+            self._unacked_bytes = 0
+
+    def close(self) -> None:
+        self._sock.close()

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from chronq.errors import IndexNotFoundError
-from chronq.pausers import Pauser, SleepingPauser
+from chronq.pausers import Pauser, WakeupPauser
 from chronq.tailer import Direction
 from rpc import _codec
 from rpc._reader import MethodReader, UnknownHook, UnknownTypeHook
@@ -123,7 +123,10 @@ class Service:
             self.tailer, self.handler, interfaces=interfaces, source_id=input_source_id,
             on_unknown=on_unknown, on_unknown_type=on_unknown_type,
         )
-        self.pauser: Pauser = pauser or SleepingPauser(max_sleep=0.001)
+        # idle, the service sleeps on the input queue's doorbell: no CPU while nothing comes, woken by
+        # the appender of the next message (and looking at least every `max_wait` for appenders that
+        # do not ring, as Java's)
+        self.pauser: Pauser = pauser or WakeupPauser(input.doorbell)
         self._stop = threading.Event()
         self.replay_until: int | None = None  # outputs are suppressed up to this input index
         self.processed = 0

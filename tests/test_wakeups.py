@@ -5,18 +5,22 @@ the excerpt it waits for comes from another process."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import chronq
 import rpc
 from chronq.pausers import WakeupPauser
+from rpc.aio import AsyncMethodReader
 from tests.procs.qhelp import REPO, child_env
 from tests.replication_support import wait_until
-from tests.rpc_support import Recording
+from tests.rpc_support import Events, Recording
 
 
 def in_another_process(code: str, *args: str) -> subprocess.Popen[str]:
@@ -68,4 +72,48 @@ def test_service_sleeps_on_its_input_doorbell(tmp_path: Path) -> None:
             runner.join(30)
         assert not runner.is_alive()
         assert handler.calls == [("say", ("from another process",))]
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    """An event loop counting the timers scheduled on it (`asyncio.sleep`, `call_later` go through
+    `call_at`)."""
+
+    timers = 0
+
+    def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        self.timers += 1
+        return super().call_at(when, callback, *args, context=context)
+
+
+def test_an_idle_asyncio_reader_runs_no_timer_and_wakes_for_another_process(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "q") as q:
+        got = Recording()
+
+        async def scenario() -> tuple[int, int]:
+            loop = asyncio.get_running_loop()
+            assert isinstance(loop, CountingLoop)
+            handled = asyncio.Event()
+
+            class Handler(Recording):
+                def say(self, text: str) -> None:
+                    got.say(text)
+                    handled.set()
+
+            ar = AsyncMethodReader(rpc.reader(q.tailer(), Handler(), interfaces=[Events]))
+            task = asyncio.create_task(ar.run())
+            # the executor's thread waits (futures, no timer): the reader is asleep, then idle a while
+            await loop.run_in_executor(None, asleep_on, q, "the asyncio reader")
+            before = loop.timers
+            await loop.run_in_executor(None, time.sleep, 0.3)
+            idle_timers = loop.timers - before
+            await loop.run_in_executor(None, say_from_another_process, tmp_path / "q", "wake up")
+            await asyncio.wait_for(handled.wait(), 30)
+            ar.stop()  # ends run() at once although it sleeps again
+            count = await asyncio.wait_for(task, 30)
+            return idle_timers, count
+
+        with asyncio.Runner(loop_factory=CountingLoop) as runner:
+            idle_timers, count = runner.run(scenario())
+        assert idle_timers == 0  # the polling reader this replaced scheduled a timer per look
+        assert count == 1 and got.calls == [("say", ("wake up",))]
 

@@ -117,3 +117,22 @@ def test_an_idle_asyncio_reader_runs_no_timer_and_wakes_for_another_process(tmp_
         assert idle_timers == 0  # the polling reader this replaced scheduled a timer per look
         assert count == 1 and got.calls == [("say", ("wake up",))]
 
+
+def test_tail_follow_sleeps_on_the_doorbell(tmp_path: Path) -> None:
+    path = tmp_path / "q"
+    with chronq.open(path) as q:
+        q.appender().write(b"first")
+        with subprocess.Popen([sys.executable, "-m", "chronq", "tail", "-f", str(path)],
+                              stdout=subprocess.PIPE, text=True, env=child_env()) as follower:
+            assert follower.stdout is not None
+            try:
+                assert follower.stdout.readline().endswith("\tfirst\n")
+                asleep_on(q, "tail -f")
+                appended = subprocess.run([sys.executable, "-m", "chronq", "append", str(path)],
+                                          input="second\n", text=True, env=child_env(), timeout=60)
+                assert appended.returncode == 0
+                assert follower.stdout.readline().endswith("\tsecond\n")
+            finally:
+                follower.terminate()
+                follower.stdout.close()
+

@@ -292,8 +292,10 @@ def latency_cpus(pinned: bool) -> tuple[int, int] | None:
     return (cpus[0], cpus[1]) if pinned and len(cpus) >= 2 else None
 
 
-def latency(samples: int, tmp: Path, rate_hz: int = 100_000, pinned: bool = False) -> Latency:
-    """One-way latency writer -> busy-spinning reader in another process (CLOCK_MONOTONIC stamps).
+def latency(samples: int, tmp: Path, rate_hz: int = 100_000, pinned: bool = False,
+            reader_src: str = LATENCY_READER) -> Latency:
+    """One-way latency writer -> busy-spinning reader in another process (CLOCK_MONOTONIC stamps);
+    `reader_src` is the reader's program (bench_wakeup passes one that sleeps on the doorbell).
 
     `pinned`: the writer and the reader each on a CPU of their own, as latency-sensitive deployments
     run them (Chronicle's benchmarks use thread affinity too); otherwise the scheduler may move one
@@ -304,7 +306,7 @@ def latency(samples: int, tmp: Path, rate_hz: int = 100_000, pinned: bool = Fals
     cpus = os.sched_getaffinity(0)
     pin = latency_cpus(pinned)
     reader = subprocess.Popen(
-        [sys.executable, "-c", LATENCY_READER, str(path), str(samples)],
+        [sys.executable, "-c", reader_src, str(path), str(samples)],
         stdout=subprocess.PIPE,
         text=True,
         preexec_fn=(lambda: os.sched_setaffinity(0, {pin[1]})) if pin else None,
@@ -364,10 +366,14 @@ def build_floor(tmp: Path) -> Path | str:
     return exe
 
 
-def latency_floor(exe: Path, samples: int, tmp: Path, rate_hz: int, pinned: bool) -> Latency:
-    """The same hand-off in C, run on the same CPUs: what any implementation gets on this machine."""
+def latency_floor(
+    exe: Path, samples: int, tmp: Path, rate_hz: int, pinned: bool, futex: bool = False
+) -> Latency:
+    """The same hand-off in C, run on the same CPUs: what any implementation gets on this machine
+    (`futex`: with a reader that sleeps in futex(2) instead of spinning)."""
     pin = latency_cpus(pinned) or (-1, -1)
-    cmd = [str(exe), str(tmp / "floor.dat"), str(samples), str(rate_hz), *map(str, pin)]
+    mode = ["--futex"] if futex else []
+    cmd = [str(exe), *mode, str(tmp / "floor.dat"), str(samples), str(rate_hz), *map(str, pin)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 2 * samples / rate_hz)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")

@@ -18,7 +18,13 @@
  * scheduler running something else on the reader's CPU; a stall without one was invisible to the
  * guest: the hypervisor ran something else in place of this vCPU, or an interrupt took the CPU.
  *
- * Usage: latency_floor FILE SAMPLES RATE [WRITER_CPU READER_CPU]   (a CPU of -1: not pinned)
+ * With --futex the reader sleeps instead of spinning, as a chronq reader on the queue's doorbell does
+ * (bench_wakeup's floor): finding the next slot empty, it says it waits (a seq_cst store of a waiter
+ * flag), reads the bell's sequence, looks at the slot once more and sleeps in futex(FUTEX_WAIT) on
+ * the sequence (shared, not FUTEX_PRIVATE: the processes share a file mapping); the writer, after
+ * publishing, loads the flag and, when set, moves the sequence on and calls FUTEX_WAKE.
+ *
+ * Usage: latency_floor [--futex] FILE SAMPLES RATE [WRITER_CPU READER_CPU]   (a CPU of -1: not pinned)
  * Prints one line of fields separated by spaces: p50 p99 p99.9 max (ns); the hypervisor's steal time
  * during the run as a percentage of all CPU time (from /proc/stat; "nan" where that is not
  * available); the reader's involuntary context switches and the total of their stalls (ns); and its
@@ -35,9 +41,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -55,6 +63,8 @@ struct control {
     int64_t p50, p99, p999, max;
     int64_t preempted, preempted_ns;           /* involuntary context switches, their stalls' time */
     int64_t stalls, stalled_ns, longest_stall; /* stalls without one (see the top of this file) */
+    uint32_t bell;    /* --futex: the sequence the reader sleeps on */
+    uint32_t waiting; /* --futex: set while the reader is about to sleep or asleep */
 };
 _Static_assert(sizeof(struct control) <= CONTROL, "the control block must fit before the slots");
 
@@ -65,7 +75,7 @@ static void die(const char *what) {
 
 static void usage(const char *why) {
     fprintf(stderr,
-            "latency_floor: %s\nusage: latency_floor FILE SAMPLES RATE [WRITER_CPU READER_CPU]\n",
+            "latency_floor: %s\nusage: latency_floor [--futex] FILE SAMPLES RATE [WRITER_CPU READER_CPU]\n",
             why);
     exit(2);
 }
@@ -164,6 +174,24 @@ static void fault_in(volatile unsigned char *base, size_t size, int write) {
     }
 }
 
+static int use_futex = 0;
+
+static void futex_sleep(struct control *ctl, const unsigned char *slot) {
+    __atomic_store_n(&ctl->waiting, 1, __ATOMIC_SEQ_CST);
+    uint32_t seen = __atomic_load_n(&ctl->bell, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n((const uint32_t *)slot, __ATOMIC_ACQUIRE) == 0)
+        syscall(SYS_futex, &ctl->bell, FUTEX_WAIT, seen, NULL, NULL, 0);
+    __atomic_store_n(&ctl->waiting, 0, __ATOMIC_RELAXED);
+}
+
+static void futex_ring(struct control *ctl) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the publication before the load (chronq's is a CAS) */
+    if (__atomic_load_n(&ctl->waiting, __ATOMIC_SEQ_CST)) {
+        __atomic_fetch_add(&ctl->bell, 1, __ATOMIC_SEQ_CST);
+        syscall(SYS_futex, &ctl->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
+}
+
 static void reader(unsigned char *base, size_t size, size_t samples, long cpu) {
     /* Dies with the writer: never left spinning on a CPU if the parent goes away. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
@@ -186,8 +214,14 @@ static void reader(unsigned char *base, size_t size, size_t samples, long cpu) {
     int64_t last = now_ns();
     for (size_t i = 0; i < samples; i++) {
         unsigned char *slot = base + CONTROL + i * SLOT;
-        while (__atomic_load_n((uint32_t *)slot, __ATOMIC_ACQUIRE) == 0)
-            last = turn(last, now_ns(), &switches, ctl);
+        while (__atomic_load_n((uint32_t *)slot, __ATOMIC_ACQUIRE) == 0) {
+            if (use_futex) {
+                futex_sleep(ctl, slot);
+                last = now_ns(); /* a sleep is not a stall */
+            } else {
+                last = turn(last, now_ns(), &switches, ctl);
+            }
+        }
         int64_t sent;
         memcpy(&sent, slot + 8, sizeof sent);
         int64_t received = now_ns();
@@ -210,6 +244,11 @@ static void reader(unsigned char *base, size_t size, size_t samples, long cpu) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--futex") == 0) {
+        use_futex = 1;
+        argv++;
+        argc--;
+    }
     if (argc != 4 && argc != 6)
         usage("wrong number of arguments");
     const char *path = argv[1];
@@ -268,6 +307,8 @@ int main(int argc, char **argv) {
         memcpy(msg, &sent, sizeof sent);
         memcpy(slot + 8, msg, sizeof msg);
         __atomic_store_n((uint32_t *)slot, (uint32_t)MSG, __ATOMIC_RELEASE);
+        if (use_futex)
+            futex_ring(ctl);
     }
     while (!reaped && waitpid(child, &status, 0) < 0) {
         if (errno != EINTR)

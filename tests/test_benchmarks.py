@@ -54,6 +54,18 @@ def test_bench_queue() -> None:
         assert re.search(row, out), out
 
 
+def test_bench_wakeup() -> None:
+    out = run("bench_wakeup.py", "--n", "20000", "--latency-samples", "2000", "--idle-seconds", "0.3")
+    rows = ("ringing off (CHRONQ_DOORBELL=0: the baseline)", "ringing on, nobody waiting",
+            "ringing on, one reader process asleep on the doorbell",
+            "chronq, asleep on the doorbell (pinned)", "chronq, busy-spinning (today; pinned)",
+            "WakeupPauser (max_wait 1 ms, the default)")
+    assert all(row in out for row in rows), out
+    assert re.search(r"\| C floor, futex sleep \(pinned\) \| (\d|n/a)", out), out
+    # nothing was appended while the readers waited: the doorbell did not ring
+    assert re.search(r"\| WakeupPauser \(max_wait 1 ms, the default\) \| [\d.]+% \| 0\.0 \|", out), out
+
+
 def test_bench_rpc() -> None:
     out = run("bench_rpc.py", "--n", "2000", "--wakeups", "200")
     rows = ("method writer: trade(Trade) -> queue", "reader: read_one + dispatch from the queue",

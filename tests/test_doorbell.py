@@ -63,8 +63,8 @@ def test_nothing_published_means_a_timeout_and_the_table_store_gets_the_key_only
         tmp_path: Path) -> None:
     with chronq.open(tmp_path) as q:
         q.appender().write(b"x")
-        with TableStore.open(tmp_path / "metadata.cq4t", readonly=True) as t:
-            assert DOORBELL_KEY not in t  # appending alone leaves Java's table store as it was
+        with TableStore.open(tmp_path / "metadata.cq4t", readonly=True) as before:
+            assert DOORBELL_KEY not in before  # appending alone leaves Java's table store as it was
         t = q.tailer()
         assert t.read() is not None
         assert t.wait(0.01) is False
@@ -100,7 +100,7 @@ def test_wakeup_pauser_reads_everything_another_process_writes(tmp_path: Path) -
         assert t.read() is not None
         p = chronq.WakeupPauser(q.doorbell)
         child = _child(writer, str(tmp_path))
-        got = []
+        got: list[int] = []
         while len(got) < 2000:
             ex = t.read()
             if ex is None:
@@ -111,3 +111,78 @@ def test_wakeup_pauser_reads_everything_another_process_writes(tmp_path: Path) -
         assert got == list(range(2000))
         child.communicate(timeout=30)
         assert child.returncode == 0
+
+
+def _write(q: chronq.Queue, a: chronq.Appender) -> None:
+    a.write(b"w")
+
+
+def _write_many(q: chronq.Queue, a: chronq.Appender) -> None:
+    a.write_many([b"m1", b"m2"])
+
+
+def _atomic(q: chronq.Queue, a: chronq.Appender) -> None:
+    with a.atomic():
+        a.write(b"a1")
+        a.write(b"a2")
+
+
+def _document(q: chronq.Queue, a: chronq.Appender) -> None:
+    with a.writing_document() as doc:
+        doc.write(b"d")
+
+
+def _metadata(q: chronq.Queue, a: chronq.Appender) -> None:
+    a.write_meta(b"meta")
+
+
+def _write_run(q: chronq.Queue, a: chronq.Appender) -> None:
+    """The replication sink's path: a run copied from another queue, appended in one call."""
+    from chronq import _native
+
+    src_dir = Path(str(q.path) + "-src")
+    with chronq.open(src_dir, roll_cycle=q.roll_cycle.name) as src:
+        sa = src.appender()
+        sa.write(b"first")  # stands for what the sink already holds
+        sa.write(b"r1")
+        sa.write(b"r2")
+        t = src.tailer()
+        assert t.read() is not None
+        out = bytearray(4096)
+        docs, data, end, first, _ = _native.read_run(t, out, 0, len(out), 100)
+        assert (docs, data) == (2, 2)
+        rc = q.roll_cycle
+        _native.write_run(a, out, 0, end, first >> rc.cycle_shift, first & rc.sequence_mask, docs)
+
+
+@pytest.mark.parametrize("publish", [_write, _write_many, _atomic, _document, _metadata, _write_run],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_every_publication_path_rings(tmp_path: Path, publish: object) -> None:
+    """write, write_many, an atomic() commit, writing_document, metadata and the replication sink's
+    write_run all ring: the sleeper in another process reports the sequence moved (not its timeout)."""
+    qdir = tmp_path / "q"
+    with chronq.open(qdir) as q:
+        a = q.appender()
+        a.write(b"first")
+        child = _child(SLEEPER, str(qdir))
+        assert child.stdout is not None
+        assert child.stdout.readline() == "armed\n"
+        publish(q, a)  # type: ignore[operator]
+        assert child.stdout.readline() == "rung\n"
+        child.communicate(timeout=30)
+        assert child.returncode == 0
+
+
+def test_an_aborted_atomic_block_does_not_ring(tmp_path: Path) -> None:
+    with chronq.open(tmp_path) as q:
+        a = q.appender()
+        a.write(b"first")
+        bell = q.doorbell
+        seen = bell.sequence()
+        with pytest.raises(RuntimeError), a.atomic():
+            a.write(b"dropped")
+            raise RuntimeError("abort")
+        assert bell.waiters == 1
+        assert bell.sequence() == seen
+        a.write(b"published")
+        assert bell.wait(seen, 0.0) is True

@@ -136,7 +136,8 @@ def test_sdist_carries_what_the_wheel_is_built_from(dist: tuple[Path, Path, str]
     with tarfile.open(sdist) as t:
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     needed = {"setup.py", "pyproject.toml", "README.md", "LICENSE", "pyspark_chronq.py",
-              "wire/_document_source.h", *(f"{m}.c" for m in C_MODULES), *(f"{m}.pyi" for m in C_MODULES),
+              "wire/_document_source.h", "chronq/csrc/doorbell.c", "chronq/csrc/doorbell.h",
+              *(f"{m}.c" for m in C_MODULES), *(f"{m}.pyi" for m in C_MODULES),
               *(f"{p}/py.typed" for p in PACKAGES)}
     assert sorted(needed - names) == []
 

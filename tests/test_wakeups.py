@@ -19,7 +19,7 @@ import rpc
 from chronq.pausers import WakeupPauser
 from rpc.aio import AsyncMethodReader
 from tests.procs.qhelp import REPO, child_env
-from tests.replication_support import wait_until
+from tests.replication_support import Host, last_index, wait_until, write_config
 from tests.rpc_support import Events, Recording
 
 
@@ -135,4 +135,34 @@ def test_tail_follow_sleeps_on_the_doorbell(tmp_path: Path) -> None:
             finally:
                 follower.terminate()
                 follower.stdout.close()
+
+
+def sleeping_links(config: Path) -> Path:
+    """`config` with links that never spin (`busySpinMicros: 0`)."""
+    context = "heartbeatIntervalMs: 200,"
+    config.write_text(config.read_text().replace(context, context + " busySpinMicros: 0,"))
+    return config
+
+
+def test_a_sleeping_source_link_idles_on_the_doorbell_and_delivers(tmp_path: Path) -> None:
+    config = sleeping_links(write_config(tmp_path, hosts=2, acknowledge=False))
+    source_path, sink_path = tmp_path / "source" / "queue1", tmp_path / "sink2" / "queue1"
+    source = Host(config, 1)
+    sink = Host(config, 2)
+    try:
+        with chronq.open(source_path) as q:
+            first = q.appender().write(b"first")
+            wait_until(lambda: last_index(sink_path) == first, 30, "the first excerpt at the sink")
+            asleep_on(q, "the idle source link")
+            cpu0, t0 = cpu_seconds(source.proc.pid), time.monotonic()
+            time.sleep(1.0)
+            cpu, wall = cpu_seconds(source.proc.pid) - cpu0, time.monotonic() - t0
+            # asleep: its looks every IDLE_POLL and the heartbeats, 2-8 % of a core here; a link
+            # that spins takes the whole core
+            assert cpu < 0.25 * wall, f"{cpu:.3f} s of CPU in {wall:.2f} s idle"
+            second = q.appender().write(b"second")
+            wait_until(lambda: last_index(sink_path) == second, 30, "the second excerpt at the sink")
+    finally:
+        assert sink.stop() == 0
+        assert source.stop() == 0
 

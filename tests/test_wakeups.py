@@ -17,6 +17,7 @@ from typing import Any
 import chronq
 import rpc
 from chronq.pausers import WakeupPauser
+from chronq.replication import ReplicatedQueue, last_acknowledged_index
 from rpc.aio import AsyncMethodReader
 from tests.procs.qhelp import REPO, child_env
 from tests.replication_support import Host, last_index, wait_until, write_config
@@ -166,3 +167,40 @@ def test_a_sleeping_source_link_idles_on_the_doorbell_and_delivers(tmp_path: Pat
         assert sink.stop() == 0
         assert source.stop() == 0
 
+
+WAIT_ACK = """
+import sys
+import chronq
+from chronq.pausers import WakeupPauser
+from chronq.replication import wait_acknowledged
+with chronq.open(sys.argv[1]) as q:
+    pauser = WakeupPauser(q.doorbell, max_wait=float(sys.argv[3])) if len(sys.argv) > 3 else None
+    print(wait_acknowledged(q, int(sys.argv[2]), 120, pauser), flush=True)
+"""
+
+
+def test_wait_acknowledged_sleeps_until_the_acknowledgement(tmp_path: Path) -> None:
+    config = sleeping_links(write_config(tmp_path, hosts=2, acknowledge=True))
+    # no heartbeat in the test's time (a frame from the sink wakes the source, which rings for it)
+    text = config.read_text().replace("heartbeatTimeoutMs: 3000,", "heartbeatTimeoutMs: 600000,")
+    config.write_text(text.replace("heartbeatIntervalMs: 200,", "heartbeatIntervalMs: 300000,"))
+    with ReplicatedQueue(config, 1) as src, chronq.open(src.source_path("queue1")) as q:
+        index = q.appender().write(b"to acknowledge")
+        path = str(src.source_path("queue1"))
+        # the default pauser, and one that would look only after 100 s: only the ring wakes it in time
+        waiters = [in_another_process(WAIT_ACK, path, str(index)),
+                   in_another_process(WAIT_ACK, path, str(index), "100")]
+        try:
+            wait_until(lambda: q.doorbell.waiters >= 2, 30, "both waiters asleep on the doorbell")
+            assert [w.poll() for w in waiters] == [None, None] and last_acknowledged_index(q) == -1
+            sink = Host(config, 2)
+            try:
+                outs = [w.communicate(timeout=60)[0] for w in waiters]
+            finally:
+                assert sink.stop() == 0
+        finally:
+            for w in waiters:
+                if w.poll() is None:
+                    w.kill()
+                    w.communicate()
+        assert [w.returncode for w in waiters] == [0, 0] and all(int(out) >= index for out in outs)

@@ -293,6 +293,8 @@ class _Stream:
                                         f"excerpt it holds or was sent ({self.ackable:#x})")
                 self.link.acked(f.index)
                 self.host.acknowledged(self.qc, f.index, self.table)
+                if self.qc.acknowledge:  # recorded in the table store: wake who waits for it there
+                    self.q.doorbell.ring()
             elif not isinstance(f, p.Heartbeat):
                 raise ProtocolError(f"unexpected {type(f).__name__} from a sink")
         if time.monotonic() - conn.last_recv > conn.timeout:

@@ -186,3 +186,27 @@ def test_an_aborted_atomic_block_does_not_ring(tmp_path: Path) -> None:
         assert bell.sequence() == seen
         a.write(b"published")
         assert bell.wait(seen, 0.0) is True
+
+
+def test_tailer_wait_across_a_roll_and_before_the_first_cycle(tmp_path: Path) -> None:
+    from chronq.rollcycles import FixedClock
+
+    day = 86_400_000
+    clock = FixedClock(1_700_000_000_000)
+    with chronq.open(tmp_path, roll_cycle="FAST_DAILY", clock=clock) as q:
+        t = q.tailer()
+        assert t.wait(0.0) is False  # no cycle file yet
+        a = q.appender()
+        a.write(b"day 1")
+        assert t.wait(5.0) is True
+        assert t.wait(5.0) is True  # still there: wait never consumes
+        ex = t.read()
+        assert ex is not None and ex.bytes() == b"day 1"
+        assert t.wait(0.0) is False
+        clock.set(1_700_000_000_000 + day)
+        a.write(b"day 2")  # a new cycle file; the old one ends in EOF
+        assert t.wait(5.0) is True
+        assert t.wait(5.0) is True
+        ex = t.read()
+        assert ex is not None and ex.bytes() == b"day 2"
+        assert t.read() is None

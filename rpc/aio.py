@@ -53,9 +53,13 @@ class _Waiter:
         self.sleep = self.min_sleep
 
 
-def _wake(fut: asyncio.Future[None]) -> None:
-    if not fut.done():  # (a cancelled wait)
+def _wake(fut: asyncio.Future[None], error: BaseException | None = None) -> None:
+    if fut.done():  # (a cancelled wait)
+        return
+    if error is None:
         fut.set_result(None)
+    else:
+        fut.set_exception(error)
 
 
 class _Bell:
@@ -64,7 +68,8 @@ class _Bell:
 
     The thread watches through a tailer of its own (`probe`), so the reader's tailer is only ever used
     by the loop's thread, even when a wait is cancelled; it is started with the first wait and ends
-    with `close()`.
+    with `close()`. An error in the thread (the queue closed under it) ends it and goes to the wait in
+    progress, if any.
     """
 
     def __init__(self, tailer: Tailer[E]) -> None:
@@ -92,7 +97,9 @@ class _Bell:
             self._armed = armed
             self._cond.notify()
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="chronq-aio-doorbell", daemon=True)
+                probe = self._queue.tailer()  # (here: an error opening it is the caller's)
+                self._thread = threading.Thread(target=self._run, args=(probe,), name="chronq-aio-doorbell",
+                                                daemon=True)
                 self._thread.start()
         try:
             await fut
@@ -111,30 +118,40 @@ class _Bell:
             with contextlib.suppress(RuntimeError):  # (a closed loop: nobody waits any more)
                 armed[1].call_soon_threadsafe(_wake, armed[2])
 
-    def _run(self) -> None:
-        probe = self._queue.tailer()
+    def _run(self, probe: Tailer[ExcerptLike]) -> None:
         try:
-            while True:
-                with self._cond:
-                    while self._armed is None and not self._closed:
-                        self._cond.wait()
-                    if self._closed:
-                        return
-                    armed = self._armed
-                assert armed is not None
-                index, loop, fut = armed
-                probe.move_to_index(index)  # (False, at the end: the next excerpt written is read there)
-                ready = probe.wait(LOOK_EVERY)
-                with self._cond:
-                    if self._armed is not armed:  # cancelled or closed meanwhile
-                        continue
-                    if ready:
-                        self._armed = None
-                if ready:
-                    with contextlib.suppress(RuntimeError):  # (a closed loop: nobody waits any more)
-                        loop.call_soon_threadsafe(_wake, fut)
+            self._serve(probe)
+        except Exception as e:  # (the queue closed under the thread, a failing look)
+            with self._cond:
+                self._closed = True
+                armed, self._armed = self._armed, None
+            if armed is not None:
+                with contextlib.suppress(RuntimeError):  # (a closed loop: nobody waits any more)
+                    armed[1].call_soon_threadsafe(_wake, armed[2], e)
         finally:
-            probe.close()
+            with contextlib.suppress(Exception):  # (closing a tailer of a closed queue)
+                probe.close()
+
+    def _serve(self, probe: Tailer[ExcerptLike]) -> None:
+        while True:
+            with self._cond:
+                while self._armed is None and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                armed = self._armed
+            assert armed is not None
+            index, loop, fut = armed
+            probe.move_to_index(index)  # (False, at the end: the next excerpt written is read there)
+            ready = probe.wait(LOOK_EVERY)
+            with self._cond:
+                if self._armed is not armed:  # cancelled or closed meanwhile
+                    continue
+                if ready:
+                    self._armed = None
+            if ready:
+                with contextlib.suppress(RuntimeError):  # (a closed loop: nobody waits any more)
+                    loop.call_soon_threadsafe(_wake, fut)
 
 
 async def excerpts(

@@ -204,3 +204,21 @@ def test_wait_acknowledged_sleeps_until_the_acknowledgement(tmp_path: Path) -> N
                     w.kill()
                     w.communicate()
         assert [w.returncode for w in waiters] == [0, 0] and all(int(out) >= index for out in outs)
+
+
+def test_an_asyncio_reader_whose_queue_is_closed_fails_instead_of_waiting(tmp_path: Path) -> None:
+    q = chronq.open(tmp_path / "q")
+    ar = AsyncMethodReader(rpc.reader(q.tailer(), Recording(), interfaces=[Events]))
+
+    async def scenario() -> BaseException | None:
+        task = asyncio.create_task(ar.run())
+        await asyncio.get_running_loop().run_in_executor(None, asleep_on, q, "the asyncio reader")
+        q.close()
+        try:
+            await asyncio.wait_for(task, 30)
+        except chronq.ChronqError as e:
+            return e
+        return None
+
+    error = asyncio.run(scenario())
+    assert error is not None and "closed" in str(error)

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import chronq
+from chronq.doorbell import Doorbell
 from chronq.pausers import WakeupPauser
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Host, Link, describe, is_cut, is_failure
@@ -147,13 +148,13 @@ def _check_subscription(q: chronq.Queue, name: str, sub: p.Subscribe, sink_host:
 
 class _AckBell:
     """Wakes a source asleep on its queue's doorbell when its sink sends something (an Ack, a heartbeat,
-    the end of the connection): a thread waits for the socket to become readable and rings the doorbell
-    while the source sleeps. Only the source's thread reads the connection (`Conn` is not shared; a TLS
-    socket must not be read and written at once): this thread only watches, then waits until the source
-    took what was readable (`taken`) before it watches again."""
+    the end of the connection): a thread waits for one of the link's sockets to become readable and
+    rings the doorbell while the source sleeps. Only the source's thread reads the sockets (`Conn` is
+    not shared; a TLS socket must not be read and written at once): this thread only watches, then
+    waits until the source took what was readable (`taken`) before it watches again."""
 
-    def __init__(self, conn: Conn, q: chronq.Queue) -> None:
-        self._sock, self._doorbell = conn.sock, q.doorbell
+    def __init__(self, socks: list[socket.socket], doorbell: Doorbell) -> None:
+        self._socks, self._doorbell = socks, doorbell
         self.sleeping = False  # the source is (about to be) asleep on the doorbell: ring for it
         self._taken = threading.Event()
         self._taken.set()
@@ -177,7 +178,7 @@ class _AckBell:
             self._taken.clear()
             while not self._done:
                 try:
-                    readable = select.select([self._sock], [], [], 0.1)[0]
+                    readable = select.select(self._socks, [], [], 0.1)[0]
                 except (OSError, ValueError):  # the socket is closed: the session is ending
                     return
                 if readable:
@@ -215,7 +216,7 @@ class _Stream:
         # idle, the source spins `busySpinMicros`, then sleeps on its queue's doorbell: the writer of
         # the next excerpt wakes it, and so does the sink's next frame (`_AckBell`)
         idle = WakeupPauser(self.q.doorbell, max_wait=IDLE_POLL, spin=cfg.busy_spin_us / 1e6)
-        bell = _AckBell(conn, self.q)
+        bell = _AckBell([conn.sock], self.q.doorbell)
         frame, frame_view, head = self.frame, memoryview(self.frame), p.RUN_HEAD.size
         positions_at = look_at = 0.0
         idling = False

@@ -218,7 +218,7 @@ class _Stream:
         idle = WakeupPauser(self.q.doorbell, max_wait=IDLE_POLL, spin=cfg.busy_spin_us / 1e6)
         bell = _AckBell([conn.sock], self.q.doorbell)
         frame, frame_view, head = self.frame, memoryview(self.frame), p.RUN_HEAD.size
-        positions_at = look_at = 0.0
+        positions_at = look_at = idle_since = 0.0
         idling = False
         try:
             while not stop.is_set():
@@ -244,13 +244,19 @@ class _Stream:
                 else:
                     if now - conn.last_send >= interval:
                         conn.send(p.Heartbeat())
-                    idling = True
+                    if not idling:
+                        idling, idle_since = True, now
                 if snap:
                     self._send_positions(snap, bool(docs))
-                # while sending, recording what was sent and looking for Acks every LOOK_EVERY is
-                # enough (per frame, they were a third of the source's time per message)
-                if not idling and now < look_at:
-                    continue
+                # while sending or spinning, recording what was sent and looking for Acks every
+                # LOOK_EVERY is enough (per frame, they were a third of the source's time per message,
+                # and per spin they slowed its look at the queue)
+                if now < look_at:
+                    if not idling:
+                        continue
+                    if now - idle_since < idle.spin:
+                        idle.pause()  # a spin step
+                        continue
                 look_at = now + LOOK_EVERY
                 self._record_sent()
                 bell.sleeping = idling  # before the look at the socket: a frame after it rings

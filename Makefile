@@ -132,6 +132,7 @@ fuzz: $(FUZZ_STAMP) asan-build
 bench: build
 	$(PY) benchmarks/bench_wire.py
 	$(PY) benchmarks/bench_queue.py
+	$(PY) benchmarks/bench_wakeup.py
 	$(PY) benchmarks/bench_rpc.py
 	$(PY) benchmarks/bench_spark.py
 

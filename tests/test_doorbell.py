@@ -210,3 +210,36 @@ def test_tailer_wait_across_a_roll_and_before_the_first_cycle(tmp_path: Path) ->
         ex = t.read()
         assert ex is not None and ex.bytes() == b"day 2"
         assert t.read() is None
+
+
+def test_an_appender_finds_the_doorbell_added_after_other_keys(tmp_path: Path) -> None:
+    """The appender watches the table store's chain end while there is no doorbell: a key of another
+    kind added there moves the watch on, and the doorbell added after it is rung by the next write."""
+    with chronq.open(tmp_path) as q, chronq.open(tmp_path) as other, chronq.open(tmp_path) as reader:
+        a = q.appender()
+        a.write(b"first")
+        other.tailer("someone")  # adds index.someone to the table store
+        a.write(b"second")
+        bell = reader.doorbell
+        seen = bell.sequence()  # adds chronq.doorbell and arms
+        a.write(b"third")
+        assert bell.wait(seen, 0.0) is True
+
+
+def test_ringing_off_leaves_the_sleeper_to_its_timeout(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHRONQ_DOORBELL", "0")
+    with chronq.open(tmp_path) as q, chronq.open(tmp_path, readonly=True) as reader:
+        a = q.appender()  # made while ringing is off
+        a.write(b"first")
+        bell = reader.doorbell
+        seen = bell.sequence()
+        a.write(b"not rung")
+        assert bell.waiters == 1
+        assert bell.wait(seen, 0.0) is False
+        q.doorbell.ring()  # off too
+        assert bell.wait(seen, 0.0) is False
+        monkeypatch.setenv("CHRONQ_DOORBELL", "1")
+        q.appender()  # the same thread's appender: still the one made while ringing was off
+        a.write(b"still not rung")
+        assert bell.wait(seen, 0.0) is False

@@ -11,12 +11,15 @@ Cases (40-byte messages throughout):
   the clock runs until it wrote the last one to its queue (plain, TLS), or until the source's table store
   records the sink's acknowledgement of it (ack: the queue has `acknowledge: true`). Floor: n * 40 bytes
   through one plain socket, counted by the receiver.
-* lag (us): a writer process appends at each `--rate` msg/s (100,000 then 10,000; paced, yielding its
-  core while it waits), each message holding its `time.perf_counter_ns()` (CLOCK_MONOTONIC, one clock
-  for every process of the machine); a reader process tails the sink queue (yielding when it finds
-  nothing) and records now - stamp: the one-way lag from append at the source to readable at the sink.
-  Measured with the links sleeping when idle (`busySpinMicros: 0`) and busy-spinning (`--spin-us`).
-  Floor: the same stamped messages, paced the same, through one socket with TCP_NODELAY. Busy-spinning
+* lag (us): a writer process appends at each `--rate` msg/s (100,000 then 10,000), each message holding
+  its `time.perf_counter_ns()` (CLOCK_MONOTONIC, one clock for every process of the machine); a reader
+  process tails the sink queue and records now - stamp: the one-way lag from append at the source to
+  readable at the sink. Measured first with no spinning thread anywhere (the default): links that sleep
+  on their queue's doorbell or socket (`busySpinMicros: 0`), a reader asleep on the sink queue's
+  doorbell (`Tailer.wait`) and a writer that sleeps until each message is due (1 us timer slack);
+  then busy-spinning (`--spin-us`, the writer and the reader yielding their core at each look).
+  Floor: the same stamped messages, paced by sleeping as the writer, through one socket with
+  TCP_NODELAY to a receiver blocked in recv(). Busy-spinning
   threads are deployed on CPUs of their own; with two CPUs here, the case pins the writer and the sink
   host to one and the source host and the reader to the other, so that each hop crosses to the other
   CPU (the floor's sender and receiver likewise); `--no-pin` lets the scheduler place them.
@@ -34,13 +37,15 @@ decode, sink write; no TCP) under callgrind, per message = (path - setup) / N in
     (the same with `excerpts`: a Python object per message, as back-fill still sends; and `setup`)
 
 Targets: plain >= 5,000,000 msg/s, ack >= 3,000,000, TLS >= 2,000,000; lag p50 <= 25 us, p99 <= 100 us
-(busy-spinning, at 100,000 msg/s; the 10,000 msg/s rows are context); RSS growth <= 64 MB for a
-multi-GB backlog.
+(with nothing spinning, at 100,000 msg/s; the 10,000 msg/s rows and the spinning ones are context); RSS
+growth <= 64 MB for a multi-GB backlog.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import os
 import shutil
 import socket
@@ -50,6 +55,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 MSG = 40
@@ -296,9 +302,36 @@ def path_steps(n: int) -> list[tuple[str, float]]:
     return out
 
 
-def role_writer(path: str, rate: int, seconds: float) -> None:
+def _pacer(sleeping: bool) -> Callable[[int], int]:
+    """`pace(due)`: wait until `due` (perf_counter_ns) and return the time then. Sleeping, with the
+    timer slack at 1 us (a late wake-up sends the messages then due at once); else spinning, yielding
+    the core at each look to whoever else is runnable."""
+    clock = time.perf_counter_ns
+    if sleeping:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(29, 1000, 0, 0, 0)  # PR_SET_TIMERSLACK: 1 us
+
+        def sleep_until(due: int) -> int:
+            now = clock()
+            if now < due:
+                time.sleep((due - now) / 1e9)
+                now = clock()
+            return now
+
+        return sleep_until
+
+    def spin_until(due: int) -> int:
+        while (now := clock()) < due:
+            os.sched_yield()
+        return now
+
+    return spin_until
+
+
+def role_writer(path: str, rate: int, seconds: float, sleeping: bool) -> None:
     import chronq
 
+    pace = _pacer(sleeping)
     with chronq.open(path) as q:
         a = q.appender()
         pad = bytes(MSG - STAMP.size)
@@ -306,15 +339,13 @@ def role_writer(path: str, rate: int, seconds: float) -> None:
         start = time.perf_counter_ns()
         step = 1_000_000_000 // rate
         for i in range(n):
-            due = start + i * step
-            while (now := time.perf_counter_ns()) < due:
-                os.sched_yield()  # as the floor's sender: a free core for whoever else is runnable
-            a.write(STAMP.pack(now) + pad)
+            a.write(STAMP.pack(pace(start + i * step)) + pad)
         print(n, flush=True)
 
 
-def role_reader(path: str, count: int) -> None:
-    """Busy-tail `path` until `count` stamped messages arrived; print their lags in ns, one line."""
+def role_reader(path: str, count: int, sleeping: bool) -> None:
+    """Tail `path` until `count` stamped messages arrived, asleep on its doorbell (`sleeping`) or
+    yielding at each look that finds nothing; print their lags in ns, one line."""
     import chronq
 
     while not (Path(path) / "metadata.cq4t").exists():
@@ -329,8 +360,10 @@ def role_reader(path: str, count: int) -> None:
             ex = t.read()
             if ex is not None:
                 lags.append(clock() - unpack(ex.payload)[0])
+            elif sleeping:
+                t.wait(1.0)  # asleep until the sink's write_run rings (the floor's receiver blocks in recv())
             else:
-                os.sched_yield()  # the floor's receiver blocks in recv(); this one yields its core
+                os.sched_yield()
     print(" ".join(map(str, lags)), flush=True)
 
 
@@ -381,13 +414,11 @@ def role_floor_sender(port: int, nbytes: int, rate: int, seconds: float) -> None
             return
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         pad = bytes(MSG - STAMP.size)
+        pace = _pacer(True)  # as the writer with nothing spinning
         start = time.perf_counter_ns()
         step = 1_000_000_000 // rate
         for i in range(int(rate * seconds)):
-            due = start + i * step
-            while (now := time.perf_counter_ns()) < due:
-                os.sched_yield()
-            s.sendall(STAMP.pack(now) + pad)
+            s.sendall(STAMP.pack(pace(start + i * step)) + pad)
 
 
 def role_udp_floor_receiver(nbytes: int) -> None:
@@ -563,10 +594,12 @@ def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int, pin: 
     try:
         with chronq.open(folder / "source/q") as q:  # one message makes the sink create its queue
             q.appender().write(STAMP.pack(time.perf_counter_ns()) + bytes(MSG - STAMP.size))
-        reader = _spawn("--role", "reader", str(folder / "sink2/q"), str(count + 1), cpu=b)
+        sleeping = str(int(spin_us == 0))
+        reader = _spawn("--role", "reader", str(folder / "sink2/q"), str(count + 1), sleeping, cpu=b)
         others.append(reader)
         assert _line(reader) == "ready"
-        writer = _spawn("--role", "writer", str(folder / "source/q"), str(rate), str(seconds), cpu=a)
+        writer = _spawn("--role", "writer", str(folder / "source/q"), str(rate), str(seconds), sleeping,
+                        cpu=a)
         others.append(writer)
         _line(writer)
         writer.communicate(timeout=60)
@@ -632,9 +665,9 @@ def main() -> None:
         elif r == "data-path":
             role_data_path(args[0], int(args[1]))
         elif r == "writer":
-            role_writer(args[0], int(args[1]), float(args[2]))
+            role_writer(args[0], int(args[1]), float(args[2]), args[3] == "1")
         elif r == "reader":
-            role_reader(args[0], int(args[1]))
+            role_reader(args[0], int(args[1]), args[2] == "1")
         elif r == "floor-rx":
             role_floor_receiver(int(args[0]), int(args[1]), int(args[2]))
         elif r == "floor-tx":
@@ -664,7 +697,7 @@ def main() -> None:
         for spin in (0, a.spin_us):
             with tempfile.TemporaryDirectory() as d:
                 lags = replication_lag(Path(d), rate, seconds, spin, not a.no_pin)
-            how = (f"spin {spin} us" if spin else "sleeping") + (", unpinned" if a.no_pin else "")
+            how = (f"spin {spin} us" if spin else "nothing spinning") + (", unpinned" if a.no_pin else "")
             p50, p99 = _pct(lags, 0.5), _pct(lags, 0.99)
             rows.append(_row(f"lag p50 at {rate:,} msg/s, {how} (us)", p50, f"<= {LAG_P50}",
                              _pct(fl, 0.5), p50 <= LAG_P50, ".1f"))

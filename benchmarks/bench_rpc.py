@@ -8,11 +8,24 @@ dispatch from the queue (`read_one` per document, and `read_many` batches), and 
 in-memory documents; the same writer and reader with MSGSPEC arguments (Python-only); then with
 MessageHistory: a writer with a source id, and a service hop (a reader with a source id whose
 handler republishes each message through a writer).
+
+    python benchmarks/bench_rpc.py --wakeups 2000 --rate 1000
+
+Then the asyncio wake-up (`rpc.aio`): a writer process calls `stamp(now)` `--wakeups` times at `--rate`
+calls/s (sleeping between calls, so that the reader is asleep each time), and an `AsyncMethodReader` on
+an event loop records handler time - stamp (`time.perf_counter_ns`, one clock for every process of the
+machine): the time from the append to the handler, through the queue's doorbell, the reader's waiting
+thread and the loop. Beside it the same with ringing off in the writer (`CHRONQ_DOORBELL=0`): the reader
+then finds each call on its `max_wait` look, as it would an appender that does not ring.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -49,8 +62,13 @@ class Relay(Trades):
         self.out.trade(t)
 
 
+class Stamps(Protocol):
+    def stamp(self, ns: int) -> None: ...
+
+
 TARGET = 1_300_000
 ROUNDS = 3
+WAKEUP_P50 = 30  # us, from the append to the asyncio handler
 
 
 def best_rates(cases: list[tuple[str, int, Callable[[], object]]], rounds: int = ROUNDS) -> list[float]:
@@ -157,10 +175,57 @@ def measure(n: int) -> tuple[int, list[tuple[str, float, int | None]]]:
     return len(doc), [(name, ops, target) for (name, _, target), ops in zip(cases, rates, strict=True)]
 
 
+def role_stamper(path: str, count: int, rate: int) -> None:
+    """The writer of the wake-up case: `count` stamp calls, one every 1/`rate` s (sleeping between)."""
+    with chronq.open(path) as q:
+        w = rpc.writer(q, Stamps)
+        gap = 1 / rate
+        for _ in range(count):
+            time.sleep(gap)
+            w.stamp(time.perf_counter_ns())
+
+
+def asyncio_wakeups(count: int, rate: int, ringing: bool) -> list[int]:
+    """Append-to-handler times (ns) of an idle `AsyncMethodReader` (see the module's docstring)."""
+    from rpc.aio import AsyncMethodReader
+
+    lags: list[int] = []
+
+    class Lag(Stamps):
+        def stamp(self, ns: int) -> None:
+            lags.append(time.perf_counter_ns() - ns)
+            if len(lags) == count:
+                reader.stop()
+
+    with tempfile.TemporaryDirectory() as d, chronq.open(d) as q:
+        reader = AsyncMethodReader(rpc.reader(q.tailer(), Lag()))
+        env = {**os.environ, "CHRONQ_DOORBELL": "1" if ringing else "0"}
+        writer = subprocess.Popen([sys.executable, __file__, "--role", "stamper", d, str(count), str(rate)],
+                                  env=env)
+        try:
+            asyncio.run(reader.run())
+        finally:
+            writer.wait(60)
+    return lags
+
+
+def _pct(xs: list[int], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(len(s) * p))] / 1000
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=int, default=200_000)
-    n = ap.parse_args().n
+    ap.add_argument("--wakeups", type=int, default=2000, help="calls of the asyncio wake-up case (0: none)")
+    ap.add_argument("--rate", type=int, default=1000, help="calls/s of the asyncio wake-up case")
+    ap.add_argument("--role")
+    ap.add_argument("args", nargs="*")
+    a = ap.parse_args()
+    if a.role == "stamper":
+        role_stamper(a.args[0], int(a.args[1]), int(a.args[2]))
+        return
+    n = a.n
     size, rows = measure(n)
     base = rows[0][1]
     print(f"rpc benchmark, n={n}, {size}-byte documents (6-field trade DTO, BINARY), "
@@ -169,6 +234,17 @@ def main() -> None:
     for name, ops, target in rows:
         ok = "" if target is None else ("met" if ops >= target else f"{ops / target:.0%}")
         print(f"{name:<48} {ops:>12,.0f} {ops / base:>8.2f} {ok:>10}")
+    if a.wakeups:
+        print(f"\nasyncio wake-up: append in another process -> AsyncMethodReader handler, {a.wakeups} calls "
+              f"at {a.rate}/s, the reader asleep before each")
+        print(f"{'case':<48} {'p50 us':>10} {'p99 us':>10} {'max us':>10} {'target':>10}")
+        for ringing in (True, False):
+            lags = asyncio_wakeups(a.wakeups, a.rate, ringing)
+            p50 = _pct(lags, 0.5)
+            name = "doorbell rung by the writer" if ringing else "writer not ringing (CHRONQ_DOORBELL=0)"
+            met = (f"<= {WAKEUP_P50}: " + ("met" if p50 <= WAKEUP_P50 else "NO")) if ringing else ""
+            print(f"{name:<48} {p50:>10.1f} {_pct(lags, 0.99):>10.1f} {max(lags) / 1000:>10.1f} {met:>10}")
+        print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

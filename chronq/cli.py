@@ -36,6 +36,8 @@ from wire.errors import WireError
 
 __all__ = ["UsageError", "load_object", "main", "queue_stats"]
 
+FOLLOW_WAIT = 0.5  # s `tail -f` sleeps on the doorbell at most per wait (woken at once by an append)
+
 
 class UsageError(Exception):
     """Bad input from the command line, stdin or a file named on it (exit status 2, one line)."""
@@ -613,7 +615,9 @@ def _tail_loop(tailer: Any, args: argparse.Namespace, until: Callable[[Any], boo
         if excerpt is None:
             if not args.follow:
                 return
-            time.sleep(0.01)
+            # asleep on the queue's doorbell until the next message is readable (bounded, so that an
+            # interrupt is taken between waits whatever the platform's wait does with signals)
+            tailer.wait(FOLLOW_WAIT)
             continue
         bar.advance()
         if until is not None and until(excerpt.payload):

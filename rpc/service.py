@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import msgspec
 
 from chronq.errors import ChronqError, IndexNotFoundError
-from chronq.pausers import Pauser, SleepingPauser
+from chronq.pausers import Pauser, WakeupPauser
 from chronq.retention import hold, holds
 from chronq.tailer import Direction
 from rpc import _codec
@@ -379,7 +379,10 @@ class Service:
         self.input_source_id = pairs[0][0]
         self.tailer = self.inputs[0].tailer
         self.reader = self.inputs[0].reader
-        self.pauser: Pauser = pauser or SleepingPauser(max_sleep=0.001)
+        # idle, the service sleeps on its (first) input queue's doorbell: no CPU while nothing comes,
+        # woken by the appender of the next message there; it looks at least every `max_wait` for
+        # appenders that do not ring (Java's) and for its other inputs
+        self.pauser: Pauser = pauser or WakeupPauser(self.input.doorbell)
         self.batch = batch
         self.on_dead_letter = on_dead_letter or _log_dead_letter
         self.stop_on_poison = stop_on_poison

@@ -13,6 +13,7 @@ import errno
 import hmac
 import logging
 import secrets
+import select
 import socket
 import ssl
 import threading
@@ -20,7 +21,8 @@ import time
 from pathlib import Path
 
 import chronq
-from chronq.pausers import BackoffPauser
+from chronq.doorbell import Doorbell
+from chronq.pausers import WakeupPauser
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Host, Link, describe, is_cut, is_failure
 from chronq.replication._udp import CAUGHT_UP, UdpSender
@@ -40,15 +42,16 @@ from chronq.table import (
 )
 from chronq.tailer import Tailer
 
-__all__ = ["ACCEPT_PAUSE", "IDLE_POLL", "IDLE_POLL_MIN", "LOOK_EVERY", "MAX_UNAUTHENTICATED",
+__all__ = ["ACCEPT_PAUSE", "IDLE_POLL", "LOOK_EVERY", "MAX_UNAUTHENTICATED",
            "POSITIONS_EVERY", "RUN_COUNT", "SourceEndpoint", "messages_after"]
 
 log = logging.getLogger("chronq.replication")
 
 RUN_COUNT = 1 << 20  # documents per Run frame at most (the frame size bounds it first)
 POSITIONS_EVERY = 0.05  # s between looks at the source's replicated named tailers
-IDLE_POLL = 0.002  # s a source sleeps at most between looks for new excerpts once it stopped spinning
-IDLE_POLL_MIN = 0.00005  # s of its first sleep (doubling up to IDLE_POLL while nothing comes)
+# s an idle source sleeps at most on its queue's doorbell (woken at once by an append or an Ack): its
+# look for appenders that do not ring (Java's, an older chronq's)
+IDLE_POLL = 0.002
 LOOK_EVERY = 0.00005  # s between a busy source's looks for what its sink sent back
 MAX_UNAUTHENTICATED = 16  # connections that have not proved the key yet, at most (more are closed at once)
 ACCEPT_PAUSE = 0.1  # s the listener pauses after accept failed (out of descriptors, say)
@@ -144,6 +147,47 @@ def _check_subscription(q: chronq.Queue, name: str, sub: p.Subscribe, sink_host:
                             "be sent)")
 
 
+class _AckBell:
+    """Wakes a source asleep on its queue's doorbell when its sink sends something (an Ack, a heartbeat,
+    the end of the connection): a thread waits for one of the link's sockets to become readable and
+    rings the doorbell while the source sleeps. Only the source's thread reads the sockets (`Conn` is
+    not shared; a TLS socket must not be read and written at once): this thread only watches, then
+    waits until the source took what was readable (`taken`) before it watches again."""
+
+    def __init__(self, socks: list[socket.socket], doorbell: Doorbell) -> None:
+        self._socks, self._doorbell = socks, doorbell
+        self.sleeping = False  # the source is (about to be) asleep on the doorbell: ring for it
+        self._taken = threading.Event()
+        self._taken.set()
+        self._done = False
+        self._thread = threading.Thread(target=self._watch, name="chronq-repl-acks", daemon=True)
+        self._thread.start()
+
+    def taken(self) -> None:
+        """The source read what its socket held: watch for more."""
+        self._taken.set()
+
+    def close(self) -> None:
+        self._done = True
+        self._taken.set()
+        self._thread.join(5)
+
+    def _watch(self) -> None:
+        while not self._done:
+            if not self._taken.wait(0.1):
+                continue
+            self._taken.clear()
+            while not self._done:
+                try:
+                    readable = select.select(self._socks, [], [], 0.1)[0]
+                except (OSError, ValueError):  # the socket is closed: the session is ending
+                    return
+                if readable:
+                    if self.sleeping:  # else the source looks at its socket before it sleeps
+                        self._doorbell.ring()
+                    break
+
+
 class _Stream:
     """The streaming step of one session: Runs out of one reused frame buffer, codec dictionaries and
     tailer positions as they change, Acks in."""
@@ -172,9 +216,12 @@ class _Stream:
     def run(self) -> None:
         cfg, stop, conn = self.host.config, self.host.stop, self.conn
         interval = cfg.heartbeat_interval_ms / 1000
-        idle = BackoffPauser(cfg.busy_spin_us / 1e6, IDLE_POLL_MIN, IDLE_POLL)
+        # idle, the source spins `busySpinMicros`, then sleeps on its queue's doorbell: the writer of
+        # the next excerpt wakes it, and so does the sink's next frame (`_AckBell`)
+        idle = WakeupPauser(self.q.doorbell, max_wait=IDLE_POLL, spin=cfg.busy_spin_us / 1e6)
+        bell = _AckBell([conn.sock], self.q.doorbell)
         frame, frame_view, head = self.frame, memoryview(self.frame), p.RUN_HEAD.size
-        positions_at = look_at = 0.0
+        positions_at = look_at = idle_since = 0.0
         idling = False
         try:
             while not stop.is_set():
@@ -208,30 +255,36 @@ class _Stream:
                     if data:
                         self.sent_upto = self.ackable = first + data - 1
                     idling = False
-                    wait = 0.0
+                    idle.reset()
                 else:
                     if udp is not None:
                         udp.start()
                         udp.quiet(now)
                     if now - conn.last_send >= interval:
                         conn.send(p.Heartbeat())
-                    # idle: look again at once while spinning, then wait ever longer (to IDLE_POLL) for
-                    # an Ack or the next look at the queue
                     if not idling:
-                        idling = True
-                        idle.reset()
-                    wait = idle.next_wait()
+                        idling, idle_since = True, now
                 if snap:
                     self._send_positions(snap, bool(docs))
                 # while sending or spinning, recording what was sent and looking for Acks every
                 # LOOK_EVERY is enough (per frame, they were a third of the source's time per message,
                 # and per spin they slowed its look at the queue)
-                if wait == 0.0 and now < look_at:
-                    continue
+                if now < look_at:
+                    if not idling:
+                        continue
+                    if now - idle_since < idle.spin:
+                        idle.pause()  # a spin step
+                        continue
                 look_at = now + LOOK_EVERY
                 self._record_sent()
-                self._take_acks(wait)
+                bell.sleeping = idling  # before the look at the socket: a frame after it rings
+                took = self._take_acks()
+                bell.taken()
+                if idling and not took:
+                    idle.pause()  # a spin step, or asleep on the doorbell until a ring or IDLE_POLL
+                bell.sleeping = False
         finally:
+            bell.close()
             if self.sent_upto != self.recorded:
                 self.table.set_max(LAST_INDEX_REPLICATED, self.sent_upto)
             self.link.set_state(LinkState.DISCONNECTED)
@@ -259,9 +312,10 @@ class _Stream:
             self.link.sent(self.sent_upto, self.read_at)
             self.recorded = self.sent_upto
 
-    def _take_acks(self, wait: float) -> None:
+    def _take_acks(self) -> bool:
+        """Take what the sink sent (without waiting); whether there was anything."""
         conn = self.conn
-        frames = conn.poll(wait)
+        frames = conn.poll(0)
         if frames:
             self.link.recovered()
         for f in frames:
@@ -271,12 +325,15 @@ class _Stream:
                                         f"excerpt it holds or was sent ({self.ackable:#x})")
                 self.link.acked(f.index)
                 self.host.acknowledged(self.qc, f.index, self.table)
+                if self.qc.acknowledge:  # recorded in the table store: wake who waits for it there
+                    self.q.doorbell.ring()
             elif self.udp is not None and self.udp.handle(f):  # its UdpAck or Nak
                 continue
             elif not isinstance(f, p.Heartbeat):
                 raise ProtocolError(f"unexpected {type(f).__name__} from a sink")
         if time.monotonic() - conn.last_recv > conn.timeout:
             raise ReplicationError(f"no heartbeat for {conn.timeout} s")
+        return bool(frames)
 
 
 class SourceEndpoint:

@@ -11,6 +11,10 @@ Chronicle Queue Enterprise offers three ways to use replication acknowledgements
 Both read the source's `chronicle.lastAcknowledgedIndexReplicated` table store key, which the replicating
 host raises for a queue configured with `acknowledge: true` (it stays -1 otherwise, as in Java). So they
 work in any process that has the source queue open, not only in the one running `ReplicatedQueue`.
+
+Waiting, they sleep on the source queue's doorbell (`chronq.doorbell`), which the replicating host rings
+when it records an acknowledgement (as appenders ring it when they publish): woken at once, not by
+polling, and looking at least every `max_wait` of the pauser's in any case.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import time
 
 import chronq
-from chronq.pausers import Pauser, SleepingPauser
+from chronq.pausers import Pauser, WakeupPauser
 from chronq.replication.errors import AcknowledgementTimeout
 from chronq.table import LAST_ACKNOWLEDGED_INDEX_REPLICATED, LAST_INDEX_REPLICATED
 
@@ -49,8 +53,9 @@ def wait_acknowledged(queue: chronq.Queue, index: int, timeout: float,
 
     Raises `AcknowledgementTimeout` after `timeout` seconds: the excerpt is in the source queue either
     way, the error only says no replica confirmed it in time (a sink down, or `acknowledge: false`).
+    The default `pauser` sleeps on the queue's doorbell, rung when an acknowledgement is recorded.
     """
-    pz = pauser or SleepingPauser()
+    pz = pauser or WakeupPauser(queue.doorbell)
     deadline = time.monotonic() + timeout
     while True:
         acked = last_acknowledged_index(queue)
@@ -99,8 +104,9 @@ class AcknowledgedTailer:
         return ex
 
     def wait_read(self, timeout: float | None = None, pauser: Pauser | None = None) -> chronq.Excerpt | None:
-        """Block until an acknowledged excerpt is available (or `timeout` seconds pass: None)."""
-        pz = pauser or SleepingPauser()
+        """Block until an acknowledged excerpt is available (or `timeout` seconds pass: None). The
+        default `pauser` sleeps on the queue's doorbell, rung by appends and by acknowledgements."""
+        pz = pauser or WakeupPauser(self._queue.doorbell)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             ex = self.read()

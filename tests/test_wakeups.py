@@ -1,0 +1,224 @@
+"""Waiting on the doorbell wherever something waits for the next excerpt: `rpc.Service`, `rpc.aio`,
+`chronq tail -f`, the replication source link and the acknowledgement waits. Real processes append and
+acknowledge; each waiter is shown asleep on the doorbell (the queue's count of armed waiters) before
+the excerpt it waits for comes from another process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import chronq
+import rpc
+from chronq.pausers import WakeupPauser
+from chronq.replication import ReplicatedQueue, last_acknowledged_index
+from rpc.aio import AsyncMethodReader
+from tests.procs.qhelp import REPO, child_env
+from tests.replication_support import Host, last_index, wait_until, write_config
+from tests.rpc_support import Events, Recording
+
+
+def in_another_process(code: str, *args: str) -> subprocess.Popen[str]:
+    """`code` run by a new Python process (the repository importable; `sys.argv[1:]` is `args`), its
+    output piped."""
+    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True,
+                            env=child_env(), cwd=REPO)
+
+
+SAY = """
+import sys
+import chronq, rpc
+from tests.rpc_support import Events
+with chronq.open(sys.argv[1]) as q:
+    rpc.writer(q, Events).say(sys.argv[2])
+"""
+
+
+def say_from_another_process(path: Path, text: str) -> None:
+    p = in_another_process(SAY, str(path), text)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, out
+
+
+def asleep_on(q: chronq.Queue, what: str) -> None:
+    """Wait until some waiter is armed on `q`'s doorbell (the one the test started: nothing else waits)."""
+    wait_until(lambda: q.doorbell.waiters >= 1, 30, f"{what} asleep on the doorbell")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_service_sleeps_on_its_input_doorbell(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "in", source_id=1) as ins, chronq.open(tmp_path / "out", source_id=2) as outs:
+        handler = Recording()
+        svc = rpc.Service(ins, outs, lambda out: handler, 2, start=rpc.Start.NEW)
+        assert isinstance(svc.pauser, WakeupPauser)
+        runner = threading.Thread(target=svc.run)
+        runner.start()
+        try:
+            asleep_on(ins, "the idle service")
+            say_from_another_process(tmp_path / "in", "from another process")
+            wait_until(lambda: handler.calls != [], 30, "the service to handle the message")
+        finally:
+            svc.stop()
+            runner.join(30)
+        assert not runner.is_alive()
+        assert handler.calls == [("say", ("from another process",))]
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    """An event loop counting the timers scheduled on it (`asyncio.sleep`, `call_later` go through
+    `call_at`)."""
+
+    timers = 0
+
+    def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        self.timers += 1
+        return super().call_at(when, callback, *args, context=context)
+
+
+def test_an_idle_asyncio_reader_runs_no_timer_and_wakes_for_another_process(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "q") as q:
+        got = Recording()
+
+        async def scenario() -> tuple[int, int]:
+            loop = asyncio.get_running_loop()
+            assert isinstance(loop, CountingLoop)
+            handled = asyncio.Event()
+
+            class Handler(Recording):
+                def say(self, text: str) -> None:
+                    got.say(text)
+                    handled.set()
+
+            ar = AsyncMethodReader(rpc.reader(q.tailer(), Handler(), interfaces=[Events]))
+            task = asyncio.create_task(ar.run())
+            # the executor's thread waits (futures, no timer): the reader is asleep, then idle a while
+            await loop.run_in_executor(None, asleep_on, q, "the asyncio reader")
+            before = loop.timers
+            await loop.run_in_executor(None, time.sleep, 0.3)
+            idle_timers = loop.timers - before
+            await loop.run_in_executor(None, say_from_another_process, tmp_path / "q", "wake up")
+            await asyncio.wait_for(handled.wait(), 30)
+            ar.stop()  # ends run() at once although it sleeps again
+            count = await asyncio.wait_for(task, 30)
+            return idle_timers, count
+
+        with asyncio.Runner(loop_factory=CountingLoop) as runner:
+            idle_timers, count = runner.run(scenario())
+        assert idle_timers == 0  # the polling reader this replaced scheduled a timer per look
+        assert count == 1 and got.calls == [("say", ("wake up",))]
+
+
+def test_tail_follow_sleeps_on_the_doorbell(tmp_path: Path) -> None:
+    path = tmp_path / "q"
+    with chronq.open(path) as q:
+        q.appender().write(b"first")
+        with subprocess.Popen([sys.executable, "-m", "chronq", "tail", "-f", str(path)],
+                              stdout=subprocess.PIPE, text=True, env=child_env()) as follower:
+            assert follower.stdout is not None
+            try:
+                assert follower.stdout.readline().endswith("\tfirst\n")
+                asleep_on(q, "tail -f")
+                appended = subprocess.run([sys.executable, "-m", "chronq", "append", str(path)],
+                                          input="second\n", text=True, env=child_env(), timeout=60)
+                assert appended.returncode == 0
+                assert follower.stdout.readline().endswith("\tsecond\n")
+            finally:
+                follower.terminate()
+                follower.stdout.close()
+
+
+def sleeping_links(config: Path) -> Path:
+    """`config` with links that never spin (`busySpinMicros: 0`)."""
+    context = "heartbeatIntervalMs: 200,"
+    config.write_text(config.read_text().replace(context, context + " busySpinMicros: 0,"))
+    return config
+
+
+def test_a_sleeping_source_link_idles_on_the_doorbell_and_delivers(tmp_path: Path) -> None:
+    config = sleeping_links(write_config(tmp_path, hosts=2, acknowledge=False))
+    source_path, sink_path = tmp_path / "source" / "queue1", tmp_path / "sink2" / "queue1"
+    source = Host(config, 1)
+    sink = Host(config, 2)
+    try:
+        with chronq.open(source_path) as q:
+            first = q.appender().write(b"first")
+            wait_until(lambda: last_index(sink_path) == first, 30, "the first excerpt at the sink")
+            asleep_on(q, "the idle source link")
+            cpu0, t0 = cpu_seconds(source.proc.pid), time.monotonic()
+            time.sleep(1.0)
+            cpu, wall = cpu_seconds(source.proc.pid) - cpu0, time.monotonic() - t0
+            # asleep: its looks every IDLE_POLL and the heartbeats, 2-8 % of a core here; a link
+            # that spins takes the whole core
+            assert cpu < 0.25 * wall, f"{cpu:.3f} s of CPU in {wall:.2f} s idle"
+            second = q.appender().write(b"second")
+            wait_until(lambda: last_index(sink_path) == second, 30, "the second excerpt at the sink")
+    finally:
+        assert sink.stop() == 0
+        assert source.stop() == 0
+
+
+WAIT_ACK = """
+import sys
+import chronq
+from chronq.pausers import WakeupPauser
+from chronq.replication import wait_acknowledged
+with chronq.open(sys.argv[1]) as q:
+    pauser = WakeupPauser(q.doorbell, max_wait=float(sys.argv[3])) if len(sys.argv) > 3 else None
+    print(wait_acknowledged(q, int(sys.argv[2]), 120, pauser), flush=True)
+"""
+
+
+def test_wait_acknowledged_sleeps_until_the_acknowledgement(tmp_path: Path) -> None:
+    config = sleeping_links(write_config(tmp_path, hosts=2, acknowledge=True))
+    # no heartbeat in the test's time (a frame from the sink wakes the source, which rings for it)
+    text = config.read_text().replace("heartbeatTimeoutMs: 3000,", "heartbeatTimeoutMs: 600000,")
+    config.write_text(text.replace("heartbeatIntervalMs: 200,", "heartbeatIntervalMs: 300000,"))
+    with ReplicatedQueue(config, 1) as src, chronq.open(src.source_path("queue1")) as q:
+        index = q.appender().write(b"to acknowledge")
+        path = str(src.source_path("queue1"))
+        # the default pauser, and one that would look only after 100 s: only the ring wakes it in time
+        waiters = [in_another_process(WAIT_ACK, path, str(index)),
+                   in_another_process(WAIT_ACK, path, str(index), "100")]
+        try:
+            wait_until(lambda: q.doorbell.waiters >= 2, 30, "both waiters asleep on the doorbell")
+            assert [w.poll() for w in waiters] == [None, None] and last_acknowledged_index(q) == -1
+            sink = Host(config, 2)
+            try:
+                outs = [w.communicate(timeout=60)[0] for w in waiters]
+            finally:
+                assert sink.stop() == 0
+        finally:
+            for w in waiters:
+                if w.poll() is None:
+                    w.kill()
+                    w.communicate()
+        assert [w.returncode for w in waiters] == [0, 0] and all(int(out) >= index for out in outs)
+
+
+def test_an_asyncio_reader_whose_queue_is_closed_fails_instead_of_waiting(tmp_path: Path) -> None:
+    q = chronq.open(tmp_path / "q")
+    ar = AsyncMethodReader(rpc.reader(q.tailer(), Recording(), interfaces=[Events]))
+
+    async def scenario() -> BaseException | None:
+        task = asyncio.create_task(ar.run())
+        await asyncio.get_running_loop().run_in_executor(None, asleep_on, q, "the asyncio reader")
+        q.close()
+        try:
+            await asyncio.wait_for(task, 30)
+        except chronq.ChronqError as e:
+            return e
+        return None
+
+    error = asyncio.run(scenario())
+    assert error is not None and "closed" in str(error)

@@ -1,0 +1,84 @@
+"""The matching engine: a price-time priority order book per symbol.
+
+Deterministic (its state and outputs follow from the orders alone), so a restart that replays its input
+rebuilds the same books, and a standby copy fed the same orders is the same engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import rpc
+from rpc.service import Output
+
+from .api import Accepted, Fill, MatchEvents, Order, OrderEntry, Rejected
+
+
+@dataclass
+class _Resting:
+    order_id: str
+    account: str
+    quantity: int
+    price: int
+
+
+@dataclass
+class _Book:
+    bids: list[_Resting] = field(default_factory=list)  # best (highest) first, then oldest
+    asks: list[_Resting] = field(default_factory=list)  # best (lowest) first, then oldest
+
+
+class Engine(OrderEntry):
+    def __init__(self, events: MatchEvents, symbols: tuple[str, ...] = (), max_quantity: int = 1_000_000):
+        self.events = events
+        self.symbols = frozenset(symbols)
+        self.max_quantity = max_quantity
+        self.books: dict[str, _Book] = {}
+        self.seen: set[str] = set()
+
+    def new_order(self, order: Order) -> None:
+        reason = self._refusal(order)
+        if reason:
+            self.events.rejected(Rejected(order.order_id, reason))
+            return
+        self.seen.add(order.order_id)
+        self.events.accepted(Accepted(order.order_id, order.symbol))
+        book = self.books.setdefault(order.symbol, _Book())
+        buying = order.side == "buy"
+        other = book.asks if buying else book.bids
+        left = order.quantity
+        while left and other and (other[0].price <= order.price if buying else other[0].price >= order.price):
+            rest = other[0]
+            qty = min(left, rest.quantity)
+            buy, sell = ((order.order_id, order.account), (rest.order_id, rest.account)) if buying else \
+                ((rest.order_id, rest.account), (order.order_id, order.account))
+            self.events.filled(Fill(order.symbol, buy[0], buy[1], sell[0], sell[1], qty, rest.price))
+            left -= qty
+            rest.quantity -= qty
+            if not rest.quantity:
+                other.pop(0)
+        if left:
+            own = book.bids if buying else book.asks
+            at = 0
+            while at < len(own) and (own[at].price >= order.price if buying
+                                     else own[at].price <= order.price):
+                at += 1
+            own.insert(at, _Resting(order.order_id, order.account, left, order.price))
+
+    def _refusal(self, order: Order) -> str | None:
+        if order.order_id in self.seen:
+            return "duplicate order id"
+        if order.side not in ("buy", "sell"):
+            return f"side must be buy or sell, not {order.side!r}"
+        if not 0 < order.quantity <= self.max_quantity:
+            return f"quantity must be 1..{self.max_quantity}"
+        if order.price <= 0:
+            return "price must be positive"
+        if self.symbols and order.symbol not in self.symbols:
+            return f"unknown symbol {order.symbol!r}"
+        return None
+
+
+def make_engine(output: Output, symbols: list[str] | None = None, max_quantity: int = 1_000_000) -> Engine:
+    """The services file's factory: `config` gives the symbols traded (none: any) and the largest order."""
+    return Engine(rpc.writer(output, MatchEvents), tuple(symbols or ()), max_quantity)

@@ -1,0 +1,194 @@
+"""`chronq services`: the services file's checks, the runner (threads and processes), its clean stop,
+its crash limit, and what `status` shows (table, JSON, Prometheus)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from chronq.cli import main
+from rpc.services import Runner, load_services
+from rpc.services.status import collect_status
+from tests.replication_support import free_port
+from tests.services_support import (
+    ROOT,
+    RunnerProcess,
+    calls,
+    count,
+    expected,
+    feed,
+    services_yaml,
+    status,
+    wait_until,
+)
+
+GOOD = """
+queues:
+  a: { path: a, sourceId: 1 }
+  b: { path: b, sourceId: 2 }
+  c: { path: c, sourceId: 3 }
+services:
+  one: { factory: "examples.orders.matching:make_engine", inputs: [a], output: b }
+"""
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    (("inputs: [a]", "inptus: [a]"), "services.one: unknown key 'inptus' (did you mean 'inputs'?)"),
+    (("make_engine", "no_such"), "services.one.factory: 'examples.orders.matching:no_such'"),
+    (("examples.orders.matching", "examples.no_module"), "cannot import module 'examples.no_module'"),
+    (("output: b", "output: a"), "services.one.output: 'a' is also one of its inputs"),
+    (("inputs: [a]", "inputs: [z]"), "services.one.inputs: no queue 'z' under queues"),
+    (("sourceId: 2", "sourceId: 1"), "queues.b.sourceId: 1 is also queues.a's"),
+    (("output: b }", "output: b, start: newest }"), "services.one.start: expected all, new, missed"),
+    (("c: { path: c", "c: { pth: c"), "queues.c: unknown key 'pth' (did you mean 'path'?)"),
+    (("output: b }", "output: b }\n  two: { factory: \"examples.orders.positions:make_positions\", "
+      "inputs: [c], output: b }"), "services.two.output: 'b' is also the output of services.one"),
+    (("queues:", "runner: { maxCrashes: 0 }\nqueues:"), "runner.maxCrashes: must be an integer >= 1"),
+    (("queues:", "replicaton: {}\nqueues:"), "unknown key 'replicaton' (did you mean 'replication'?)"),
+])
+def test_a_wrong_services_file_exits_2_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      change: tuple[str, str], named: str) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    f = tmp_path / "services.yaml"
+    assert change[0] in GOOD
+    f.write_text(GOOD.replace(change[0], change[1], 1))
+    for verb in ("run", "status"):
+        assert main(["services", verb, str(f)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"chronq services: {f}: ") and named in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "a").exists()  # refused before any queue was made
+
+
+def test_the_reference_services_file_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    cfg = load_services(ROOT / "examples" / "orders" / "services.yaml")
+    assert list(cfg.services) == ["gateway", "matching", "positions"]
+    assert cfg.services["matching"].inputs == ("orders",) and cfg.services["matching"].output == "fills"
+    assert cfg.services["positions"].config == {"limit": 5000}
+
+
+def test_in_process_runner_answers_every_order_and_reports_status(tmp_path: Path) -> None:
+    """Threads of one process (`--in-process`): the pipeline's outputs are one uninterrupted run's, the
+    status says what each service handled with no lag, in the table, as JSON and as Prometheus text."""
+    f = services_yaml(tmp_path)
+    cfg = load_services(f)
+    n = 1500
+    feed(tmp_path, n)
+    fills, positions = expected(n)
+    runner = Runner(cfg, in_process=True, only=["matching", "positions"])
+    t = threading.Thread(target=runner.run)
+    t.start()
+    try:
+        wait_until(lambda: count(tmp_path / "data" / "positions") >= len(positions), 60, "positions")
+        assert calls(tmp_path / "data" / "fills") == fills
+        assert calls(tmp_path / "data" / "positions") == positions
+
+        def settled() -> bool:
+            s = collect_status(cfg.status_dir, ["matching", "positions"])["services"]
+            return s["matching"]["processed"] == n and s["positions"]["processed"] == len(fills)
+
+        wait_until(settled, 30, "the status files")
+        st = collect_status(cfg.status_dir, ["matching", "positions"])
+        assert st["runner"]["alive"]
+        m = st["services"]["matching"]
+        assert m["state"] == "running" and m["restarts"] == 0
+        assert m["inputs"]["orders"]["lag_messages"] == 0
+        assert m["inputs"]["orders"]["processed_index"] == m["inputs"]["orders"]["last_index"]
+        table = status(f)
+        assert table.returncode == 0, table.stderr
+        assert "matching   running  1500" in table.stdout.replace("  ", "  ")
+        assert "matching <- orders: last 0x" in table.stdout and "lag 0 messages" in table.stdout
+        as_json = json.loads(status(f, "--json").stdout)
+        assert as_json["services"]["positions"]["processed"] == len(fills)
+        prom = status(f, "--prometheus").stdout
+        assert 'chronq_service_processed_total{service="matching"} 1500.0' in prom
+        assert 'chronq_service_input_lag_messages{input="orders",service="matching"} 0.0' in prom
+        assert 'chronq_service_up{service="positions",state="running"} 1.0' in prom
+    finally:
+        runner.stop()
+        t.join(60)
+    st = collect_status(cfg.status_dir, ["matching", "positions"])
+    assert {s["state"] for s in st["services"].values()} == {"stopped"}
+
+
+def test_sigterm_stops_every_service_cleanly_and_a_restart_answers_only_the_new(tmp_path: Path) -> None:
+    f = services_yaml(tmp_path)
+    feed(tmp_path, 800)
+    with RunnerProcess(f, "--only", "matching", "--only", "positions") as r:
+        fills, positions = expected(800)
+        wait_until(lambda: count(tmp_path / "data" / "positions") >= len(positions), 60, "positions",
+                   r.proc, r.log)
+        assert r.stop() == 0, r.text()
+    st = json.loads(status(f, "--json").stdout)
+    assert {s["state"] for s in st["services"].values() if s["pid"]} == {"stopped"}
+    assert st["runner"]["alive"] is False
+    feed(tmp_path, 1200, start=800)  # more orders while nothing runs: a restart answers only these
+    fills, positions = expected(1200)
+    with RunnerProcess(f, "--only", "matching", "--only", "positions") as r:
+        wait_until(lambda: count(tmp_path / "data" / "positions") >= len(positions), 60, "positions",
+                   r.proc, r.log)
+        assert r.stop() == 0, r.text()
+    assert calls(tmp_path / "data" / "fills") == fills
+    assert calls(tmp_path / "data" / "positions") == positions
+
+
+def test_a_service_that_keeps_crashing_is_left_down_and_the_runner_says_why(tmp_path: Path) -> None:
+    f = services_yaml(tmp_path, runner="runner: { maxCrashes: 3, crashWindowSeconds: 60, "
+                      "backoffSeconds: 0.01, maxBackoffSeconds: 0.02, statusIntervalSeconds: 0.05 }")
+    f.write_text(f.read_text().replace("examples.orders.positions:make_positions",
+                                       "tests.services_support:crashing_factory"))
+    feed(tmp_path, 50)
+    with RunnerProcess(f, "--only", "matching", "--only", "positions") as r:
+        wait_until(lambda: "left down" in r.text(), 60, "the crash limit", r.proc, r.log)
+        folder = load_services(f).status_dir
+        wait_until(lambda: collect_status(folder, ["positions"])["services"]["positions"]["state"]
+                   == "failed", 30, "the status")
+        st = json.loads(status(f, "--json").stdout)["services"]
+        assert st["positions"]["restarts"] == 2 and "crashed 3 times within 60 s" in st["positions"]["reason"]
+        assert "this service cannot start" in r.text()  # the service's own traceback is in the log
+        assert st["matching"]["state"] == "running"  # the others keep running
+        assert "positions: crashed 3 times within 60 s (last: exit status 1): left down" in status(f).stdout
+        assert r.stop() == 0
+
+
+def test_prometheus_metrics_are_served_on_a_port(tmp_path: Path) -> None:
+    f = services_yaml(tmp_path)
+    feed(tmp_path, 100)
+    cfg = load_services(f)
+    runner = Runner(cfg, in_process=True, only=["matching"])
+    t = threading.Thread(target=runner.run)
+    t.start()
+    port = free_port()
+    import subprocess
+    import sys
+
+    from tests.procs.qhelp import child_env
+
+    server = subprocess.Popen([sys.executable, "-m", "chronq", "services", "status", str(f),
+                               "--prometheus-port", str(port)], stdout=subprocess.PIPE, text=True,
+                              env=child_env(), cwd=ROOT)
+    try:
+        assert server.stdout is not None
+        assert f"metrics on http://127.0.0.1:{port}/metrics" in server.stdout.readline()
+
+        def scraped() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+                return str(resp.read().decode())
+
+        wait_until(lambda: 'chronq_service_processed_total{service="matching"} 100.0' in scraped(), 30,
+                   "the metrics")
+        assert "# TYPE chronq_service_input_lag_seconds gauge" in scraped()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0
+        assert server.stdout is not None
+        server.stdout.close()
+        runner.stop()
+        t.join(60)

@@ -8,7 +8,10 @@ policy says, these cycles are *protected* and never deleted:
 * every cycle from the one a named tailer's stored position (`index.NAME` in `metadata.cq4t`) is in
   onward: the tailer has not finished it;
 * for a replication source, every cycle from the one holding ``chronicle.lastAcknowledgedIndexReplicated``
-  onward (all of them while nothing is acknowledged): a sink may still need it.
+  onward (all of them while nothing is acknowledged): a sink may still need it;
+* every cycle from the one a *hold* names onward (`hold`: ``retention.hold.HOLDER`` in `metadata.cq4t`):
+  a reader that is not a named tailer still needs it, such as an `rpc.Service` whose newest snapshot
+  was taken at that input index.
 
 Only the oldest cycles are candidates: retention stops at the first protected or kept cycle, so the
 queue never gets a hole in its middle. Each deletion is atomic per file: the file is renamed to a
@@ -39,7 +42,11 @@ from chronq.table import LAST_ACKNOWLEDGED_INDEX_REPLICATED, LAST_INDEX_REPLICAT
 if TYPE_CHECKING:
     from chronq.queue import Queue
 
-__all__ = ["Policy", "RetentionResult", "delete_cycle_file", "parse_duration", "protected_from", "retain"]
+__all__ = ["HOLD_PREFIX", "Policy", "RetentionResult", "delete_cycle_file", "hold", "holds", "parse_duration",
+           "protected_from", "release", "retain"]
+
+#: Table-store key prefix of holds (see `hold`).
+HOLD_PREFIX = "retention.hold."
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +107,48 @@ def _named_positions(table: TableStore) -> dict[str, int]:
     return out
 
 
+def hold(queue: Queue, holder: str, index: int) -> None:
+    """Keep the cycle of `index` and every later one from retention and archiving, for `holder`.
+
+    For readers that are not named tailers but still need the queue from some index on: a service
+    holds its input from the position its newest snapshot reflects, so that a restart can replay what
+    follows. The hold lives in the queue's table store (``retention.hold.HOLDER``), where every
+    process running retention or archiving on the queue sees it; a later `hold` by the same holder
+    moves it (an index of 0 holds every cycle) and `release` drops it.
+    """
+    if index < 0:
+        raise ValueError(f"a hold needs an index >= 0, not {index}")
+    _hold_table(queue).set(HOLD_PREFIX + holder, index)
+
+
+def release(queue: Queue, holder: str) -> None:
+    """Drop `holder`'s hold (a table store cannot delete a key: it is kept at -1, meaning none)."""
+    table = _hold_table(queue)
+    if HOLD_PREFIX + holder in table:
+        table.set(HOLD_PREFIX + holder, -1)
+
+
+def holds(queue: Queue) -> dict[str, int]:
+    """The holds on `queue`: holder -> the index it holds from."""
+    table = queue.table
+    if table is None:
+        return {}
+    out = {}
+    for key in table.keys():  # noqa: SIM118 (a TableStore is not iterable)
+        if key.startswith(HOLD_PREFIX):
+            v = table.get(key)
+            if v is not None and v >= 0:
+                out[key[len(HOLD_PREFIX):]] = v
+    return out
+
+
+def _hold_table(queue: Queue) -> TableStore:
+    table = queue.table
+    if table is None:
+        raise ChronqError(f"{queue.path}: holds need the queue's metadata.cq4t")
+    return table
+
+
 def protected_from(queue: Queue, replication_source: bool | None = None,
                    newest: bool = True) -> tuple[int | None, list[str]]:
     """The oldest cycle retention must not delete (every later one is protected too), with the reasons.
@@ -123,6 +172,9 @@ def protected_from(queue: Queue, replication_source: bool | None = None,
         for name, index in _named_positions(table).items():
             c = rc.to_cycle(index) if index > 0 else cycles[0]
             limits.append((c, f"named tailer {name!r} is in cycle {c}"))
+        for holder, index in holds(queue).items():
+            c = rc.to_cycle(index) if index > 0 else cycles[0]
+            limits.append((c, f"held by {holder} from cycle {c} (index {index:#x})"))
         acked = table.get(LAST_ACKNOWLEDGED_INDEX_REPLICATED, -1)
         sent = table.get(LAST_INDEX_REPLICATED, -1)
         acked = -1 if acked is None else acked

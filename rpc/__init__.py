@@ -15,22 +15,43 @@ from typing import TYPE_CHECKING, Any
 
 from rpc._history import current_history
 from rpc._interface import InterfaceSpec, MethodSpec, describe, interface, method_id
-from rpc._reader import MethodReader, reader
+from rpc._reader import MethodReader, PoisonHook, log_poison, reader
 from rpc._writer import writer
 
 if TYPE_CHECKING:
-    from rpc.service import Output, Service, Start
+    from rpc.service import (
+        DeadLetter,
+        DeadLetterHook,
+        InputStatus,
+        Output,
+        Service,
+        ServiceStatus,
+        SnapshotRecord,
+        Snapshottable,
+        Start,
+    )
+
+_SERVICE_NAMES = ("DeadLetter", "DeadLetterHook", "InputStatus", "Output", "Service", "ServiceStatus",
+                  "SnapshotRecord", "Snapshottable", "Start")
 
 __all__ = [
+    "DeadLetter",
+    "DeadLetterHook",
+    "InputStatus",
     "InterfaceSpec",
     "MethodReader",
     "MethodSpec",
     "Output",
+    "PoisonHook",
     "Service",
+    "ServiceStatus",
+    "SnapshotRecord",
+    "Snapshottable",
     "Start",
     "current_history",
     "describe",
     "interface",
+    "log_poison",
     "method_id",
     "reader",
     "writer",
@@ -38,6 +59,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Output", "Service", "Start"):
+    if name in _SERVICE_NAMES:
         return getattr(importlib.import_module("rpc.service"), name)
     raise AttributeError(f"module 'rpc' has no attribute {name!r}")

@@ -22,6 +22,14 @@ log = logging.getLogger("rpc")
 UnknownHook = Callable[[str | int, int], None]
 UnknownTypeHook = Callable[[str, str | int, int], None]
 MetadataHandler = Callable[[memoryview, int], None]
+PoisonHook = Callable[[int, bytes, "_codec.WireError"], None]
+"""`on_poison(index, document, error)`: a document that is not a method call or does not decode."""
+
+
+def log_poison(index: int, document: bytes, error: Exception) -> None:
+    """An `on_poison` hook that logs the document (as Java's method reader does) and carries on."""
+    log.warning("skipped the document at index %#x (%d bytes, starts %r): %s", index, len(document),
+                document[:16], error)
 
 
 def _log_unknown(event: str | int, index: int) -> None:
@@ -168,6 +176,11 @@ class MethodReader:
     the name goes to `on_unknown_type(type_name, event, index)` first. With a `source_id` (default:
     the tailer's queue's), the message's history gains (source_id, index) and the read time, as
     Chronicle's readers do.
+
+    A *poison* document (not a method call, or arguments that do not decode: a `WireError`) raises
+    out of `read_one`/`read_many` by default, after it was consumed; with `on_poison` it goes to
+    `on_poison(index, document, error)` instead (`rpc.log_poison` logs it, as Java's reader does) and
+    reading goes on.
     """
 
     read_one: Callable[[], bool]
@@ -185,12 +198,14 @@ class MethodReader:
         source_id: int | None = None,
         clock: Callable[[], int] | None = None,
         wire: WireType = WireType.BINARY,
+        on_poison: PoisonHook | None = None,
     ) -> None:
         if not handlers:
             raise TypeError("rpc.reader needs at least one handler")
         self.tailer = tailer
         self.on_unknown = on_unknown or _log_unknown
         self.on_unknown_type = on_unknown_type or _log_unknown_type
+        self.on_poison = on_poison
         if source_id is None:
             source_id = int(getattr(getattr(tailer, "queue", None), "source_id", 0) or 0)
         self.clock = clock or time.monotonic_ns
@@ -276,7 +291,7 @@ class MethodReader:
             ex = tailer.read()
         if ex is None:
             return False
-        return self._take(ex)
+        return self.take(ex)
 
     def _read_slow(self, got: Any) -> bool:
         """What the native `read_one` leaves to Python (see `rpc._codec.read_one`)."""
@@ -284,15 +299,26 @@ class MethodReader:
             ex, err = got
             if isinstance(err, _codec.WireError):
                 self._note(err, ex.payload, ex.index)
+                if self.on_poison is not None:
+                    self.on_poison(ex.index, bytes(ex.payload), err)
+                    return True
             raise err
-        return self._take(got)
+        return self.take(got)
 
-    def _take(self, ex: ExcerptLike) -> bool:
+    def take(self, ex: ExcerptLike) -> bool:
+        """Dispatch one excerpt the caller read itself (a metadata one goes to the metadata handler),
+        as `read_one` would have: for a caller that chooses which tailer to read next."""
         if ex.metadata:
             if self._metadata_handler is not None:
                 self._metadata_handler(memoryview(ex.payload), ex.index)
             return True
-        self.dispatch(ex.payload, ex.index)
+        if self.on_poison is None:
+            self.dispatch(ex.payload, ex.index)
+            return True
+        try:
+            self.dispatch(ex.payload, ex.index)
+        except _codec.WireError as e:
+            self.on_poison(ex.index, bytes(ex.payload), e)
         return True
 
     def dispatch(self, payload: Any, index: int = 0) -> None:

@@ -1,23 +1,43 @@
-"""Event-sourced services: input queue -> handler -> output queue, restartable without duplicates.
+"""Event-sourced services: input queues -> handler -> output queue, restartable without duplicates.
 
 The output queue is the service's checkpoint. Every output document carries a MessageHistory whose
-sources include (input source id, input index) of the message that caused it, so after a crash the
-service can rebuild its state by replaying the input up to that index with outputs suppressed, and
-continue with exactly the messages it missed.
+last source is (input source id, input index) of the message that caused it, and the service adds
+metadata documents of its own (`ServiceLog`) where histories alone do not say enough: which input it
+consumed up to where when it moves from one input to another, poison messages it skipped, the point a
+snapshot was taken at. Read in order, the output therefore says exactly which input messages the
+service consumed, in which interleaving, up to its last document. A restarted service, or a standby
+copy that follows a replicated output, consumes its inputs in that same order with outputs suppressed
+(reaching the same state), then carries on live.
+
+Snapshots (optional) bound the replay: every `snapshot_every` messages or `snapshot_interval`
+seconds the handler's state (see `Snapshottable`) is written, with the input positions it reflects, to
+a snapshot queue the service owns; a restart loads the newest snapshot that checks out and replays only
+what follows it. The inputs are held from retention and archiving (`chronq.retention.hold`) from the
+positions of the two newest snapshots, so that the fallback to the previous one also has its input.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+import time
+import typing
+import zlib
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from chronq.errors import IndexNotFoundError
+import msgspec
+
+from chronq.errors import ChronqError, IndexNotFoundError
 from chronq.pausers import Pauser, SleepingPauser
+from chronq.retention import hold
 from chronq.tailer import Direction
 from rpc import _codec
 from rpc._reader import MethodReader, UnknownHook, UnknownTypeHook
+from rpc._writer import writer
+from wire import binary as _binary
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -25,7 +45,22 @@ if TYPE_CHECKING:
     from chronq.appender import Appender
     from chronq.queue import Queue
 
-__all__ = ["Output", "Service", "Start", "last_source_index"]
+__all__ = [
+    "DeadLetter",
+    "DeadLetterHook",
+    "InputStatus",
+    "Output",
+    "Service",
+    "ServiceLog",
+    "ServiceStatus",
+    "SnapshotRecord",
+    "Snapshots",
+    "Snapshottable",
+    "Start",
+    "last_source_index",
+]
+
+log = logging.getLogger("rpc.service")
 
 
 class Start(enum.Enum):
@@ -36,24 +71,143 @@ class Start(enum.Enum):
     MISSED = "missed"  # replay up to the last one reflected in the output silently, then continue
 
 
+# -- what the service records ------------------------------------------------------------------------
+class ServiceLog(Protocol):
+    """Metadata documents a service writes into its output queue (method calls, so Java reads them).
+
+    `consumed`: every message of input `source` with an index <= `index` has been consumed by now;
+    written when the service moves on to another input, before a snapshot and when it stops.
+    `deadLetter`: the message at `index` of `source` was a poison message, skipped for `error`.
+    """
+
+    def consumed(self, service: int, source: int, index: int) -> None: ...
+
+    def deadLetter(self, service: int, source: int, index: int, error: str) -> None: ...
+
+
+class InputPosition(msgspec.Struct):
+    """Every message of input `source` with an index <= `index` is reflected (-1: none)."""
+
+    source: int
+    index: int
+
+
+class SnapshotRecord(msgspec.Struct):
+    """One snapshot in a service's snapshot queue (the document `snapshot: !SnapshotRecord {...}`).
+
+    `state` is the handler's state object in BINARY wire (fields by name, so a class that gained or
+    lost fields still reads it); `crc` is the CRC-32 of the record written with `crc` 0, so a damaged
+    record is recognised and skipped. `output_index` is the output queue's last index when the
+    snapshot was taken (-1: empty), where a restart starts reading the output again.
+    """
+
+    service: int
+    processed: int
+    dead_letters: int
+    output_index: int
+    positions: list[InputPosition]
+    state_type: str
+    state: bytes
+    time_ns: int = 0
+    crc: int = 0
+
+
+class Snapshots(Protocol):
+    """The method a snapshot queue holds (one call per snapshot)."""
+
+    def snapshot(self, record: SnapshotRecord) -> None: ...
+
+
+@runtime_checkable
+class Snapshottable(Protocol):
+    """A handler whose state can be snapshotted: `snapshot_state()` returns it as a msgspec Struct,
+    attrs class or dataclass (written with `wire`), `restore_state(state)` takes one back.
+
+    The class restored into is `restore_state`'s annotated parameter type (else the type
+    `snapshot_state()` returns on a fresh handler); fields are matched by name, so a state class that
+    gained fields (with defaults) or lost some still restores from older snapshots.
+    """
+
+    def snapshot_state(self) -> Any: ...
+
+    def restore_state(self, state: Any) -> None: ...
+
+
+class DeadLetter(msgspec.Struct):
+    """A poison message: input `source_id`'s document at `index`, which is not a method call or does
+    not decode (`error`); `document` is its bytes."""
+
+    source_id: int
+    index: int
+    error: str
+    document: bytes
+
+
+DeadLetterHook = Callable[[DeadLetter], None]
+
+
+class InputStatus(msgspec.Struct):
+    """One input of a service: its last index, the last one the service consumed (None: none), the
+    messages between, and for how long the service has been behind (0.0 when caught up)."""
+
+    source_id: int
+    path: str
+    last_index: int | None
+    processed_index: int | None
+    lag_messages: int
+    lag_seconds: float
+
+
+class ServiceStatus(msgspec.Struct):
+    """What a service is doing (`Service.status()`); msgspec encodes it as JSON for status tools.
+
+    `state` is one of "replaying", "standby", "running", "stopped", "failed". `snapshot_index` is the
+    snapshot queue index of the last snapshot written or loaded, `snapshot_age` its age in seconds;
+    `snapshot_errors` the damaged snapshots skipped at start (index and why).
+    """
+
+    source_id: int
+    state: str
+    processed: int
+    dead_letters: int
+    inputs: list[InputStatus]
+    snapshot_index: int | None = None
+    snapshot_age: float | None = None
+    snapshot_errors: list[str] = []
+    error: str | None = None
+
+
+# -- output ------------------------------------------------------------------------------------------
 class Output:
     """What the handler factory gets to build its writers on: the output queue's appender, gated.
 
-    While the service replays to rebuild state `enabled` is False and writes are dropped.
+    While the service replays to rebuild state, or follows a primary as a standby, `enabled` is False
+    and writes are dropped.
     """
 
-    def __init__(self, appender: Appender, source_id: int) -> None:
-        self._write = appender.write
+    def __init__(self, appender: Appender | None, source_id: int) -> None:
+        self._write: Callable[[Buffer], Any] | None = None if appender is None else appender.write
         self.source_id = source_id
         self.enabled = True
         self.dropped = 0
 
     def write(self, data: Buffer) -> int | None:
         """The index written, or None: dropped while replaying."""
-        if self.enabled:
-            return self._write(data)
+        if self.enabled and self._write is not None:
+            return self._write(data)  # type: ignore[no-any-return]
         self.dropped += 1
         return None
+
+
+class _Sink:
+    """`write(bytes)` for a generated writer, keeping the index the last document got."""
+
+    def __init__(self, write: Callable[[Buffer], int]) -> None:
+        self._write = write
+        self.index = -1
+
+    def write(self, data: Buffer) -> None:
+        self.index = self._write(data)
 
 
 def last_source_index(output: Queue, input_source_id: int) -> int | None:
@@ -82,18 +236,93 @@ def _source_in(payload: Any, source_id: int) -> int | None:
     return None
 
 
-class Service:
-    """Runs `handler_factory(output)` over `input`, writing to `output` with history id `source_id`.
+def _last_source(payload: Any) -> tuple[int, int] | None:
+    """(source id, index) of the last hop in a document's history: the message that caused it."""
+    h, _ = _codec.read_history(payload)
+    if h is None or not h.sources:
+        return None
+    sid, index = h.sources[-1]
+    return int(sid), int(index)
 
-    `input_source_id` (default: the input queue's source id) is what output histories record as the
-    origin; it must be non-zero for `Start.MISSED`. `stop()` is graceful: the current message finishes.
-    `on_unknown`, `on_unknown_type` and `interfaces` are the method reader's (see `rpc.MethodReader`):
-    only methods of the Protocols the handler declares, or of `interfaces`, are called.
+
+class _LogReader:
+    """Receives the ServiceLog calls found in an output queue's metadata."""
+
+    def __init__(self, service: int) -> None:
+        self.service = service
+        self.found: list[tuple[int, int]] = []
+
+    def consumed(self, service: int, source: int, index: int) -> None:
+        if service == self.service:
+            self.found.append((source, index))
+
+    def deadLetter(self, service: int, source: int, index: int, error: str) -> None:
+        if service == self.service:
+            self.found.append((source, index))
+
+
+class _SnapshotReader:
+    def __init__(self) -> None:
+        self.record: SnapshotRecord | None = None
+
+    def snapshot(self, record: SnapshotRecord) -> None:
+        self.record = record
+
+
+def _record_crc(record: SnapshotRecord) -> int:
+    return zlib.crc32(_binary.encode_document(msgspec.structs.replace(record, crc=0)))
+
+
+class _Input:
+    """One input queue: its tailer and method reader, and how far the service has consumed it."""
+
+    def __init__(self, queue: Queue, source_id: int) -> None:
+        self.queue = queue
+        self.source_id = source_id
+        self.tailer = queue.tailer()
+        self.reader: MethodReader
+        self.behind_since: float | None = None
+
+    @property
+    def through(self) -> int:
+        """Every message with an index <= this was consumed (-1: none)."""
+        return self.tailer.index - 1 if self.tailer.index > 0 else -1
+
+    def move_past(self, through: int) -> None:
+        """Position the tailer on the first message after `through` (see `through`)."""
+        t = self.tailer
+        if through < 0:
+            t.to_start()
+            return
+        if t.move_to_index(through):
+            t.read()
+            return
+        rc = self.queue.roll_cycle
+        cycle = through >> rc.cycle_shift
+        if not t.move_to_cycle(cycle + 1):
+            raise IndexNotFoundError(f"{self.queue.path}: index {through:#x} is not in the queue")
+
+
+# -- the service -------------------------------------------------------------------------------------
+class Service:
+    """Runs `handler_factory(output)` over `input` (one queue, a sequence, or source id -> queue),
+    writing to `output` with history id `source_id`.
+
+    Each input needs a non-zero source id: its queue's, `input_source_id` (one input), or the mapping's
+    key. `start` applies to every input. With `snapshots` (a queue the service owns) and
+    `snapshot_every` messages and/or `snapshot_interval` seconds, a `Snapshottable` handler's state is
+    written there, and `Start.MISSED` starts from the newest snapshot that reads back. A poison
+    message goes to `on_dead_letter` (default: logged), is counted and recorded in the output, and the
+    service goes on; with `stop_on_poison` it raises out of `run`/`poll` instead. With `standby` the
+    service writes nothing: it follows `output` (a replicated copy of the primary's) and consumes its
+    inputs up to what the output reflects, in the output's order; `promote()` makes it the primary.
+    `batch` is how many messages of one input one `poll` may handle. `stop()` is graceful.
+    `on_unknown`, `on_unknown_type` and `interfaces` are the method reader's (see `rpc.MethodReader`).
     """
 
     def __init__(
         self,
-        input: Queue,
+        input: Queue | Sequence[Queue] | Mapping[int, Queue],
         output: Queue,
         handler_factory: Callable[[Output], object],
         source_id: int,
@@ -104,77 +333,493 @@ class Service:
         on_unknown: UnknownHook | None = None,
         on_unknown_type: UnknownTypeHook | None = None,
         interfaces: Sequence[type] = (),
+        snapshots: Queue | None = None,
+        snapshot_every: int | None = None,
+        snapshot_interval: float | None = None,
+        on_dead_letter: DeadLetterHook | None = None,
+        stop_on_poison: bool = False,
+        standby: bool = False,
+        batch: int = 1,
     ) -> None:
         if not source_id:
             raise ValueError("a service needs a non-zero source_id to record history in its output")
-        if input_source_id is None:
-            input_source_id = int(getattr(input, "source_id", 0) or 0)
-        if not input_source_id:
-            raise ValueError("the input needs a non-zero source id (chronq.open(..., source_id=N)) "
-                             "or pass input_source_id=N")
-        self.input = input
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, not {batch}")
+        if snapshot_every is not None and snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be >= 1, not {snapshot_every}")
+        if snapshot_interval is not None and snapshot_interval <= 0:
+            raise ValueError(f"snapshot_interval must be > 0, not {snapshot_interval}")
+        if (snapshot_every or snapshot_interval) and snapshots is None:
+            raise ValueError("snapshot_every/snapshot_interval need a snapshots queue")
+        if standby and start is not Start.MISSED:
+            raise ValueError("a standby starts from what the output reflects: start must be Start.MISSED")
+        pairs = self._input_pairs(input, input_source_id)
+        if any(q is output for _, q in pairs):
+            raise ValueError(f"{output.path}: a service's output cannot be one of its inputs")
         self.output = output
         self.source_id = source_id
-        self.input_source_id = input_source_id
-        self.out = Output(output.appender(), source_id)
+        self.standby = standby
+        self.out = Output(None if standby else output.appender(), source_id)
         self.handler = handler_factory(self.out)
-        self.tailer = input.tailer()
-        self.reader = MethodReader(
-            self.tailer, self.handler, interfaces=interfaces, source_id=input_source_id,
-            on_unknown=on_unknown, on_unknown_type=on_unknown_type,
-        )
+        self.inputs: list[_Input] = []
+        for sid, q in pairs:
+            inp = _Input(q, sid)
+            inp.reader = MethodReader(
+                inp.tailer, self.handler, interfaces=interfaces, source_id=sid,
+                on_unknown=on_unknown, on_unknown_type=on_unknown_type,
+                on_poison=self._poison_hook(inp),
+            )
+            self.inputs.append(inp)
+        self._by_source = {inp.source_id: inp for inp in self.inputs}
+        self.input = pairs[0][1]  # (the first input: what one-input code knew as `input`)
+        self.input_source_id = pairs[0][0]
+        self.tailer = self.inputs[0].tailer
+        self.reader = self.inputs[0].reader
         self.pauser: Pauser = pauser or SleepingPauser(max_sleep=0.001)
+        self.batch = batch
+        self.on_dead_letter = on_dead_letter or _log_dead_letter
+        self.stop_on_poison = stop_on_poison
+        self.snapshots = snapshots
+        self.snapshot_every = snapshot_every
+        self.snapshot_interval = snapshot_interval
         self._stop = threading.Event()
-        self.replay_until: int | None = None  # outputs are suppressed up to this input index
+        self._log: ServiceLog | None = None
+        self._plan: deque[tuple[int, int]] = deque()  # (source, through) still to replay, in order
+        self._follow: Any = None  # the output tailer a standby follows
+        self._next = 0  # the input the next live poll starts with
+        self._run: _Input | None = None  # (several inputs) consumed since the last `consumed` record
+        self._log_sink = _LogReader(source_id)
+        self._log_reader = MethodReader(None, self._log_sink, interfaces=[ServiceLog], source_id=0,
+                                        on_unknown=_ignore)
+        self.replay_until: int | None = None  # (one input) outputs are suppressed up to this index
         self.processed = 0
+        self.dead_letters = 0
+        self.snapshot_errors: list[str] = []
+        self.snapshot_index: int | None = None
+        self._snapshot_time: float | None = None  # monotonic time of the last snapshot
+        self._snapshot_wall_ns: int | None = None
+        self._since_snapshot = 0
+        self._held: list[list[InputPosition]] = []  # the positions of the newest two snapshots
+        self._state = "running"
+        self._error: str | None = None
         self._position(start)
+
+    # -- construction ---------------------------------------------------------------------------------
+    @staticmethod
+    def _input_pairs(
+        input: Queue | Sequence[Queue] | Mapping[int, Queue], input_source_id: int | None
+    ) -> list[tuple[int, Queue]]:
+        if isinstance(input, Mapping):
+            if input_source_id is not None:
+                raise ValueError("input_source_id is for one input; a mapping's keys are the source ids")
+            pairs = [(int(k), q) for k, q in input.items()]
+        elif isinstance(input, Sequence):
+            if input_source_id is not None and len(input) != 1:
+                raise ValueError("input_source_id is for one input; give several as {source_id: queue}")
+            pairs = [(input_source_id or int(getattr(q, "source_id", 0) or 0), q) for q in input]
+        else:
+            pairs = [(input_source_id or int(getattr(input, "source_id", 0) or 0), input)]
+        if not pairs:
+            raise ValueError("a service needs at least one input")
+        for sid, q in pairs:
+            if not sid:
+                raise ValueError(f"{q.path}: the input needs a non-zero source id "
+                                 "(chronq.open(..., source_id=N)) or pass input_source_id=N")
+        sids = [sid for sid, _ in pairs]
+        if len(set(sids)) != len(sids):
+            raise ValueError(f"two inputs share a source id: {sids}")
+        return pairs
 
     def _position(self, start: Start | int) -> None:
         if start is Start.NEW:
-            self.tailer.to_end()
+            for inp in self.inputs:
+                inp.tailer.to_end()
         elif start is Start.ALL:
-            self.tailer.to_start()
+            for inp in self.inputs:
+                inp.tailer.to_start()
         elif start is Start.MISSED:
-            self.tailer.to_start()
-            self.replay_until = last_source_index(self.output, self.input_source_id)
+            self._recover()
         elif isinstance(start, int) and not isinstance(start, bool):
-            if not self.tailer.move_to_index(start):
-                raise IndexNotFoundError(f"{self.input.path}: start index {start:#x} is not in the queue")
+            for inp in self.inputs:
+                if not inp.tailer.move_to_index(start):
+                    raise IndexNotFoundError(f"{inp.queue.path}: start index {start:#x} is not in the queue")
         else:
             raise TypeError(f"start must be a Start or an index, not {start!r}")
-        self.out.enabled = self.replay_until is None
+        self.out.enabled = not self._plan and not self.standby
+        if self.standby:
+            self._state = "standby"
+        elif self._plan:
+            self._state = "replaying"
 
+    def _recover(self) -> None:
+        """Load the newest snapshot that checks out, then plan the replay of what the output reflects
+        after it (a standby: follow the output from there)."""
+        record = self._load_snapshot()
+        positions = {p.source: p.index for p in record.positions} if record is not None else {}
+        for inp in self.inputs:
+            inp.move_past(positions.get(inp.source_id, -1))
+        after = record.output_index if record is not None else -1
+        if len(self.inputs) == 1 and not self.standby:
+            # one input: the newest document naming it says how far (histories suffice, as they always did)
+            found = self._newest_mark()
+            self.replay_until = found
+            if found is not None and found > self.inputs[0].through:
+                self._plan.append((self.input_source_id, found))
+            return
+        self._follow = self.output.tailer()
+        if after < 0 or not self._follow.move_to_index(after):
+            self._follow.to_start()
+        self._read_output(None)
+
+    def _newest_mark(self) -> int | None:
+        """(One input) the newest input index the output reflects: a history or a ServiceLog record."""
+        t = self.output.tailer()
+        t.direction = Direction.BACKWARD
+        t.to_end()
+        sid = self.input_source_id
+        while (ex := t.read(True)) is not None:
+            if ex.metadata:
+                marks = self._log_marks(ex.payload)
+                if marks:
+                    return marks[-1][1]
+                continue
+            found = _source_in(ex.payload, sid)
+            if found is not None:
+                return found
+        return None
+
+    def _log_marks(self, payload: Any) -> list[tuple[int, int]]:
+        sink = self._log_sink
+        sink.found.clear()
+        try:
+            self._log_reader.dispatch(payload)
+        except _codec.WireError:
+            return []
+        return [(s, i) for s, i in sink.found if s in self._by_source]
+
+    def _read_output(self, limit: int | None) -> int:
+        """Add what the output reflects (from the follow tailer) to the replay plan; returns how many
+        documents were read."""
+        t, n = self._follow, 0
+        while limit is None or n < limit:
+            ex = t.read(True)
+            if ex is None:
+                break
+            n += 1
+            if ex.metadata:
+                self._plan.extend(self._log_marks(ex.payload))
+                continue
+            mark = _last_source(ex.payload)
+            if mark is not None and mark[0] in self._by_source:
+                self._plan.append(mark)
+        return n
+
+    # -- snapshots ------------------------------------------------------------------------------------
+    def _state_type(self) -> Any:
+        handler = self.handler
+        hints = typing.get_type_hints(handler.restore_state)  # type: ignore[attr-defined]
+        hints.pop("return", None)
+        if len(hints) == 1 and (tp := next(iter(hints.values()))) not in (Any, object):
+            return tp
+        return type(handler.snapshot_state())  # type: ignore[attr-defined]
+
+    def _load_snapshot(self) -> SnapshotRecord | None:
+        """The newest snapshot that reads back and that the output already reflects, restored into the
+        handler; damaged ones are logged and listed in `snapshot_errors`."""
+        if self.snapshots is None:
+            return None
+        if not isinstance(self.handler, Snapshottable):
+            raise TypeError(f"{type(self.handler).__name__} is not Snapshottable: it needs "
+                            "snapshot_state() and restore_state(state) to use snapshots")
+        out_last = self.output.last_index
+        out_last = -1 if out_last is None else out_last
+        t = self.snapshots.tailer()
+        t.direction = Direction.BACKWARD
+        t.to_end()
+        sink = _SnapshotReader()
+        reader = MethodReader(None, sink, interfaces=[Snapshots], source_id=0)
+        while (ex := t.read()) is not None:
+            index = ex.index
+            sink.record = None
+            try:
+                reader.dispatch(ex.payload, index)
+                record = sink.record
+                if record is None:
+                    raise _codec.WireError("not a snapshot record")
+                if record.service != self.source_id:
+                    continue
+                if _record_crc(record) != record.crc:
+                    raise _codec.WireError(f"CRC-32 mismatch (recorded {record.crc:#010x})")
+                if record.output_index > out_last:
+                    continue  # (a standby: the output has not caught up with it yet)
+                state = _binary.decode_document(record.state, self._state_type())
+            except (_codec.WireError, ValueError, TypeError, msgspec.ValidationError) as e:
+                why = f"{self.snapshots.path}: snapshot at index {index:#x} is unreadable: {e}"
+                log.error("%s; trying the one before", why)
+                self.snapshot_errors.append(why)
+                continue
+            self.handler.restore_state(state)
+            self.processed = record.processed
+            self.dead_letters = record.dead_letters
+            self.snapshot_index = index
+            self._snapshot_time = time.monotonic()
+            self._snapshot_wall_ns = record.time_ns or None
+            self._held = [record.positions]
+            return record
+        return None
+
+    def snapshot(self) -> int:
+        """Write a snapshot of the handler's state now; returns its index in the snapshot queue.
+
+        First records in the output that every input is consumed up to where it is, so the output
+        reflects everything the snapshot does."""
+        if self.snapshots is None:
+            raise ChronqError("this service has no snapshots queue")
+        if not isinstance(self.handler, Snapshottable):
+            raise TypeError(f"{type(self.handler).__name__} is not Snapshottable")
+        if not self.out.enabled:
+            raise ChronqError("a service writes snapshots only while live (not replaying or standby)")
+        self._mark_all()
+        out_last = self.output.last_index
+        positions = [InputPosition(inp.source_id, inp.through) for inp in self.inputs]
+        state = self.handler.snapshot_state()
+        record = SnapshotRecord(
+            service=self.source_id, processed=self.processed, dead_letters=self.dead_letters,
+            output_index=-1 if out_last is None else out_last, positions=positions,
+            state_type=f"{type(state).__module__}.{type(state).__qualname__}",
+            state=_binary.encode_document(state), time_ns=time.time_ns(),
+        )
+        record.crc = _record_crc(record)
+        sink = _Sink(self.snapshots.appender().write)
+        writer(sink, Snapshots, source_id=0).snapshot(record)
+        index = sink.index
+        self.snapshot_index = index
+        self._snapshot_time = time.monotonic()
+        self._snapshot_wall_ns = record.time_ns
+        self._since_snapshot = 0
+        self._held = [*self._held[-1:], positions]
+        self._hold()
+        return int(index)
+
+    def _hold(self) -> None:
+        """Hold every input from retention from the oldest position the two newest snapshots need."""
+        for inp in self.inputs:
+            needed = [p.index for ps in self._held for p in ps if p.source == inp.source_id]
+            at = max(0, min(needed, default=0))
+            try:
+                hold(inp.queue, f"service {self.source_id} snapshots", at)
+            except ChronqError as e:  # (a read-only input: nothing to hold with)
+                log.warning("cannot hold %s for snapshots: %s", inp.queue.path, e)
+
+    def _snapshot_due(self) -> bool:
+        if self.snapshots is None or not self.out.enabled:
+            return False
+        if self.snapshot_every is not None and self._since_snapshot >= self.snapshot_every:
+            return True
+        if self.snapshot_interval is not None and self._since_snapshot:
+            last = self._snapshot_time
+            if last is None:
+                self._snapshot_time = time.monotonic()
+            elif time.monotonic() - last >= self.snapshot_interval:
+                return True
+        return False
+
+    # -- the service log ------------------------------------------------------------------------------
+    def _service_log(self) -> ServiceLog:
+        if self._log is None:
+            self._log = writer(_Sink(self.output.appender().write_meta), ServiceLog, source_id=0)
+        return self._log
+
+    def _mark_all(self) -> None:
+        """Record how far the current run's input was consumed (several inputs only)."""
+        inp, self._run = self._run, None
+        if inp is not None:
+            self._service_log().consumed(self.source_id, inp.source_id, inp.through)
+
+    def _poison_hook(self, inp: _Input) -> Callable[[int, bytes, Exception], None]:
+        def poisoned(index: int, document: bytes, error: Exception) -> None:
+            self.dead_letters += 1
+            if not self.out.enabled:  # replaying or standby: the primary recorded it already
+                return
+            if self.stop_on_poison:
+                raise error
+            text = str(error)
+            self._service_log().deadLetter(self.source_id, inp.source_id, index, text)
+            self.on_dead_letter(DeadLetter(inp.source_id, index, text, document))
+
+        return poisoned
+
+    # -- running --------------------------------------------------------------------------------------
     @property
     def replaying(self) -> bool:
-        return not self.out.enabled
+        return not self.out.enabled and not self.standby
 
     def poll(self) -> bool:
-        """Handle one input message if one is ready; False if none was."""
-        ex = self.tailer.read()
+        """Handle what is ready (up to `batch` messages of one input); False if nothing was."""
+        if self._plan or (self._follow is not None and (self.standby or self._read_output(1024))):
+            return self._replay()
+        if not self.out.enabled:
+            self._go_live()
+        if len(self.inputs) == 1:
+            inp = self.inputs[0]
+            got = inp.reader.read_many(self.batch) if self.batch > 1 else int(inp.reader.read_one())
+            if got:
+                inp.behind_since = None
+        else:
+            got = self._poll_several()
+        if got:
+            self.processed += got
+            self._since_snapshot += got
+        if self._snapshot_due():
+            self.snapshot()
+        return bool(got)
+
+    def _poll_several(self) -> int:
+        """Up to `batch` messages of the next input that has one, round robin. Moving to another input
+        first records in the output how far the previous one was consumed: the output's order of
+        records and histories is the order in which the inputs were consumed."""
+        inputs, n = self.inputs, len(self.inputs)
+        for k in range(n):
+            inp = inputs[(self._next + k) % n]
+            read, take, got = inp.tailer.read, inp.reader.take, 0
+            while got < self.batch:
+                ex = read()
+                if ex is None:
+                    break
+                if self._run is not inp:
+                    if self._run is not None:
+                        self._mark_all()
+                    self._run = inp
+                take(ex)
+                got += 1
+            if got:
+                inp.behind_since = None
+                self._next = (self._next + k + 1) % n
+                return got
+        return 0
+
+    def _go_live(self) -> None:
+        self._follow = None
+        self.out.enabled = True
+        self._state = "running"
+
+    def _replay(self) -> bool:
+        """Consume the next planned input message with outputs suppressed (a standby first reads
+        more of the output); False when nothing could be done now."""
+        if self.standby and len(self._plan) < 1024:
+            self._read_output(1024)
+        if not self._plan:
+            if not self.standby:
+                self._go_live()
+            return False
+        sid, through = self._plan[0]
+        inp = self._by_source[sid]
+        t = inp.tailer
+        if t.index > through:
+            self._plan.popleft()
+            return True
+        ex = t.read()
         if ex is None:
+            if not self.standby:  # the output names a message the input does not have
+                raise ChronqError(f"{inp.queue.path}: the output {self.output.path} reflects index "
+                                  f"{through:#x} of source {sid}, which the input does not have")
             return False
         if ex.metadata:
             return True
         index = ex.index
-        if not self.out.enabled and self.replay_until is not None and index > self.replay_until:
-            self.out.enabled = True
-        self.reader.dispatch(ex.payload, index)
+        if index > through:
+            t.move_to_index(index)
+            self._plan.popleft()
+            return True
+        try:
+            inp.reader.dispatch(ex.payload, index)
+        except _codec.WireError:
+            self.dead_letters += 1  # (the primary skipped it too: its dead letter is in the output)
         self.processed += 1
+        if index == through:
+            self._plan.popleft()
+        if not self._plan and not self.standby and self._follow is None:
+            self._go_live()
         return True
 
     def run(self, *, until_idle: bool = False) -> int:
-        """Handle messages until `stop()` (or, with `until_idle`, until none is ready); returns the count."""
+        """Handle messages until `stop()` (or, with `until_idle`, until none is ready); returns the count.
+
+        On `stop()` the message in hand finishes, the output records how far each input was consumed
+        and, with snapshots, a final snapshot is written."""
         n0 = self.processed
         pauser = self.pauser
-        while not self._stop.is_set():
-            if self.poll():
-                pauser.reset()
-            elif until_idle:
-                break
-            else:
-                pauser.pause()
+        try:
+            while not self._stop.is_set():
+                if self.poll():
+                    pauser.reset()
+                elif until_idle:
+                    break
+                else:
+                    pauser.pause()
+        except BaseException as e:
+            self._state, self._error = "failed", f"{type(e).__name__}: {e}"
+            raise
+        if self._stop.is_set():
+            self._finish()
         return self.processed - n0
+
+    def _finish(self) -> None:
+        if self.out.enabled:
+            self._mark_all()
+            if self.snapshots is not None and self._since_snapshot:
+                self.snapshot()
+        self._state = "stopped"
 
     def stop(self) -> None:
         """Ask `run` to return after the message in hand; safe from another thread or a signal handler."""
         self._stop.set()
+
+    def promote(self) -> None:
+        """Turn a standby into the primary: consume what the (now final) output reflects, then go live
+        writing to it. Call it after the output queue was promoted (it must accept appends), from the
+        thread that runs the service, or with the service not running."""
+        if not self.standby:
+            return
+        while self._read_output(None):
+            pass
+        while self._plan:
+            sid, through = self._plan[0]
+            if not self._replay() and self._plan and self._plan[0] == (sid, through):
+                raise ChronqError(f"{self._by_source[sid].queue.path}: the output reflects index "
+                                  f"{through:#x} of source {sid}, which this input does not have")
+        self.standby = False
+        self.out._write = self.output.appender().write
+        self._go_live()
+
+    # -- status ---------------------------------------------------------------------------------------
+    def status(self) -> ServiceStatus:
+        """A snapshot of what the service is doing (safe to call from another thread)."""
+        now = time.monotonic()
+        inputs = []
+        for inp in self.inputs:
+            last = inp.queue.last_index
+            through = inp.through
+            lag = inp.queue.count_excerpts(through + 1, last + 1) if last is not None else 0
+            if lag and inp.behind_since is None:
+                inp.behind_since = now
+            behind = 0.0 if not lag or inp.behind_since is None else now - inp.behind_since
+            inputs.append(InputStatus(inp.source_id, str(inp.queue.path), last,
+                                      None if through < 0 else through, lag, behind))
+        age = None
+        if self._snapshot_wall_ns is not None:
+            age = max(0.0, (time.time_ns() - self._snapshot_wall_ns) / 1e9)
+        state = self._state
+        if state == "running" and self.replaying:
+            state = "replaying"
+        return ServiceStatus(self.source_id, state, self.processed, self.dead_letters, inputs,
+                             self.snapshot_index, age, list(self.snapshot_errors), self._error)
+
+
+def _ignore(event: str | int, index: int) -> None:
+    """Other metadata in an output queue is not the service's."""
+
+
+def _log_dead_letter(letter: DeadLetter) -> None:
+    log.warning("source %d index %#x is not a method call; skipped (recorded in the output): %s",
+                letter.source_id, letter.index, letter.error)

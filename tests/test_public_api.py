@@ -138,8 +138,8 @@ EXPORTS: dict[str, list[str]] = {
     "rpc.cli": ["interface_calls", "interface_decoder", "register"],
     "rpc.service": ["Output", "Service", "Start", "last_source_index"],
     "rpc.services": [
-        "QueueSpec", "Runner", "RunnerSpec", "ServiceSpec", "ServicesConfig", "ServicesConfigError", "Snapshot",
-        "load_services", "parse_services",
+        "QueueSpec", "Runner", "RunnerSpec", "ServiceSpec", "ServicesConfig", "ServicesConfigError",
+        "Snapshot", "load_services", "parse_services",
     ],
     "rpc.services.cli": ["register"],
     "rpc.services.config": [

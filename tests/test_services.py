@@ -13,7 +13,7 @@ import pytest
 
 from chronq.cli import main
 from rpc.services import Runner, load_services
-from rpc.services.status import collect_status
+from rpc.services.status import collect_status, format_status
 from tests.replication_support import free_port
 from tests.services_support import (
     ROOT,
@@ -47,9 +47,13 @@ services:
     (("output: b }", "output: b, start: newest }"), "services.one.start: expected all, new, missed"),
     (("c: { path: c", "c: { pth: c"), "queues.c: unknown key 'pth' (did you mean 'path'?)"),
     (("output: b }", "output: b }\n  two: { factory: \"examples.orders.positions:make_positions\", "
-      "inputs: [c], output: b }"), "services.two.output: 'b' is also the output of services.one"),
+      "inputs: [c], output: b }"), "services.two.output: 'b' is also written by services.one"),
     (("queues:", "runner: { maxCrashes: 0 }\nqueues:"), "runner.maxCrashes: must be an integer >= 1"),
     (("queues:", "replicaton: {}\nqueues:"), "unknown key 'replicaton' (did you mean 'replication'?)"),
+    (("output: b }", "output: b, snapshot: { messages: 10 } }"), "services.one.snapshot.queue: missing"),
+    (("output: b }", "output: b, snapshot: { queue: a, seconds: 1 } }"),
+     "services.one.snapshot.queue: 'a' is also an input or the output"),
+    (("sourceId: 2", "rollCycle: DAILY"), "queues.b.sourceId: missing: services.one.output names the queue"),
 ])
 def test_a_wrong_services_file_exits_2_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch,
@@ -126,8 +130,8 @@ def test_sigterm_stops_every_service_cleanly_and_a_restart_answers_only_the_new(
         wait_until(lambda: count(tmp_path / "data" / "positions") >= len(positions), 60, "positions",
                    r.proc, r.log)
         assert r.stop() == 0, r.text()
-    st = json.loads(status(f, "--json").stdout)
-    assert {s["state"] for s in st["services"].values() if s["pid"]} == {"stopped"}
+    st = collect_status(load_services(f).status_dir, ["matching", "positions"])
+    assert {s["state"] for s in st["services"].values()} == {"stopped"}
     assert st["runner"]["alive"] is False
     feed(tmp_path, 1200, start=800)  # more orders while nothing runs: a restart answers only these
     fills, positions = expected(1200)
@@ -139,23 +143,33 @@ def test_sigterm_stops_every_service_cleanly_and_a_restart_answers_only_the_new(
     assert calls(tmp_path / "data" / "positions") == positions
 
 
-def test_a_service_that_keeps_crashing_is_left_down_and_the_runner_says_why(tmp_path: Path) -> None:
+def test_a_service_that_keeps_crashing_is_left_down_and_the_runner_says_why(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     f = services_yaml(tmp_path, runner="runner: { maxCrashes: 3, crashWindowSeconds: 60, "
                       "backoffSeconds: 0.01, maxBackoffSeconds: 0.02, statusIntervalSeconds: 0.05 }")
     f.write_text(f.read_text().replace("examples.orders.positions:make_positions",
                                        "tests.services_support:crashing_factory"))
     feed(tmp_path, 50)
-    with RunnerProcess(f, "--only", "matching", "--only", "positions") as r:
-        wait_until(lambda: "left down" in r.text(), 60, "the crash limit", r.proc, r.log)
-        folder = load_services(f).status_dir
-        wait_until(lambda: collect_status(folder, ["positions"])["services"]["positions"]["state"]
+    cfg = load_services(f)
+    runner = Runner(cfg, in_process=True, only=["matching", "positions"])
+    t = threading.Thread(target=runner.run)
+    t.start()
+    try:
+        wait_until(lambda: "left down" in caplog.text, 60, "the crash limit")
+        wait_until(lambda: collect_status(cfg.status_dir, ["positions"])["services"]["positions"]["state"]
                    == "failed", 30, "the status")
-        st = json.loads(status(f, "--json").stdout)["services"]
-        assert st["positions"]["restarts"] == 2 and "crashed 3 times within 60 s" in st["positions"]["reason"]
-        assert "this service cannot start" in r.text()  # the service's own traceback is in the log
-        assert st["matching"]["state"] == "running"  # the others keep running
-        assert "positions: crashed 3 times within 60 s (last: exit status 1): left down" in status(f).stdout
-        assert r.stop() == 0
+        st = collect_status(cfg.status_dir, ["matching", "positions"])
+        assert "service positions crashed 3 times within 60 s (last: RuntimeError: this service cannot " \
+               "start): left down" in caplog.text
+        assert "this service cannot start" in caplog.text  # with its traceback
+        pos = st["services"]["positions"]
+        assert pos["restarts"] == 2 and "crashed 3 times within 60 s" in pos["reason"]
+        assert st["services"]["matching"]["state"] == "running"  # the others keep running
+        assert "  positions: crashed 3 times within 60 s (last: RuntimeError: this service cannot start): " \
+               "left down" in format_status(st)
+    finally:
+        runner.stop()
+        t.join(60)
 
 
 def test_prometheus_metrics_are_served_on_a_port(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 import rpc
 from rpc.service import Output
 
@@ -26,6 +28,25 @@ class _Resting:
 class _Book:
     bids: list[_Resting] = field(default_factory=list)  # best (highest) first, then oldest
     asks: list[_Resting] = field(default_factory=list)  # best (lowest) first, then oldest
+
+
+class RestingState(msgspec.Struct):
+    order_id: str
+    account: str
+    quantity: int
+    price: int
+
+
+class BookState(msgspec.Struct):
+    bids: list[RestingState] = []
+    asks: list[RestingState] = []
+
+
+class EngineState(msgspec.Struct):
+    """What a snapshot of the engine holds (`rpc.Snapshottable`): the books and the order ids seen."""
+
+    books: dict[str, BookState] = {}
+    seen: list[str] = []
 
 
 class Engine(OrderEntry):
@@ -64,6 +85,20 @@ class Engine(OrderEntry):
                                      else own[at].price <= order.price):
                 at += 1
             own.insert(at, _Resting(order.order_id, order.account, left, order.price))
+
+    def snapshot_state(self) -> EngineState:
+        def side(orders: list[_Resting]) -> list[RestingState]:
+            return [RestingState(r.order_id, r.account, r.quantity, r.price) for r in orders]
+
+        return EngineState({s: BookState(side(b.bids), side(b.asks)) for s, b in self.books.items()},
+                           sorted(self.seen))
+
+    def restore_state(self, state: EngineState) -> None:
+        def side(orders: list[RestingState]) -> list[_Resting]:
+            return [_Resting(r.order_id, r.account, r.quantity, r.price) for r in orders]
+
+        self.books = {s: _Book(side(b.bids), side(b.asks)) for s, b in state.books.items()}
+        self.seen = set(state.seen)
 
     def _refusal(self, order: Order) -> str | None:
         if order.order_id in self.seen:

@@ -3,10 +3,18 @@
 
 from __future__ import annotations
 
+import msgspec
+
 import rpc
 from rpc.service import Output
 
 from .api import Accepted, Breach, Fill, MatchEvents, Position, PositionEvents, Rejected
+
+
+class PositionsState(msgspec.Struct):
+    """What a snapshot of the service holds (`rpc.Snapshottable`): every account's position."""
+
+    held: list[Position] = []
 
 
 class Positions(MatchEvents):
@@ -14,6 +22,12 @@ class Positions(MatchEvents):
         self.events = events
         self.limit = limit
         self.held: dict[tuple[str, str], tuple[int, int]] = {}
+
+    def snapshot_state(self) -> PositionsState:
+        return PositionsState([Position(a, s, q, c) for (a, s), (q, c) in sorted(self.held.items())])
+
+    def restore_state(self, state: PositionsState) -> None:
+        self.held = {(p.account, p.symbol): (p.quantity, p.cash) for p in state.held}
 
     def accepted(self, ack: Accepted) -> None:
         pass  # an order on the book changes no position

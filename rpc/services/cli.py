@@ -104,7 +104,8 @@ def _status(args: argparse.Namespace) -> None:
         try:
             from prometheus_client import CollectorRegistry, generate_latest, start_http_server
         except ImportError:
-            raise UsageError("--prometheus needs prometheus_client (pip install 'chronq[services]')") from None
+            raise UsageError("--prometheus needs prometheus_client "
+                             "(pip install 'chronq[services]')") from None
 
         registry = CollectorRegistry(auto_describe=False)
         registry.register(metrics_collector(read))

@@ -4,13 +4,14 @@
       orders:    { path: data/orders, sourceId: 1, rollCycle: FAST_DAILY }
       fills:     { path: data/fills, sourceId: 2, keys: "mypkg.keys:RING" }   # AES key ring, by reference
       positions: { path: data/positions, sourceId: 3 }
+      matching-snapshots: { path: data/matching-snapshots }
     services:
       matching:
         factory: examples.orders.matching:make_engine    # called factory(output, **config)
         inputs: [orders]
         output: fills
         start: missed                                     # all | new | missed | an index
-        snapshot: { messages: 10000, seconds: 5 }
+        snapshot: { queue: matching-snapshots, messages: 10000, seconds: 5 }
         config: { symbols: [AAPL, MSFT] }
     runner: { maxCrashes: 5, crashWindowSeconds: 60, backoffSeconds: 0.1, maxBackoffSeconds: 5 }
     replication: { config: cluster.yaml }                 # optional: standby on the other hosts
@@ -42,7 +43,7 @@ MAX_BYTES = 1 << 20  # a services file is a few dozen lines: a bigger one is a m
 _ROOT = ("queues", "services", "runner", "replication", "statusDir")
 _QUEUE = ("path", "replicated", "sourceId", "rollCycle", "keys")
 _SERVICE = ("factory", "inputs", "output", "start", "snapshot", "config")
-_SNAPSHOT = ("messages", "seconds")
+_SNAPSHOT = ("queue", "messages", "seconds")
 _RUNNER = ("processes", "maxCrashes", "crashWindowSeconds", "backoffSeconds", "maxBackoffSeconds",
            "statusIntervalSeconds")
 _REPLICATION = ("config",)
@@ -60,7 +61,7 @@ class QueueSpec:
     in the replication configuration, placed per host by `ServicesConfig.queue_path`)."""
 
     name: str
-    source_id: int
+    source_id: int  # 0: none (a snapshot queue's; a service's inputs and output need one)
     path: Path | None = None
     replicated: str | None = None
     roll_cycle: str | None = None
@@ -69,8 +70,10 @@ class QueueSpec:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Write a snapshot every `messages` messages and/or every `seconds` seconds (0: not by that measure)."""
+    """Write a snapshot to queue `queue` (a queue of the file the service owns) every `messages` messages
+    and/or every `seconds` seconds (0: not by that measure); no queue: no snapshots."""
 
+    queue: str | None = None
     messages: int = 0
     seconds: float = 0.0
 
@@ -224,7 +227,7 @@ def _queue(name: str, m: dict[str, Any], base: Path, replication: bool) -> Queue
         except ValueError as e:
             raise ServicesConfigError(f"{where}.rollCycle: {e}") from None
     keys = _text(m, "keys", where) if "keys" in m else None
-    sid = _number(m, "sourceId", where, 0, 1, 2**31 - 1, integer=True)
+    sid = _number(m, "sourceId", where, 0, 0, 2**31 - 1, integer=True)
     if "path" in m:
         return QueueSpec(name, sid, path=base / _text(m, "path", where), roll_cycle=roll, keys=keys)
     return QueueSpec(name, sid, replicated=_text(m, "replicated", where), roll_cycle=roll, keys=keys)
@@ -251,6 +254,10 @@ def _service(name: str, m: dict[str, Any], queues: dict[str, QueueSpec]) -> Serv
         if q not in queues:
             raise ServicesConfigError(f"{where}.{key}: no queue {q!r} under queues "
                                       f"(declared: {', '.join(queues) or 'none'})")
+    for key, q in [*(("inputs", i) for i in inputs_raw), ("output", output)]:
+        if not queues[q].source_id:
+            raise ServicesConfigError(f"queues.{q}.sourceId: missing: {where}.{key} names the queue, and a "
+                                      "service's inputs and output need a source id (the histories name it)")
     if output in inputs_raw:
         raise ServicesConfigError(f"{where}.output: {output!r} is also one of its inputs: a service would "
                                   "read what it writes")
@@ -258,8 +265,19 @@ def _service(name: str, m: dict[str, Any], queues: dict[str, QueueSpec]) -> Serv
         raise ServicesConfigError(f"{where}.inputs: a queue is named twice in {inputs_raw}")
     snap = _map(m.get("snapshot"), f"{where}.snapshot")
     _known(snap, _SNAPSHOT, f"{where}.snapshot")
-    snapshot = Snapshot(_number(snap, "messages", f"{where}.snapshot", 0, 0, 2**62, integer=True),
+    snap_queue = _text(snap, "queue", f"{where}.snapshot") if "queue" in snap else None
+    snapshot = Snapshot(snap_queue, _number(snap, "messages", f"{where}.snapshot", 0, 0, 2**62, integer=True),
                         float(_number(snap, "seconds", f"{where}.snapshot", 0, 0, 86_400 * 365)))
+    if snap_queue is None and (snapshot.messages or snapshot.seconds):
+        raise ServicesConfigError(f"{where}.snapshot.queue: missing (the queue the snapshots are written to)")
+    if snap_queue is not None:
+        if snap_queue not in queues:
+            raise ServicesConfigError(f"{where}.snapshot.queue: no queue {snap_queue!r} under queues")
+        if snap_queue == output or snap_queue in inputs_raw:
+            raise ServicesConfigError(f"{where}.snapshot.queue: {snap_queue!r} is also an input or the "
+                                      "output: snapshots need a queue of their own")
+        if not (snapshot.messages or snapshot.seconds):
+            raise ServicesConfigError(f"{where}.snapshot: give messages and/or seconds (how often)")
     config = _map(m.get("config"), f"{where}.config")
     for key in config:
         if not isinstance(key, str) or not key.isidentifier():
@@ -297,7 +315,7 @@ def _parse(root: dict[str, Any], path: Path, base: Path) -> ServicesConfig:
     ids: dict[int, str] = {}
     for name, value in _map(root.get("queues"), "queues").items():
         q = _queue(_name(name, "queues"), _map(value, f"queues.{name}"), base, replication is not None)
-        if q.source_id in ids:
+        if q.source_id and q.source_id in ids:
             raise ServicesConfigError(f"queues.{name}.sourceId: {q.source_id} is also queues."
                                       f"{ids[q.source_id]}'s (a source id names one queue in histories)")
         ids[q.source_id] = name
@@ -309,10 +327,13 @@ def _parse(root: dict[str, Any], path: Path, base: Path) -> ServicesConfig:
         raise ServicesConfigError("services: no service declared")
     for name, value in raw_services.items():
         s = _service(_name(name, "services"), _map(value, f"services.{name}"), queues)
-        if s.output in writers:
-            raise ServicesConfigError(f"services.{name}.output: {s.output!r} is also the output of "
-                                      f"services.{writers[s.output]} (one writer per output queue)")
-        writers[s.output] = name
+        for key, written in (("output", s.output), ("snapshot.queue", s.snapshot.queue)):
+            if written is None:
+                continue
+            if written in writers:
+                raise ServicesConfigError(f"services.{name}.{key}: {written!r} is also written by services."
+                                          f"{writers[written]} (one writer per queue)")
+            writers[written] = name
         services[name] = s
     r = _map(root.get("runner"), "runner")
     _known(r, _RUNNER, "runner")

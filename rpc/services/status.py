@@ -41,15 +41,12 @@ class ServiceState(enum.StrEnum):
     DOWN = "down"  # no runner process alive
 
 
-def write_service_status(path: Path, name: str, state: ServiceState, processed: int,
-                         next_indexes: dict[str, int | None], input_paths: dict[str, str],
-                         started: float, snapshot: dict[str, Any] | None = None) -> None:
-    """A service's own status (written by its process; `collect_status` adds what the queues say)."""
+def write_service_status(path: Path, name: str, record: dict[str, Any], started: float) -> None:
+    """A service's own status: `record` is its `rpc.ServiceStatus` as builtins with the inputs keyed by
+    name (written by its process; `collect_status` adds what the queues say now)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"service": name, "pid": os.getpid(), "state": str(state), "processed": processed,
-              "started": started, "updated": time.time(), "snapshot": snapshot,
-              "inputs": {i: {"path": input_paths.get(i), "next_index": n} for i, n in next_indexes.items()}}
-    write_file(path, json.dumps(record).encode())
+    full = {**record, "service": name, "pid": os.getpid(), "started": started, "updated": time.time()}
+    write_file(path, json.dumps(full).encode())
 
 
 def write_runner_status(folder: Path, pid: int, services: dict[str, dict[str, Any]]) -> None:
@@ -71,43 +68,44 @@ def read_runner_status(folder: Path) -> dict[str, Any] | None:
     return _read_json(folder / RUNNER_FILE)
 
 
-def _input_lag(path: str, next_index: int | None) -> dict[str, Any]:
-    """The input's last index, and how far `next_index` is behind it in messages and in seconds (from the
-    MessageHistory timing of the first unhandled message, when it carries one)."""
+def _input_lag(path: str, processed: int | None, reported: float | None) -> dict[str, Any]:
+    """The input's last index now, how many messages follow `processed` (the last one the service
+    consumed), and how old the first of them is: from its MessageHistory timing when it carries one
+    (same host: a monotonic clock), else `reported` (how long the service saw itself behind)."""
     import chronq
     from wire import WireError
     from wire.history import read_history
 
-    out: dict[str, Any] = {"last_index": None, "processed_index": None, "lag_messages": None,
-                           "lag_seconds": None}
+    out: dict[str, Any] = {"last_index": None, "lag_messages": None, "lag_seconds": reported}
     if not Path(path, "metadata.cq4t").exists():
         return out
     with chronq.open(path, readonly=True) as q:
-        last = q.last_index
+        last, first = q.last_index, q.first_index
         out["last_index"] = last
-        if next_index is None:
+        if last is None or first is None:
+            out.update(lag_messages=0, lag_seconds=0.0)
             return out
-        next_index = max(next_index, q.first_index or 0)  # (a tailer before the first cycle says 0)
-        if last is None or next_index > last:
-            out.update(lag_messages=0, lag_seconds=0.0, processed_index=last)
-            return out
-        out["lag_messages"] = q.count_excerpts(next_index, last + 1)
         t = q.tailer()
         try:
-            if t.move_to_index(next_index) and (ex := t.read()) is not None:
-                try:
-                    h, _ = read_history(bytes(ex.payload))
-                except WireError:
-                    h = None
-                if h is not None and h.timings:
-                    out["lag_seconds"] = max(0.0, (time.monotonic_ns() - h.timings[0]) / 1e9)
-            t.move_to_index(next_index)
-            from chronq.tailer import Direction
-
-            t.direction = Direction.BACKWARD
-            t.read()  # (the message at next_index itself: backwards, the next read is the one before it)
-            before = t.read()
-            out["processed_index"] = before.index if before is not None else None
+            if processed is None:
+                t.to_start()
+            elif not t.move_to_index(processed):
+                return out
+            else:
+                t.read()  # (the one consumed)
+            nxt = t.read()
+            while nxt is not None and nxt.metadata:
+                nxt = t.read()
+            if nxt is None:
+                out.update(lag_messages=0, lag_seconds=0.0)
+                return out
+            out["lag_messages"] = q.count_excerpts(nxt.index, last + 1)
+            try:
+                h, _ = read_history(bytes(nxt.payload))
+            except WireError:
+                h = None
+            if h is not None and h.timings:
+                out["lag_seconds"] = max(0.0, (time.monotonic_ns() - h.timings[0]) / 1e9)
         finally:
             t.close()
     return out
@@ -115,8 +113,8 @@ def _input_lag(path: str, next_index: int | None) -> dict[str, Any]:
 
 def collect_status(folder: Path, names: Iterable[str]) -> dict[str, Any]:
     """Everything `status` shows, as the JSON object ``--json`` prints: ``runner`` (pid, alive) and
-    ``services`` (per service: state, pid, restarts, reason, processed, inputs with their lag,
-    snapshot index and age, last update)."""
+    ``services`` (per service: state, pid, restarts, reason, processed, dead letters, inputs with their
+    last and processed index and lag, snapshot index, age and errors, age of the status)."""
     from chronq.store import process_alive
 
     runner = read_runner_status(folder) or {}
@@ -135,15 +133,18 @@ def collect_status(folder: Path, names: Iterable[str]) -> dict[str, Any]:
             state = str(ServiceState.STOPPED if gone else ServiceState.DOWN)
         inputs = {}
         for i, rec in (own.get("inputs") or {}).items():
-            lag = _input_lag(rec["path"], rec.get("next_index")) if rec.get("path") else {}
-            inputs[i] = {"next_index": rec.get("next_index"), **lag}
-        snap = own.get("snapshot") or None
+            inputs[i] = {"processed_index": rec.get("processed_index"),
+                         **_input_lag(rec["path"], rec.get("processed_index"), rec.get("lag_seconds"))}
+        updated = own.get("updated")
+        age = own.get("snapshot_age")
         services[name] = {
             "state": state, "pid": own.get("pid"), "restarts": int(sup.get("restarts", 0)),
-            "reason": sup.get("reason"), "processed": int(own.get("processed", 0)), "inputs": inputs,
-            "snapshot_index": snap.get("index") if snap else None,
-            "snapshot_age_seconds": now - snap["time"] if snap and snap.get("time") else None,
-            "updated_age_seconds": now - own["updated"] if own.get("updated") else None,
+            "reason": sup.get("reason") or own.get("error"), "processed": int(own.get("processed", 0)),
+            "dead_letters": int(own.get("dead_letters", 0)), "inputs": inputs,
+            "snapshot_index": own.get("snapshot_index"),
+            "snapshot_age_seconds": None if age is None or updated is None else age + now - updated,
+            "snapshot_errors": own.get("snapshot_errors") or [],
+            "updated_age_seconds": now - updated if updated else None,
         }
     return {"runner": {"pid": runner.get("pid"), "alive": alive}, "services": services}
 
@@ -156,11 +157,11 @@ def format_status(status: dict[str, Any]) -> str:
     """The table ``chronq services status`` prints (one line per service, one per input under it)."""
     r = status["runner"]
     lines = [f"runner pid {r['pid'] or '-'} {'running' if r['alive'] else 'not running'}"]
-    rows = [["service", "state", "processed", "restarts", "snapshot", "snapshot age s"]]
+    rows = [["service", "state", "processed", "restarts", "dead letters", "snapshot", "snapshot age s"]]
     for name, s in status["services"].items():
         age = s["snapshot_age_seconds"]
-        rows.append([name, s["state"], str(s["processed"]), str(s["restarts"]), _hex(s["snapshot_index"]),
-                     "-" if age is None else f"{age:.1f}"])
+        rows.append([name, s["state"], str(s["processed"]), str(s["restarts"]), str(s["dead_letters"]),
+                     _hex(s["snapshot_index"]), "-" if age is None else f"{age:.1f}"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
@@ -190,6 +191,8 @@ def metrics_collector(read: Any) -> Any:
                                             labels=["service"])
             restarts = CounterMetricFamily("chronq_service_restarts", "restarts after a crash",
                                            labels=["service"])
+            dead = CounterMetricFamily("chronq_service_dead_letters", "poison messages skipped",
+                                       labels=["service"])
             lag = GaugeMetricFamily("chronq_service_input_lag_messages", "input messages not yet handled",
                                     labels=["service", "input"])
             lag_s = GaugeMetricFamily("chronq_service_input_lag_seconds",
@@ -201,6 +204,7 @@ def metrics_collector(read: Any) -> Any:
                 up.add_metric([name, s["state"]], 1.0 if s["state"] in ("running", "replaying") else 0.0)
                 processed.add_metric([name], float(s["processed"]))
                 restarts.add_metric([name], float(s["restarts"]))
+                dead.add_metric([name], float(s["dead_letters"]))
                 if s["snapshot_age_seconds"] is not None:
                     snap.add_metric([name], float(s["snapshot_age_seconds"]))
                 for i, lg in s["inputs"].items():
@@ -208,6 +212,6 @@ def metrics_collector(read: Any) -> Any:
                         lag.add_metric([name, i], float(lg["lag_messages"]))
                     if lg.get("lag_seconds") is not None:
                         lag_s.add_metric([name, i], float(lg["lag_seconds"]))
-            yield from (up, processed, restarts, lag, lag_s, snap)
+            yield from (up, processed, restarts, dead, lag, lag_s, snap)
 
     return _Collector()

@@ -7,10 +7,12 @@ publishes what it is doing in a status file (`rpc.services.status`), replaced at
 ``runner.statusIntervalSeconds`` and once more when it stops.
 
 Standby: on a host that does not master the service's output queue (replication's ``masterId``), or
-whose copy of it is still a replication sink, the service waits in state ``standby`` and writes nothing
-until it is promoted (`promote` is set: SIGUSR1 to its process, which ``chronq services promote`` sends
-through the runner); then, its queues promoted, it starts with ``missed``: it resumes right after the
-last input its (replicated) output reflects, so nothing is lost or repeated.
+whose copy of it (or of its snapshot queue) is still a replication sink, the service runs as an
+`rpc.Service` with ``standby=True``: it consumes its inputs in step with the primary's replicated output
+and writes nothing. When promoted (`promote` is set: SIGUSR1 to its process, which ``chronq services
+promote`` sends through the runner) and its queues were promoted, `Service.promote()` makes it the
+primary: it resumes right after the last input its output reflects, nothing lost or repeated. A source
+service (no inputs) in standby waits without serving until promoted.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rpc.services.config import ServicesConfig, ServicesConfigError, ServiceSpec, load_services
-from rpc.services.status import ServiceState, write_service_status
+from rpc.services.status import write_service_status
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -79,21 +81,31 @@ class _CountingOutput:
         return index
 
 
-def _start(spec: ServiceSpec, output: Queue, input_ids: list[int]) -> Any:
-    """The configured start for a first run; `missed` once the output reflects any input (a restart must
-    neither repeat nor skip what was answered)."""
-    from rpc.service import Start, last_source_index
+def _start(spec: ServiceSpec, output: Queue) -> Any:
+    """The configured start for a first run; `missed` once the output holds anything (a restart must
+    neither repeat nor skip what was answered, and a snapshot is only loaded by `missed`)."""
+    from rpc.service import Start
 
-    if any(last_source_index(output, sid) is not None for sid in input_ids):
+    if output.last_index is not None:
         return Start.MISSED
     if isinstance(spec.start, int):
         return spec.start
     return Start(spec.start)
 
 
+def _status_record(status: Any, names: dict[int, str]) -> dict[str, Any]:
+    """A `rpc.ServiceStatus` as the status file keeps it: inputs by their name in the services file."""
+    import msgspec
+
+    record: dict[str, Any] = msgspec.to_builtins(status)
+    record["inputs"] = {names.get(i["source_id"], str(i["source_id"])): i for i in record["inputs"]}
+    return record
+
+
 def run_service(cfg: ServicesConfig, name: str, host_id: int | None, stop: threading.Event,
                 promote: threading.Event | None = None) -> None:
-    """Run service `name` until `stop` is set: the message in hand finishes, the status file says
+    """Run service `name` until `stop` is set: the message in hand finishes, the output records how far
+    each input was consumed, a final snapshot is written (with snapshots) and the status file says
     ``stopped``. Exceptions propagate (the runner counts them as a crash)."""
     import chronq
     import rpc
@@ -103,75 +115,102 @@ def run_service(cfg: ServicesConfig, name: str, host_id: int | None, stop: threa
     status_file = cfg.status_dir_for(host_id) / f"{name}.json"
     started = time.time()
     promote = promote or threading.Event()
+
+    def publish(record: dict[str, Any]) -> None:
+        write_service_status(status_file, name, record, started)
+
     with ExitStack() as stack:
-        out_q = stack.enter_context(chronq.open(cfg.queue_path(spec.output, host_id),
-                                                **cfg.open_options(spec.output)))
-        ins = [stack.enter_context(chronq.open(cfg.queue_path(i, host_id), **cfg.open_options(i)))
-               for i in spec.inputs]
-        paths = {i: str(q.path) for i, q in zip(spec.inputs, ins, strict=True)}
+        def open_queue(q: str) -> Queue:
+            return stack.enter_context(chronq.open(cfg.queue_path(q, host_id), **cfg.open_options(q)))
 
-        def publish(state: ServiceState, processed: int, next_indexes: dict[str, int | None]) -> None:
-            write_service_status(status_file, name, state, processed, next_indexes, paths, started)
+        out_q = open_queue(spec.output)
+        ins = {cfg.queues[i].source_id: open_queue(i) for i in spec.inputs}
+        names = {cfg.queues[i].source_id: i for i in spec.inputs}
+        snaps = open_queue(spec.snapshot.queue) if spec.snapshot.queue else None
+        writable = [out_q, *([snaps] if snaps is not None else [])]
 
-        # standby until this host masters the output and its copy is no longer a sink
-        while not stop.is_set() and (not is_active_host(cfg, spec, host_id) or _is_sink(out_q)):
-            publish(ServiceState.STANDBY, 0, {i: None for i in spec.inputs})
-            if promote.wait(cfg.runner.status_interval_seconds):
-                promote.clear()
-                if _is_sink(out_q):
-                    log.warning("service %s: promote asked, but %s is still a replication sink: promote "
-                                "the queues first (chronq replicate ... --promote)", name, out_q.path)
-        if stop.is_set():
-            publish(ServiceState.STOPPED, 0, {i: None for i in spec.inputs})
-            return
+        def promoted() -> bool:
+            return is_active_host(cfg, spec, host_id) and not any(_is_sink(q) for q in writable)
+
+        def promote_asked() -> bool:
+            """A promotion was asked for; False (logged) while the queues are still replication sinks."""
+            if not promote.is_set():
+                return False
+            promote.clear()
+            if promoted():
+                return True
+            log.warning("service %s: promote asked, but %s is still a replication sink (or this host does "
+                        "not master it): promote the queues first (chronq replicate ... --promote)",
+                        name, out_q.path)
+            return False
+
+        standby = not promoted()
         if not spec.inputs:
-            output = _CountingOutput(out_q.appender(), out_q.source_id)
-            handler: Any = factory(output, **spec.config)
-            done = threading.Event()
-
-            def report_source() -> None:
-                while not done.wait(cfg.runner.status_interval_seconds):
-                    publish(ServiceState.RUNNING, output.written, {})
-
-            reporter = threading.Thread(target=report_source, name=f"{name}-status", daemon=True)
-            reporter.start()
-            try:
-                handler.run(stop)
-            finally:
-                done.set()
-                reporter.join()
-                publish(ServiceState.STOPPED, output.written, {})
+            _run_source(cfg, spec, factory, out_q, standby, stop, promote_asked, publish)
             return
-        if len(ins) != 1:
-            raise ServicesConfigError(f"{cfg.file}: services.{name}.inputs: this rpc.Service reads one "
-                                      f"input, {len(ins)} are declared")
-        ids = [q.source_id for q in ins]
-        service = rpc.Service(ins[0], out_q, lambda out: factory(out, **spec.config), out_q.source_id,
-                              start=_start(spec, out_q, ids), input_source_id=ids[0])
+        service = rpc.Service(
+            ins, out_q, lambda out: factory(out, **spec.config), out_q.source_id,
+            start=rpc.Start.MISSED if standby else _start(spec, out_q), snapshots=snaps,
+            snapshot_every=spec.snapshot.messages or None, snapshot_interval=spec.snapshot.seconds or None,
+            standby=standby)
         finished = threading.Event()
 
         def report() -> None:
             while not finished.wait(cfg.runner.status_interval_seconds):
-                state = ServiceState.REPLAYING if service.replaying else ServiceState.RUNNING
-                publish(state, service.processed, {spec.inputs[0]: service.tailer.index})
+                publish(_status_record(service.status(), names))
 
-        def stopper() -> None:
-            while not finished.is_set():
-                if stop.wait(0.05):
-                    service.stop()
-                    return
-
-        threads = [threading.Thread(target=report, name=f"{name}-status", daemon=True),
-                   threading.Thread(target=stopper, name=f"{name}-stop", daemon=True)]
-        for t in threads:
-            t.start()
+        reporter = threading.Thread(target=report, name=f"{name}-status", daemon=True)
+        reporter.start()
+        pauser = service.pauser
         try:
-            service.run()
+            while not stop.is_set():
+                if service.standby and promote_asked():
+                    service.promote()
+                    log.info("service %s: promoted, running", name)
+                if service.poll():
+                    pauser.reset()
+                else:
+                    pauser.pause()
+            service.stop()
+            service.run()  # (stopped: returns at once, after recording positions and a final snapshot)
         finally:
             finished.set()
-            for t in threads:
-                t.join()
-            publish(ServiceState.STOPPED, service.processed, {spec.inputs[0]: service.tailer.index})
+            reporter.join()
+            publish(_status_record(service.status(), names))
+
+
+def _run_source(cfg: ServicesConfig, spec: ServiceSpec, factory: Any, out_q: Queue, standby: bool,
+                stop: threading.Event, promote_asked: Any, publish: Any) -> None:
+    """A service without inputs: standby until promoted, then ``handler.run(stop)``."""
+    interval = cfg.runner.status_interval_seconds
+
+    def record(state: str, written: int) -> dict[str, Any]:
+        return {"source_id": out_q.source_id, "state": state, "processed": written, "dead_letters": 0,
+                "inputs": {}, "snapshot_index": None, "snapshot_age": None}
+
+    while standby and not stop.is_set():
+        publish(record("standby", 0))
+        stop.wait(interval)
+        standby = not promote_asked()
+    if stop.is_set():
+        publish(record("stopped", 0))
+        return
+    output = _CountingOutput(out_q.appender(), out_q.source_id)
+    handler: Any = factory(output, **spec.config)
+    done = threading.Event()
+
+    def report() -> None:
+        while not done.wait(interval):
+            publish(record("running", output.written))
+
+    reporter = threading.Thread(target=report, name=f"{spec.name}-status", daemon=True)
+    reporter.start()
+    try:
+        handler.run(stop)
+    finally:
+        done.set()
+        reporter.join()
+        publish(record("stopped", output.written))
 
 
 def main(argv: list[str] | None = None) -> int:

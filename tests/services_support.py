@@ -4,6 +4,7 @@ a real process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -40,9 +41,9 @@ def services_yaml(folder: Path, *, port: int = 0, runner: str = FAST_RUNNER, ext
     return path
 
 
-def feed(folder: Path, count: int, seed: int = 1, start: int = 0) -> None:
+def feed(folder: Path, count: int, seed: int = 1, start: int = 0, queue: Path | None = None) -> None:
     """Orders `start`..`count-1` of `seed`'s stream, written to the `orders` queue as the gateway would."""
-    with chronq.open(folder / "data" / "orders", source_id=ORDERS_SID) as q:
+    with chronq.open(queue or folder / "data" / "orders", source_id=ORDERS_SID) as q:
         w = rpc.writer(q, OrderEntry)
         for n, order in enumerate(orders(count, seed)):
             if n >= start:
@@ -100,16 +101,28 @@ class RunnerProcess:
     def __init__(self, file: Path, *args: str) -> None:
         self.file = file
         self.log = file.parent / f"runner-{time.monotonic_ns()}.log"
-        with open(self.log, "wb") as out:
+        with open(self.log, "wb") as out:  # a session of its own: `kill_all` ends the runner and services
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "chronq", "services", "run", str(file), *args],
-                stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=ROOT)
+                stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=ROOT, start_new_session=True)
+
+    def kill_all(self) -> None:
+        """SIGKILL the runner and every service process it started (a host dying)."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(20)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def state(self, name: str, host_id: int | None = None) -> dict[str, Any]:
+        """What service `name` last published (empty before it did)."""
+        try:
+            return dict(json.loads((self.status_dir(host_id) / f"{name}.json").read_text()))
+        except (OSError, ValueError):
+            return {}
+
     def status_dir(self, host_id: int | None = None) -> Path:
-        base = self.file.parent / ".services.status"
+        base = self.file.parent / f".{self.file.stem}.status"
         return base if host_id is None else base.with_name(f"{base.name}.host{host_id}")
 
     def service_pid(self, name: str, host_id: int | None = None) -> int | None:
@@ -139,6 +152,8 @@ class RunnerProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # (services left by a runner killed or failed)
 
 
 def status(file: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -135,22 +135,28 @@ def _promote(args: argparse.Namespace) -> None:
 
     cfg = _load(args.file)
     _check_host(cfg, args.host_id)
-    for name, spec in cfg.services.items():
-        path = cfg.queue_path(spec.output, args.host_id)
-        with chronq.open(path, readonly=True) as q:
-            sink = q.table.get(REPLICATION_SINK, None) if q.table is not None else None
-        if sink is not None and sink >= 0:
-            raise UsageError(f"services.{name}.output: {path} is still a replication sink of host {sink}: "
-                             "promote the queues first (chronq replicate CONFIG --host-id N --promote)")
     folder = cfg.status_dir_for(args.host_id)
     runner = read_runner_status(folder)
     pid = int(runner["pid"]) if runner and runner.get("pid") else 0
     if not process_alive(pid):
         raise UsageError(f"no runner of {args.file} is running on host {args.host_id} (status in {folder})")
+    assert runner is not None
+    names = [n for n in runner.get("services", {}) if n in cfg.services]
+    for name in names:
+        spec = cfg.services[name]
+        for key, queue in (("output", spec.output), ("snapshot.queue", spec.snapshot.queue)):
+            if queue is None:
+                continue
+            path = cfg.queue_path(queue, args.host_id)
+            with chronq.open(path, readonly=True) as q:
+                sink = q.table.get(REPLICATION_SINK, None) if q.table is not None else None
+            if sink is not None and sink >= 0:
+                raise UsageError(f"services.{name}.{key}: {path} is still a replication sink of host {sink}: "
+                                 "promote the queues first (chronq replicate CONFIG --host-id N --promote)")
     os.kill(pid, signal.SIGUSR1)
     deadline = time.monotonic() + PROMOTE_TIMEOUT
     while True:
-        states = {n: s["state"] for n, s in collect_status(folder, cfg.services)["services"].items()}
+        states = {n: s["state"] for n, s in collect_status(folder, names)["services"].items()}
         if not any(s in ("standby", "starting") for s in states.values()):
             break
         if time.monotonic() > deadline:

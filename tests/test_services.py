@@ -206,3 +206,32 @@ def test_prometheus_metrics_are_served_on_a_port(tmp_path: Path) -> None:
         server.stdout.close()
         runner.stop()
         t.join(60)
+
+
+def test_the_replay_kit_tests_a_service_declared_in_the_services_file(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replay.toml` names a service of services.yaml: the scenarios run its factory with its config (the
+    `refused` scenario's symbol is refused because the services file lists the symbols)."""
+    from rpc.testing import YamlTester
+    from rpc.testing.plugin import load_factory, load_interfaces
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    scenarios = ROOT / "examples" / "orders" / "scenarios"
+    toml = scenarios / "replay.toml"
+    tester = YamlTester(load_factory(toml), interfaces=load_interfaces(toml))
+    folders = sorted(d for d in scenarios.iterdir() if (d / "in.yaml").exists())
+    assert [d.name for d in folders] == ["cross", "refused"]
+    for folder in folders:
+        tester.check(folder)
+    assert "unknown symbol 'TSLA'" in (scenarios / "refused" / "out.yaml").read_text()
+
+
+def test_a_replay_toml_naming_a_missing_service_says_so(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rpc.testing.plugin import load_factory
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    (tmp_path / "services.yaml").write_text(GOOD)
+    (tmp_path / "replay.toml").write_text('services = "services.yaml"\nservice = "two"\n')
+    with pytest.raises(ValueError, match=r"replay.toml: service 'two' is not in .*services.yaml \(one\)"):
+        load_factory(tmp_path / "replay.toml")

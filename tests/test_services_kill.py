@@ -3,8 +3,8 @@
 (from its newest snapshot and what its output reflects), and in the end every order is answered exactly
 once: the `fills` and `positions` queues equal an uninterrupted run's, call for call.
 
-A restart costs a Python start-up (about half a second here, more under load), so the default run
-kills 20 times (30 took 40 s on this shared machine); the `slow` run 300 times."""
+A restart is a fork of the runner's forkserver plus the replay after the newest snapshot; the default run
+kills 30 times (31 s on this shared, loaded machine); the `slow` run 300 times."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def kill_loop(tmp_path: Path, kills: int, seed: int) -> None:
 
 @pytest.mark.exclusive
 def test_sigkilled_services_are_restarted_and_answer_every_order_once(tmp_path: Path) -> None:
-    kill_loop(tmp_path, 20, seed=1)
+    kill_loop(tmp_path, 30, seed=1)
 
 
 @pytest.mark.slow

@@ -1,8 +1,11 @@
 """The supervisor behind ``chronq services run``: starts every service of a services file, restarts the
 ones that crash, stops them all cleanly.
 
-By default each service is a process of its own (``python -m rpc.services.worker``), so that a crash, a
-leak or a blocking call in one leaves the others alone and a service can be killed from outside;
+By default each service is a process of its own (`rpc.services.worker.main`), so that a crash, a leak or
+a blocking call in one leaves the others alone and a service can be killed from outside. The processes
+are forked from a multiprocessing *forkserver* that imported chronq, rpc and the services' factory
+modules once: a restart costs a fork, not an interpreter start-up (and the forkserver is a fresh,
+single-threaded process, so nothing of the runner's threads is forked);
 ``runner.processes: false`` (or ``--in-process``) runs them as threads of the runner instead, for tests
 and small deployments (one interpreter: a crash is an exception, and the GIL is shared).
 
@@ -19,10 +22,9 @@ from __future__ import annotations
 
 import collections
 import logging
+import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,7 +48,7 @@ class _Child:
     crashes: collections.deque[float] = field(default_factory=collections.deque)
     start_at: float = 0.0
     reason: str | None = None
-    proc: subprocess.Popen[bytes] | None = None
+    proc: multiprocessing.process.BaseProcess | None = None
     thread: threading.Thread | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     promote: threading.Event = field(default_factory=threading.Event)
@@ -72,6 +74,7 @@ class Runner:
         self.status_dir = cfg.status_dir_for(host_id)
         names = only if only is not None else list(cfg.services)
         self.children = {n: _Child(cfg.services[n]) for n in names}
+        self._mp: Any = None  # the forkserver context, made by `run`
         self._stop = threading.Event()
         self._promote = threading.Event()
         self._wake = threading.Event()
@@ -88,6 +91,10 @@ class Runner:
     # ------------------------------------------------------------------------------------ the loop
     def run(self) -> int:
         self.status_dir.mkdir(parents=True, exist_ok=True)
+        if not self.in_process:
+            self._mp = multiprocessing.get_context("forkserver")
+            modules = sorted({c.spec.factory.partition(":")[0] for c in self.children.values()})
+            self._mp.set_forkserver_preload(["chronq", "rpc", "rpc.service", "rpc.services.worker", *modules])
         for child in self.children.values():
             self._start(child)
         self._publish()
@@ -133,15 +140,18 @@ class Runner:
             child.thread = threading.Thread(target=body, name=f"service-{child.spec.name}", daemon=True)
             child.thread.start()
             return
-        cmd = [sys.executable, "-m", "rpc.services.worker", str(self.cfg.file), child.spec.name]
+        from rpc.services.worker import process_main
+
+        argv = [str(self.cfg.file), child.spec.name]
         if self.host_id is not None:
-            cmd += ["--host-id", str(self.host_id)]
-        child.proc = subprocess.Popen(cmd)
+            argv += ["--host-id", str(self.host_id)]
+        child.proc = self._mp.Process(target=process_main, args=(argv,), name=f"service-{child.spec.name}")
+        child.proc.start()
 
     def _exited(self, child: _Child) -> str | None:
         """Why the service ended (None while it runs)."""
         if child.proc is not None:
-            rc = child.proc.poll()
+            rc = child.proc.exitcode
             if rc is None:
                 return None
             return f"killed by signal {-rc} ({signal.Signals(-rc).name})" if rc < 0 else f"exit status {rc}"
@@ -184,25 +194,24 @@ class Runner:
 
     def _forward_promote(self) -> None:
         for child in self.children.values():
-            if child.proc is not None and child.proc.poll() is None:
-                child.proc.send_signal(signal.SIGUSR1)
+            if child.proc is not None and child.proc.exitcode is None and child.proc.pid:
+                os.kill(child.proc.pid, signal.SIGUSR1)
             elif child.thread is not None:
                 child.promote.set()
 
     def _stop_all(self) -> None:
         for child in self.children.values():
-            if child.proc is not None and child.proc.poll() is None:
-                child.proc.send_signal(signal.SIGTERM)
+            if child.proc is not None and child.proc.exitcode is None and child.proc.pid:
+                os.kill(child.proc.pid, signal.SIGTERM)
             child.stop.set()
         deadline = time.monotonic() + STOP_TIMEOUT
         for child in self.children.values():
             if child.proc is not None:
-                try:
-                    child.proc.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
+                child.proc.join(max(0.0, deadline - time.monotonic()))
+                if child.proc.exitcode is None:
                     log.error("service %s did not stop within %g s: killed", child.spec.name, STOP_TIMEOUT)
                     child.proc.kill()
-                    child.proc.wait()
+                    child.proc.join()
             if child.thread is not None:
                 child.thread.join(max(0.0, deadline - time.monotonic()))
             if child.state is ServiceState.RUNNING:

@@ -1,5 +1,6 @@
 """One service of a services file, run until asked to stop: what each process of the runner executes
-(``python -m rpc.services.worker FILE NAME [--host-id N]``), and what its threads call in-process.
+(`process_main`, or ``python -m rpc.services.worker FILE NAME [--host-id N]``), and what its threads call
+in-process.
 
 A service whose handler reads inputs runs as an `rpc.Service`; one without inputs (a source: an HTTP
 gateway, a feed) is handed its output and a stop event (``handler.run(stop)``). Either way the worker
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from chronq.appender import Appender
     from chronq.queue import Queue
 
-__all__ = ["is_active_host", "main", "run_service"]
+__all__ = ["is_active_host", "main", "process_main", "run_service"]
 
 log = logging.getLogger("rpc.services")
 
@@ -236,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"service {args.name}: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def process_main(argv: list[str]) -> None:
+    """The target of a runner's service process: `main`, its return value the exit status."""
+    sys.exit(main(argv))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""docs/services.md: its services file is the reference application's, and its commands run as written."""
+"""docs/services.md: its services file is the reference application's, and its commands run as written:
+the reference application end to end (HTTP gateway, load generator, status, latency report over time),
+every order answered exactly once."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.replication_support import free_port
+from tests.services_support import calls, count, expected
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "services.md"
@@ -44,7 +47,15 @@ def test_the_reference_application_runs_as_the_page_says(tmp_path: Path) -> None
     line = r"^  matching <- orders: last 0x[0-9a-f]+  processed (0x[0-9a-f]+|-)  lag \d+ messages"
     assert re.search(line, p.stdout, re.M), p.stdout
     assert p.stdout.rstrip().endswith("runner=0")
+    data = folder / "data"
+    fills, positions = expected(2000)  # every order answered once: an uninterrupted in-memory run's calls
+    assert count(data / "orders") == 2000
+    assert calls(data / "fills") == fills and calls(data / "positions") == positions
+    assert count(data / "matching-snapshots") >= 2  # every 1000 messages, and at the stop
     with (tmp_path / "latency.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert {r["hop"] for r in rows} == {"orders->fills", "fills->positions", "end_to_end"}
-    assert any(r["window_s"] != "" for r in rows)  # latency over time, beside the whole run's
+    overall = [r for r in rows if r["window_s"] == "" and r["metric"] == "hop"]
+    assert {r["hop"] for r in overall} == {"orders->fills", "fills->positions", "end_to_end"}
+    assert sum(int(r["count"]) for r in overall if r["hop"] == "orders->fills") == len(fills)
+    windows = [r for r in rows if r["window_s"] != "" and r["hop"] == "end_to_end" and r["metric"] == "hop"]
+    assert windows and sum(int(r["count"]) for r in windows) == len(positions)  # latency over time

@@ -169,6 +169,13 @@ def alive(pid: int) -> bool:
     return True
 
 
+def key_ring() -> object:
+    """The key ring an encrypted services file names (`keys: "tests.services_support:key_ring"`)."""
+    from chronq.codecs import Keys
+
+    return Keys({1: bytes(range(32))})
+
+
 def crashing_factory(output: object, **config: object) -> object:
     """A factory whose service dies at once: what the runner's crash limit is tested with."""
     raise RuntimeError("this service cannot start")

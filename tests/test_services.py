@@ -54,6 +54,12 @@ services:
     (("output: b }", "output: b, snapshot: { queue: a, seconds: 1 } }"),
      "services.one.snapshot.queue: 'a' is also an input or the output"),
     (("sourceId: 2", "rollCycle: DAILY"), "queues.b.sourceId: missing: services.one.output names the queue"),
+    (("sourceId: 2 }", "sourceId: 2, codec: { encryption: aes-gcm } }"),
+     "queues.b.keys: missing: an encrypted queue needs its key ring"),
+    (("sourceId: 2 }", "sourceId: 2, keys: \"tests.services_support:no_ring\" }"),
+     "queues.b.keys: 'tests.services_support:no_ring': 'tests.services_support' has no 'no_ring'"),
+    (("sourceId: 2 }", "sourceId: 2, codec: { compression: brotli } }"),
+     "queues.b.codec: unknown compression 'brotli'"),
 ])
 def test_a_wrong_services_file_exits_2_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch,
@@ -235,3 +241,43 @@ def test_a_replay_toml_naming_a_missing_service_says_so(tmp_path: Path,
     (tmp_path / "replay.toml").write_text('services = "services.yaml"\nservice = "two"\n')
     with pytest.raises(ValueError, match=r"replay.toml: service 'two' is not in .*services.yaml \(one\)"):
         load_factory(tmp_path / "replay.toml")
+
+
+def test_encrypted_queues_with_keys_by_reference(tmp_path: Path) -> None:
+    """`codec` and `keys` (a module:Name reference, never the key itself in the file): the services read
+    and write encrypted queues, and the queue holds no plaintext."""
+    f = services_yaml(tmp_path)
+    ring = 'codec: { encryption: aes-gcm }, keys: "tests.services_support:key_ring"'
+    text = f.read_text()
+    for q, sid in (("orders", 1), ("fills", 2)):
+        plain = f"path: data/{q}, sourceId: {sid}"
+        text = text.replace(f"{{ {plain} }}", f"{{ {plain}, {ring} }}")
+    f.write_text(text)
+    cfg = load_services(f)
+    import chronq
+    import rpc
+    from examples.orders.api import OrderEntry
+    from examples.orders.loadgen import orders
+    from rpc.testing.yaml_tester import decode_call
+
+    with chronq.open(cfg.queue_path("orders", None), **cfg.open_options("orders")) as q:
+        w = rpc.writer(q, OrderEntry)
+        for order in orders(200):
+            w.new_order(order)
+    fills, positions = expected(200)
+    assert fills
+    runner = Runner(cfg, in_process=True, only=["matching", "positions"])
+    t = threading.Thread(target=runner.run)
+    t.start()
+    try:
+        wait_until(lambda: count(tmp_path / "data" / "positions") >= len(positions), 60, "positions")
+    finally:
+        runner.stop()
+        t.join(60)
+    assert calls(tmp_path / "data" / "positions") == positions
+    with chronq.open(cfg.queue_path("fills", None), **cfg.open_options("fills")) as q:
+        t = q.tailer()
+        assert [decode_call(bytes(ex.payload)) for ex in iter(t.read, None) if not ex.metadata] == fills
+        t.close()
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "data" / "fills").glob("*.cq4"))
+    assert b"accepted" not in raw and b"alice" not in raw  # encrypted on disk

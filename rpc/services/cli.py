@@ -95,6 +95,8 @@ def _status(args: argparse.Namespace) -> None:
     from rpc.services.status import collect_status, format_status, metrics_collector
 
     cfg = _load(args.file)
+    if cfg.replication is not None and args.host_id is None:
+        raise UsageError(f"{cfg.file}: replication.config is set: give the host's id (--host-id N)")
     folder = cfg.status_dir_for(args.host_id)
 
     def read() -> dict[str, Any]:

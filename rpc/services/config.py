@@ -2,7 +2,7 @@
 
     queues:
       orders:    { path: data/orders, sourceId: 1, rollCycle: FAST_DAILY }
-      fills:     { path: data/fills, sourceId: 2, keys: "mypkg.keys:RING" }   # AES key ring, by reference
+      fills:     { path: data/fills, sourceId: 2, codec: { encryption: aes-gcm }, keys: "mypkg.keys:RING" }
       positions: { path: data/positions, sourceId: 3 }
       matching-snapshots: { path: data/matching-snapshots }
     services:
@@ -41,7 +41,8 @@ __all__ = ["QueueSpec", "RunnerSpec", "ServiceSpec", "ServicesConfig", "Services
 
 MAX_BYTES = 1 << 20  # a services file is a few dozen lines: a bigger one is a mistake, refused unread
 _ROOT = ("queues", "services", "runner", "replication", "statusDir")
-_QUEUE = ("path", "replicated", "sourceId", "rollCycle", "keys")
+_QUEUE = ("path", "replicated", "sourceId", "rollCycle", "codec", "keys")
+_CODEC = ("compression", "encryption", "dictionary", "level")
 _SERVICE = ("factory", "inputs", "output", "start", "snapshot", "config")
 _SNAPSHOT = ("queue", "messages", "seconds")
 _RUNNER = ("processes", "maxCrashes", "crashWindowSeconds", "backoffSeconds", "maxBackoffSeconds",
@@ -66,6 +67,7 @@ class QueueSpec:
     replicated: str | None = None
     roll_cycle: str | None = None
     keys: str | None = None  # module:Name of a chronq.codecs.Keys (or a callable returning one)
+    codec: Mapping[str, Any] | None = None  # chronq.codecs.Codec's fields, for a new queue
 
 
 @dataclass(frozen=True)
@@ -153,9 +155,20 @@ class ServicesConfig:
         options: dict[str, Any] = {"source_id": q.source_id}
         if q.roll_cycle is not None:
             options["roll_cycle"] = q.roll_cycle
+        if q.codec is not None:
+            from chronq.codecs import Codec
+
+            options["codec"] = Codec(**q.codec)
         if q.keys is not None:
+            from chronq.codecs import Keys
+
             ring = _load(q.keys, f"queues.{name}.keys")
-            options["keys"] = ring() if callable(ring) else ring
+            ring = ring() if callable(ring) else ring
+            if not isinstance(ring, Keys):
+                raise ServicesConfigError(f"{self.file}: queues.{name}.keys: {q.keys} is a "
+                                          f"{type(ring).__name__}, not a chronq.codecs.Keys (nor a "
+                                          "callable returning one)")
+            options["keys"] = ring
         return options
 
 
@@ -227,10 +240,24 @@ def _queue(name: str, m: dict[str, Any], base: Path, replication: bool) -> Queue
         except ValueError as e:
             raise ServicesConfigError(f"{where}.rollCycle: {e}") from None
     keys = _text(m, "keys", where) if "keys" in m else None
+    codec = _map(m.get("codec"), f"{where}.codec") if "codec" in m else None
+    if codec is not None:
+        from chronq.codecs import Codec
+
+        _known(codec, _CODEC, f"{where}.codec")
+        try:
+            Codec(**codec)
+        except (TypeError, ValueError) as e:
+            raise ServicesConfigError(f"{where}.codec: {e}") from None
+        if codec.get("encryption") and keys is None:
+            raise ServicesConfigError(f"{where}.keys: missing: an encrypted queue needs its key ring "
+                                      "(keys: module:Name)")
     sid = _number(m, "sourceId", where, 0, 0, 2**31 - 1, integer=True)
     if "path" in m:
-        return QueueSpec(name, sid, path=base / _text(m, "path", where), roll_cycle=roll, keys=keys)
-    return QueueSpec(name, sid, replicated=_text(m, "replicated", where), roll_cycle=roll, keys=keys)
+        return QueueSpec(name, sid, path=base / _text(m, "path", where), roll_cycle=roll, keys=keys,
+                         codec=codec)
+    return QueueSpec(name, sid, replicated=_text(m, "replicated", where), roll_cycle=roll, keys=keys,
+                     codec=codec)
 
 
 def _start(v: Any, where: str) -> str | int:
@@ -315,6 +342,8 @@ def _parse(root: dict[str, Any], path: Path, base: Path) -> ServicesConfig:
     ids: dict[int, str] = {}
     for name, value in _map(root.get("queues"), "queues").items():
         q = _queue(_name(name, "queues"), _map(value, f"queues.{name}"), base, replication is not None)
+        if q.keys is not None:
+            _load(q.keys, f"queues.{name}.keys")  # a key ring that does not import is refused now
         if q.source_id and q.source_id in ids:
             raise ServicesConfigError(f"queues.{name}.sourceId: {q.source_id} is also queues."
                                       f"{ids[q.source_id]}'s (a source id names one queue in histories)")

@@ -139,6 +139,8 @@ def test_sigterm_stops_every_service_cleanly_and_a_restart_answers_only_the_new(
     st = collect_status(load_services(f).status_dir, ["matching", "positions"])
     assert {s["state"] for s in st["services"].values()} == {"stopped"}
     assert st["runner"]["alive"] is False
+    # 800 orders, fewer than `messages: 1000`: at least the snapshot written at the stop
+    assert count(tmp_path / "data" / "matching-snapshots") >= 1
     feed(tmp_path, 1200, start=800)  # more orders while nothing runs: a restart answers only these
     fills, positions = expected(1200)
     with RunnerProcess(f, "--only", "matching", "--only", "positions") as r:

@@ -93,7 +93,8 @@ class Runner:
         self.status_dir.mkdir(parents=True, exist_ok=True)
         if not self.in_process:
             self._mp = multiprocessing.get_context("forkserver")
-            modules = sorted({c.spec.factory.partition(":")[0] for c in self.children.values()})
+            # every factory's module: a service process reads the whole file, which imports them all
+            modules = sorted({s.factory.partition(":")[0] for s in self.cfg.services.values()})
             self._mp.set_forkserver_preload(["chronq", "rpc", "rpc.service", "rpc.services.worker", *modules])
         for child in self.children.values():
             self._start(child)

@@ -151,7 +151,7 @@ EXPORTS: dict[str, list[str]] = {
         "RUNNER_FILE", "ServiceState", "collect_status", "format_status", "metrics_collector",
         "read_runner_status", "write_runner_status", "write_service_status",
     ],
-    "rpc.services.worker": ["is_active_host", "main", "run_service"],
+    "rpc.services.worker": ["is_active_host", "main", "process_main", "run_service"],
     "rpc.testing": ["Recorder", "ReplayResult", "YamlTester", "read_calls", "render_calls"],
     "rpc.testing.plugin": [
         "ScenarioFile", "ScenarioItem", "load_factory", "load_interfaces", "pytest_addoption",

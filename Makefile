@@ -133,6 +133,7 @@ bench: build
 	$(PY) benchmarks/bench_wire.py
 	$(PY) benchmarks/bench_queue.py
 	$(PY) benchmarks/bench_rpc.py
+	$(PY) benchmarks/bench_services.py
 	$(PY) benchmarks/bench_spark.py
 
 # chronq beside its baselines and Java Chronicle Queue (../shared/java/run.sh bench) in one run: writes

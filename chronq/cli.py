@@ -365,6 +365,14 @@ def _archive(path: Path, dest: str, compress: str | None, keep: int, read_back: 
     for entry in entries:
         print(f"archived cycle {entry['cycle']} {entry['file']}: {entry['count']} excerpts, "
               f"{entry['size']} -> {entry['archive_size']} bytes", flush=True)
+    from chronq.queue import open as open_queue
+    from chronq.retention import protected_from
+
+    with open_queue(path, readonly=True) as q:  # what readers still need stays, and why (on stderr:
+        # stdout lists the cycles archived, one a line)
+        limit, why = protected_from(q, newest=False)
+    if limit is not None:
+        print(f"protected from cycle {limit}: {'; '.join(why)}", file=sys.stderr, flush=True)
 
 
 def _replicate(config: Path, host_id: int, status: bool = False, promote: bool = False) -> None:

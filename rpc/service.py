@@ -32,7 +32,7 @@ import msgspec
 
 from chronq.errors import ChronqError, IndexNotFoundError
 from chronq.pausers import Pauser, SleepingPauser
-from chronq.retention import hold
+from chronq.retention import hold, holds
 from chronq.tailer import Direction
 from rpc import _codec
 from rpc._reader import MethodReader, UnknownHook, UnknownTypeHook
@@ -148,7 +148,8 @@ DeadLetterHook = Callable[[DeadLetter], None]
 
 class InputStatus(msgspec.Struct):
     """One input of a service: its last index, the last one the service consumed (None: none), the
-    messages between, and for how long the service has been behind (0.0 when caught up)."""
+    messages between, and for how long the service has been behind: since a status call first found
+    it behind, unless it caught up (found nothing to read) since (0.0 when caught up)."""
 
     source_id: int
     path: str
@@ -190,10 +191,12 @@ class Output:
         self.source_id = source_id
         self.enabled = True
         self.dropped = 0
+        self.written = 0
 
     def write(self, data: Buffer) -> int | None:
         """The index written, or None: dropped while replaying."""
         if self.enabled and self._write is not None:
+            self.written += 1
             return self._write(data)  # type: ignore[no-any-return]
         self.dropped += 1
         return None
@@ -387,7 +390,8 @@ class Service:
         self._plan: deque[tuple[int, int]] = deque()  # (source, through) still to replay, in order
         self._follow: Any = None  # the output tailer a standby follows
         self._next = 0  # the input the next live poll starts with
-        self._run: _Input | None = None  # (several inputs) consumed since the last `consumed` record
+        # the input whose last consumed message the output does not reflect yet (it wrote nothing)
+        self._run: _Input | None = None
         self._log_sink = _LogReader(source_id)
         self._log_reader = MethodReader(None, self._log_sink, interfaces=[ServiceLog], source_id=0,
                                         on_unknown=_ignore)
@@ -399,10 +403,14 @@ class Service:
         self._snapshot_time: float | None = None  # monotonic time of the last snapshot
         self._snapshot_wall_ns: int | None = None
         self._since_snapshot = 0
-        self._held: list[list[InputPosition]] = []  # the positions of the newest two snapshots
+        # the positions of the newest two snapshots (before the first: the start, so all input is held)
+        self._held: list[list[InputPosition]] = [[InputPosition(sid, -1) for sid, _ in pairs]]
+        self._held_output = self._last_output = -1  # output indexes of the same snapshots
         self._state = "running"
         self._error: str | None = None
         self._position(start)
+        if snapshots is not None and not standby:
+            self._hold(initial=True)
 
     # -- construction ---------------------------------------------------------------------------------
     @staticmethod
@@ -470,6 +478,8 @@ class Service:
         if after < 0 or not self._follow.move_to_index(after):
             self._follow.to_start()
         self._read_output(None)
+        if not self.standby:
+            self._follow = None  # a restart replays what the output reflects now, then goes live
 
     def _newest_mark(self) -> int | None:
         """(One input) the newest input index the output reflects: a history or a ServiceLog record."""
@@ -550,8 +560,8 @@ class Service:
                     continue
                 if _record_crc(record) != record.crc:
                     raise _codec.WireError(f"CRC-32 mismatch (recorded {record.crc:#010x})")
-                if record.output_index > out_last:
-                    continue  # (a standby: the output has not caught up with it yet)
+                if record.output_index > out_last or (self.standby and not self._inputs_reach(record)):
+                    continue  # (a standby: the replicated output or inputs have not caught up with it yet)
                 state = _binary.decode_document(record.state, self._state_type())
             except (_codec.WireError, ValueError, TypeError, msgspec.ValidationError) as e:
                 why = f"{self.snapshots.path}: snapshot at index {index:#x} is unreadable: {e}"
@@ -565,8 +575,17 @@ class Service:
             self._snapshot_time = time.monotonic()
             self._snapshot_wall_ns = record.time_ns or None
             self._held = [record.positions]
+            self._held_output = self._last_output = record.output_index
             return record
         return None
+
+    def _inputs_reach(self, record: SnapshotRecord) -> bool:
+        for p in record.positions:
+            inp = self._by_source.get(p.source)
+            last = inp.queue.last_index if inp is not None else None
+            if inp is not None and p.index >= 0 and (last is None or last < p.index):
+                return False
+        return True
 
     def snapshot(self) -> int:
         """Write a snapshot of the handler's state now; returns its index in the snapshot queue.
@@ -598,18 +617,28 @@ class Service:
         self._snapshot_wall_ns = record.time_ns
         self._since_snapshot = 0
         self._held = [*self._held[-1:], positions]
+        self._held_output = min(self._last_output, record.output_index)
+        self._last_output = record.output_index
         self._hold()
         return int(index)
 
-    def _hold(self) -> None:
-        """Hold every input from retention from the oldest position the two newest snapshots need."""
+    def _hold(self, initial: bool = False) -> None:
+        """Hold every input from retention and archiving from the oldest position the two newest
+        snapshots need (so that falling back to the previous one finds its input too), and the
+        output from where a restart reads it again. `initial`: only where no hold is yet (a restart
+        leaves the hold its predecessor set, which may cover an older snapshot than it loaded)."""
+        holder = f"service {self.source_id} snapshots"
+        wanted: list[tuple[Queue, int]] = []
         for inp in self.inputs:
             needed = [p.index for ps in self._held for p in ps if p.source == inp.source_id]
-            at = max(0, min(needed, default=0))
+            wanted.append((inp.queue, max(0, min(needed, default=0))))
+        wanted.append((self.output, max(0, self._held_output)))
+        for q, at in wanted:
             try:
-                hold(inp.queue, f"service {self.source_id} snapshots", at)
-            except ChronqError as e:  # (a read-only input: nothing to hold with)
-                log.warning("cannot hold %s for snapshots: %s", inp.queue.path, e)
+                if not initial or holder not in holds(q):
+                    hold(q, holder, at)
+            except ChronqError as e:  # (a read-only queue: nothing to hold with)
+                log.warning("cannot hold %s for snapshots: %s", q.path, e)
 
     def _snapshot_due(self) -> bool:
         if self.snapshots is None or not self.out.enabled:
@@ -631,7 +660,7 @@ class Service:
         return self._log
 
     def _mark_all(self) -> None:
-        """Record how far the current run's input was consumed (several inputs only)."""
+        """Record how far the input last consumed was, unless its last message's output says so."""
         inp, self._run = self._run, None
         if inp is not None:
             self._service_log().consumed(self.source_id, inp.source_id, inp.through)
@@ -656,20 +685,26 @@ class Service:
 
     def poll(self) -> bool:
         """Handle what is ready (up to `batch` messages of one input); False if nothing was."""
-        if self._plan or (self._follow is not None and (self.standby or self._read_output(1024))):
+        if self._plan or self.standby:
             return self._replay()
         if not self.out.enabled:
             self._go_live()
         if len(self.inputs) == 1:
-            inp = self.inputs[0]
+            inp, out = self.inputs[0], self.out
+            written = out.written
             got = inp.reader.read_many(self.batch) if self.batch > 1 else int(inp.reader.read_one())
-            if got:
-                inp.behind_since = None
+            if not got:
+                inp.behind_since = None  # caught up
+            else:
+                # one message that wrote: its output's history reflects it (a batch: maybe not its last)
+                self._run = None if got == 1 and out.written != written else inp
         else:
             got = self._poll_several()
         if got:
             self.processed += got
             self._since_snapshot += got
+        elif self._run is not None:
+            self._mark_all()  # idle: record how far, so that a standby and the status can see it
         if self._snapshot_due():
             self.snapshot()
         return bool(got)
@@ -678,7 +713,7 @@ class Service:
         """Up to `batch` messages of the next input that has one, round robin. Moving to another input
         first records in the output how far the previous one was consumed: the output's order of
         records and histories is the order in which the inputs were consumed."""
-        inputs, n = self.inputs, len(self.inputs)
+        inputs, n, out = self.inputs, len(self.inputs), self.out
         for k in range(n):
             inp = inputs[(self._next + k) % n]
             read, take, got = inp.tailer.read, inp.reader.take, 0
@@ -686,16 +721,16 @@ class Service:
                 ex = read()
                 if ex is None:
                     break
-                if self._run is not inp:
-                    if self._run is not None:
-                        self._mark_all()
-                    self._run = inp
+                if self._run is not None and self._run is not inp:
+                    self._mark_all()
+                written = out.written
                 take(ex)
+                self._run = None if out.written != written else inp
                 got += 1
             if got:
-                inp.behind_since = None
                 self._next = (self._next + k + 1) % n
                 return got
+            inp.behind_since = None  # caught up
         return 0
 
     def _go_live(self) -> None:
@@ -717,6 +752,12 @@ class Service:
         t = inp.tailer
         if t.index > through:
             self._plan.popleft()
+            if not self._plan and not self.standby:
+                self._go_live()
+            return True
+        ahead = inp.queue.count_excerpts(t.index, through + 1) - 1
+        if ahead > 0:  # all but the last one in a batch (a poison message goes to the hook, uncounted)
+            self.processed += inp.reader.read_many(min(ahead, _REPLAY_BATCH))
             return True
         ex = t.read()
         if ex is None:
@@ -730,6 +771,8 @@ class Service:
         if index > through:
             t.move_to_index(index)
             self._plan.popleft()
+            if not self._plan and not self.standby:
+                self._go_live()
             return True
         try:
             inp.reader.dispatch(ex.payload, index)
@@ -738,7 +781,7 @@ class Service:
         self.processed += 1
         if index == through:
             self._plan.popleft()
-        if not self._plan and not self.standby and self._follow is None:
+        if not self._plan and not self.standby:
             self._go_live()
         return True
 
@@ -814,6 +857,9 @@ class Service:
             state = "replaying"
         return ServiceStatus(self.source_id, state, self.processed, self.dead_letters, inputs,
                              self.snapshot_index, age, list(self.snapshot_errors), self._error)
+
+
+_REPLAY_BATCH = 1 << 16  # messages one replay step may consume (so that `stop()` is seen soon)
 
 
 def _ignore(event: str | int, index: int) -> None:

@@ -60,6 +60,14 @@ def test_bench_rpc() -> None:
     assert all(row in out for row in rows), out
 
 
+def test_bench_services() -> None:
+    out = run("bench_services.py", "--samples", "2000", "--n", "5000", "--restart-n", "5000",
+              "--snapshot-every", "1000")
+    rows = ("service hop: append -> answer readable", "service: read + dispatch + write",
+            "with snapshots: ready after", "full replay (no snapshots): ready after")
+    assert all(row in out for row in rows), out
+
+
 def test_bench_record() -> None:
     out = run("bench_record.py", "--n", "3000", "--rounds", "1")
     rows = ("write Layout.pack + write", "read Layout.unpack(excerpt.payload)", "read struct.unpack_from")

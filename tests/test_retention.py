@@ -338,3 +338,22 @@ def test_java_reads_a_retained_queue_from_the_oldest_cycle_left(tmp_path: Path) 
     assert (summary["files"], summary["entryCount"]) == ("2", "2")
     assert (int(summary["firstIndex"], 16), int(summary["tailerFirst"], 16)) == (first, first)
     assert int(summary["lastIndex"], 16) == last
+
+
+def test_a_hold_keeps_its_cycles_until_released(tmp_path: Path) -> None:
+    from chronq.retention import hold, holds, release
+
+    clock = _fill(tmp_path, 4)
+    with _queue(tmp_path, clock) as q:
+        at = q.roll_cycle.to_index(FIRST + 1, 0)
+        hold(q, "replayer", at)
+        assert holds(q) == {"replayer": at}
+        result = retain(q, Policy(keep_cycles=1), dry_run=True)
+        assert result.protected_from == FIRST + 1
+        assert result.reasons == [f"held by replayer from cycle {FIRST + 1} (index {at:#x})"]
+        assert [c for c, _ in retain(q, Policy(keep_cycles=1)).deleted] == [FIRST]
+        release(q, "replayer")
+        assert holds(q) == {}
+        assert [c for c, _ in retain(q, Policy(keep_cycles=1)).deleted] == [FIRST + 1, FIRST + 2]
+        with pytest.raises(ValueError, match="a hold needs an index >= 0"):
+            hold(q, "replayer", -5)

@@ -1,285 +1,524 @@
-"""`chronq services`: the services file's checks, the runner (threads and processes), its clean stop,
-its crash limit, and what `status` shows (table, JSON, Prometheus)."""
+"""rpc.Service with several inputs, snapshots, poison messages and a standby, on real queues and processes.
+
+The model (`tests/service_support.py`) reads the output as any reader could: the order in which the
+service consumed its inputs, from the histories and the service's `consumed` records. Every check is
+that this order holds every input message exactly once, and that a fresh in-memory handler fed that
+order writes byte-identical outputs (histories aside) and reaches the same state.
+"""
 
 from __future__ import annotations
 
-import json
+import asyncio
+import hashlib
+import os
+import random
 import signal
-import threading
-import urllib.request
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from chronq.cli import main
-from rpc.services import Runner, load_services
-from rpc.services.status import collect_status, format_status
-from tests.replication_support import free_port
-from tests.services_support import (
-    ROOT,
-    RunnerProcess,
-    calls,
-    count,
-    expected,
-    feed,
-    services_yaml,
-    status,
-    wait_until,
-)
+import chronq
+import rpc
+from chronq.retention import Policy, holds, retain
+from chronq.rollcycles import FixedClock
+from rpc.aio import AsyncMethodReader
+from tests.service_support import SERVICE_ID, Events, State, Summer, model, payloads, reflected
+from wire import WireError
+from wire import binary as _binary
 
-GOOD = """
-queues:
-  a: { path: a, sourceId: 1 }
-  b: { path: b, sourceId: 2 }
-  c: { path: c, sourceId: 3 }
-services:
-  one: { factory: "examples.orders.matching:make_engine", inputs: [a], output: b }
-"""
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+GARBAGE = b"not a method call"
+SID = SERVICE_ID
 
 
-@pytest.mark.parametrize(("change", "named"), [
-    (("inputs: [a]", "inptus: [a]"), "services.one: unknown key 'inptus' (did you mean 'inputs'?)"),
-    (("make_engine", "no_such"), "services.one.factory: 'examples.orders.matching:no_such'"),
-    (("examples.orders.matching", "examples.no_module"), "cannot import module 'examples.no_module'"),
-    (("output: b", "output: a"), "services.one.output: 'a' is also one of its inputs"),
-    (("inputs: [a]", "inputs: [z]"), "services.one.inputs: no queue 'z' under queues"),
-    (("sourceId: 2", "sourceId: 1"), "queues.b.sourceId: 1 is also queues.a's"),
-    (("output: b }", "output: b, start: newest }"), "services.one.start: expected all, new, missed"),
-    (("c: { path: c", "c: { pth: c"), "queues.c: unknown key 'pth' (did you mean 'path'?)"),
-    (("output: b }", "output: b }\n  two: { factory: \"examples.orders.positions:make_positions\", "
-      "inputs: [c], output: b }"), "services.two.output: 'b' is also written by services.one"),
-    (("queues:", "runner: { maxCrashes: 0 }\nqueues:"), "runner.maxCrashes: must be an integer >= 1"),
-    (("queues:", "replicaton: {}\nqueues:"), "unknown key 'replicaton' (did you mean 'replication'?)"),
-    (("output: b }", "output: b, snapshot: { messages: 10 } }"), "services.one.snapshot.queue: missing"),
-    (("output: b }", "output: b, snapshot: { queue: a, seconds: 1 } }"),
-     "services.one.snapshot.queue: 'a' is also an input or the output"),
-    (("sourceId: 2", "rollCycle: DAILY"), "queues.b.sourceId: missing: services.one.output names the queue"),
-    (("sourceId: 2 }", "sourceId: 2, codec: { encryption: aes-gcm } }"),
-     "queues.b.keys: missing: an encrypted queue needs its key ring"),
-    (("sourceId: 2 }", "sourceId: 2, keys: \"tests.services_support:no_ring\" }"),
-     "queues.b.keys: 'tests.services_support:no_ring': 'tests.services_support' has no 'no_ring'"),
-    (("sourceId: 2 }", "sourceId: 2, codec: { compression: brotli } }"),
-     "queues.b.codec: unknown compression 'brotli'"),
-])
-def test_a_wrong_services_file_exits_2_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                      monkeypatch: pytest.MonkeyPatch,
-                                                      change: tuple[str, str], named: str) -> None:
-    monkeypatch.syspath_prepend(str(ROOT))
-    f = tmp_path / "services.yaml"
-    assert change[0] in GOOD
-    f.write_text(GOOD.replace(change[0], change[1], 1))
-    for verb in ("run", "status"):
-        assert main(["services", verb, str(f)]) == 2
-        err = capsys.readouterr().err
-        assert err.startswith(f"chronq services: {f}: ") and named in err, err
-        assert len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "a").exists()  # refused before any queue was made
+def _append(q: chronq.Queue, amounts: list[int], key: str) -> None:
+    w = rpc.writer(q, Events)
+    for a in amounts:
+        w.add(key, a)
 
 
-def test_the_reference_services_file_loads(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(ROOT))
-    cfg = load_services(ROOT / "examples" / "orders" / "services.yaml")
-    assert list(cfg.services) == ["gateway", "matching", "positions"]
-    assert cfg.services["matching"].inputs == ("orders",) and cfg.services["matching"].output == "fills"
-    assert cfg.services["positions"].config == {"limit": 5000}
+def _check(out: chronq.Queue, ins: dict[int, chronq.Queue], complete: bool = True) -> list[tuple[int, int]]:
+    """The output reflects each input message at most once (all of them if `complete`), in an order
+    whose replay writes the same bytes; returns that order."""
+    docs = payloads(ins)
+    order, bodies = reflected(out, docs)
+    assert len(set(order)) == len(order)
+    for sid in docs:
+        mine = [i for s, i in order if s == sid]
+        assert mine == sorted(mine)
+        if complete:
+            assert mine == sorted(docs[sid])
+    _, expected = model(docs, order)
+    assert bodies == expected
+    return order
 
 
-def test_in_process_runner_answers_every_order_and_reports_status(tmp_path: Path) -> None:
-    """Threads of one process (`--in-process`): the pipeline's outputs are one uninterrupted run's, the
-    status says what each service handled with no lag, in the table, as JSON and as Prometheus text."""
-    f = services_yaml(tmp_path)
-    cfg = load_services(f)
-    n = 1500
-    feed(tmp_path, n)
-    fills, positions = expected(n)
-    runner = Runner(cfg, in_process=True, only=["matching", "positions"])
-    t = threading.Thread(target=runner.run)
-    t.start()
-    try:
-        wait_until(lambda: count(tmp_path / "data" / "positions") >= len(positions), 60, "positions")
-        assert calls(tmp_path / "data" / "fills") == fills
-        assert calls(tmp_path / "data" / "positions") == positions
-
-        def settled() -> bool:
-            s = collect_status(cfg.status_dir, ["matching", "positions"])["services"]
-            return s["matching"]["processed"] == n and s["positions"]["processed"] == len(fills)
-
-        wait_until(settled, 30, "the status files")
-        st = collect_status(cfg.status_dir, ["matching", "positions"])
-        assert st["runner"]["alive"]
-        m = st["services"]["matching"]
-        assert m["state"] == "running" and m["restarts"] == 0
-        assert m["inputs"]["orders"]["lag_messages"] == 0
-        assert m["inputs"]["orders"]["processed_index"] == m["inputs"]["orders"]["last_index"]
-        table = status(f)
-        assert table.returncode == 0, table.stderr
-        assert "matching   running  1500" in table.stdout.replace("  ", "  ")
-        assert "matching <- orders: last 0x" in table.stdout and "lag 0 messages" in table.stdout
-        as_json = json.loads(status(f, "--json").stdout)
-        assert as_json["services"]["positions"]["processed"] == len(fills)
-        prom = status(f, "--prometheus").stdout
-        assert 'chronq_service_processed_total{service="matching"} 1500.0' in prom
-        assert 'chronq_service_input_lag_messages{input="orders",service="matching"} 0.0' in prom
-        assert 'chronq_service_up{service="positions",state="running"} 1.0' in prom
-    finally:
-        runner.stop()
-        t.join(60)
-    st = collect_status(cfg.status_dir, ["matching", "positions"])
-    assert {s["state"] for s in st["services"].values()} == {"stopped"}
+# -- several inputs -----------------------------------------------------------------------------------
+def test_two_inputs_interleaved_are_replayed_in_the_recorded_order(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "b", source_id=2) as b, \
+            chronq.open(tmp_path / "out", source_id=SID) as out:
+        ins = {1: a, 2: b}
+        rng = random.Random(5)
+        svc = rpc.Service(ins, out, Summer, SERVICE_ID, start=rpc.Start.ALL, batch=3)
+        for step in range(40):  # appends and polls interleaved at random: the order is the service's
+            amounts = [rng.randrange(30) for _ in range(rng.randrange(1, 6))]
+            _append(rng.choice([a, b]), amounts, f"k{step % 3}")
+            for _ in range(rng.randrange(3)):
+                svc.poll()
+            if step == 25:
+                del svc  # abandoned without stop: the output is all that is left
+                svc = rpc.Service(ins, out, Summer, SERVICE_ID)
+                assert svc.replaying
+        svc.run(until_idle=True)
+        svc.stop()
+        svc.run()  # stopping records how far the input in hand was consumed
+        order = _check(out, ins)
+        assert svc.handler.state == model(payloads(ins), order)[0]  # type: ignore[attr-defined]
+        assert {s for s, _ in order} == {1, 2}
+        # a standby over the same output reaches the same state without writing
+        n_out = out.last_index
+        standby = rpc.Service(ins, out, Summer, SERVICE_ID, standby=True)
+        standby.run(until_idle=True)
+        assert standby.handler.state == svc.handler.state  # type: ignore[attr-defined]
+        assert standby.status().state == "standby" and out.last_index == n_out
 
 
-def test_sigterm_stops_every_service_cleanly_and_a_restart_answers_only_the_new(tmp_path: Path) -> None:
-    f = services_yaml(tmp_path)
-    feed(tmp_path, 800)
-    with RunnerProcess(f, "--only", "matching", "--only", "positions") as r:
-        fills, positions = expected(800)
-        wait_until(lambda: count(tmp_path / "data" / "positions") >= len(positions), 60, "positions",
-                   r.proc, r.log)
-        assert r.stop() == 0, r.text()
-    st = collect_status(load_services(f).status_dir, ["matching", "positions"])
-    assert {s["state"] for s in st["services"].values()} == {"stopped"}
-    assert st["runner"]["alive"] is False
-    # 800 orders, fewer than `messages: 1000`: at least the snapshot written at the stop
-    assert count(tmp_path / "data" / "matching-snapshots") >= 1
-    feed(tmp_path, 1200, start=800)  # more orders while nothing runs: a restart answers only these
-    fills, positions = expected(1200)
-    with RunnerProcess(f, "--only", "matching", "--only", "positions") as r:
-        wait_until(lambda: count(tmp_path / "data" / "positions") >= len(positions), 60, "positions",
-                   r.proc, r.log)
-        assert r.stop() == 0, r.text()
-    assert calls(tmp_path / "data" / "fills") == fills
-    assert calls(tmp_path / "data" / "positions") == positions
+def test_inputs_need_distinct_source_ids_and_the_output_is_not_an_input(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "b", source_id=1) as b, \
+            chronq.open(tmp_path / "out", source_id=SID) as out:
+        with pytest.raises(ValueError, match="two inputs share a source id"):
+            rpc.Service([a, b], out, Summer, SERVICE_ID)
+        with pytest.raises(ValueError, match="cannot be one of its inputs"):
+            rpc.Service({1: a, 3: out}, out, Summer, SERVICE_ID)
+        with pytest.raises(ValueError, match="standby starts from what the output reflects"):
+            rpc.Service([a], out, Summer, SERVICE_ID, standby=True, start=rpc.Start.ALL)
 
 
-def test_a_service_that_keeps_crashing_is_left_down_and_the_runner_says_why(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    f = services_yaml(tmp_path, runner="runner: { maxCrashes: 3, crashWindowSeconds: 60, "
-                      "backoffSeconds: 0.01, maxBackoffSeconds: 0.02, statusIntervalSeconds: 0.05 }")
-    f.write_text(f.read_text().replace("examples.orders.positions:make_positions",
-                                       "tests.services_support:crashing_factory"))
-    feed(tmp_path, 50)
-    cfg = load_services(f)
-    runner = Runner(cfg, in_process=True, only=["matching", "positions"])
-    t = threading.Thread(target=runner.run)
-    t.start()
-    try:
-        wait_until(lambda: "left down" in caplog.text, 60, "the crash limit")
-        wait_until(lambda: collect_status(cfg.status_dir, ["positions"])["services"]["positions"]["state"]
-                   == "failed", 30, "the status")
-        st = collect_status(cfg.status_dir, ["matching", "positions"])
-        assert "service positions crashed 3 times within 60 s (last: RuntimeError: this service cannot " \
-               "start): left down" in caplog.text
-        assert "this service cannot start" in caplog.text  # with its traceback
-        pos = st["services"]["positions"]
-        assert pos["restarts"] == 2 and "crashed 3 times within 60 s" in pos["reason"]
-        assert st["services"]["matching"]["state"] == "running"  # the others keep running
-        assert "  positions: crashed 3 times within 60 s (last: RuntimeError: this service cannot start): " \
-               "left down" in format_status(st)
-    finally:
-        runner.stop()
-        t.join(60)
+def _spawn(tmp_path: Path) -> subprocess.Popen[str]:
+    args = [sys.executable, "-m", "tests.service_support", str(tmp_path / "out"), str(tmp_path / "snap"),
+            str(SERVICE_ID), f"1={tmp_path / 'a'}", f"2={tmp_path / 'b'}"]
+    p = subprocess.Popen(args, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    if line.strip() != "ready":
+        _end(p)
+        raise AssertionError(f"the service did not start: {line!r} {p.stderr.read() if p.stderr else ''}")
+    return p
 
 
-def test_prometheus_metrics_are_served_on_a_port(tmp_path: Path) -> None:
-    f = services_yaml(tmp_path)
-    feed(tmp_path, 100)
-    cfg = load_services(f)
-    runner = Runner(cfg, in_process=True, only=["matching"])
-    t = threading.Thread(target=runner.run)
-    t.start()
-    port = free_port()
-    import subprocess
-    import sys
-
-    from tests.procs.qhelp import child_env
-
-    server = subprocess.Popen([sys.executable, "-m", "chronq", "services", "status", str(f),
-                               "--prometheus-port", str(port)], stdout=subprocess.PIPE, text=True,
-                              env=child_env(), cwd=ROOT)
-    try:
-        assert server.stdout is not None
-        assert f"metrics on http://127.0.0.1:{port}/metrics" in server.stdout.readline()
-
-        def scraped() -> str:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-                return str(resp.read().decode())
-
-        wait_until(lambda: 'chronq_service_processed_total{service="matching"} 100.0' in scraped(), 30,
-                   "the metrics")
-        assert "# TYPE chronq_service_input_lag_seconds gauge" in scraped()
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(30) == 0
-        assert server.stdout is not None
-        server.stdout.close()
-        runner.stop()
-        t.join(60)
+def _end(p: subprocess.Popen[str], sig: int = signal.SIGKILL) -> None:
+    if p.poll() is None:
+        p.send_signal(sig)
+    p.communicate(timeout=30)
 
 
-def test_the_replay_kit_tests_a_service_declared_in_the_services_file(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """`replay.toml` names a service of services.yaml: the scenarios run its factory with its config (the
-    `refused` scenario's symbol is refused because the services file lists the symbols)."""
-    from rpc.testing import YamlTester
-    from rpc.testing.plugin import load_factory, load_interfaces
-
-    monkeypatch.syspath_prepend(str(ROOT))
-    scenarios = ROOT / "examples" / "orders" / "scenarios"
-    toml = scenarios / "replay.toml"
-    tester = YamlTester(load_factory(toml), interfaces=load_interfaces(toml))
-    folders = sorted(d for d in scenarios.iterdir() if (d / "in.yaml").exists())
-    assert [d.name for d in folders] == ["cross", "refused"]
-    for folder in folders:
-        tester.check(folder)
-    assert "unknown symbol 'TSLA'" in (scenarios / "refused" / "out.yaml").read_text()
+def _reflects(out: chronq.Queue, ins: dict[int, chronq.Queue], n: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while len(reflected(out, payloads(ins))[0]) < n:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the output did not come to reflect {n} input messages")
+        time.sleep(0.02)
 
 
-def test_a_replay_toml_naming_a_missing_service_says_so(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from rpc.testing.plugin import load_factory
+def _kill_loop(tmp_path: Path, kills: int) -> None:
+    rng = random.Random(kills)
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "b", source_id=2) as b, \
+            chronq.open(tmp_path / "out", source_id=SID) as out:
+        ins = {1: a, 2: b}
+        total = 0
+        for k in range(kills):
+            p = _spawn(tmp_path)
+            for _ in range(rng.randrange(1, 8)):  # appends while it runs, killed at a random moment
+                n = rng.randrange(1, 40)
+                _append(rng.choice([a, b]), [rng.randrange(40) for _ in range(n)], f"k{k % 4}")
+                total += n
+                time.sleep(rng.random() * 0.01)
+            _end(p)
+        p = _spawn(tmp_path)
+        try:
+            _reflects(out, ins, total)
+        finally:
+            _end(p)
+        _check(out, ins)
 
-    monkeypatch.syspath_prepend(str(ROOT))
-    (tmp_path / "services.yaml").write_text(GOOD)
-    (tmp_path / "replay.toml").write_text('services = "services.yaml"\nservice = "two"\n')
-    with pytest.raises(ValueError, match=r"replay.toml: service 'two' is not in .*services.yaml \(one\)"):
-        load_factory(tmp_path / "replay.toml")
+
+def test_service_killed_with_sigkill_reflects_every_input_once(tmp_path: Path) -> None:
+    _kill_loop(tmp_path, 5)
 
 
-def test_encrypted_queues_with_keys_by_reference(tmp_path: Path) -> None:
-    """`codec` and `keys` (a module:Name reference, never the key itself in the file): the services read
-    and write encrypted queues, and the queue holds no plaintext."""
-    f = services_yaml(tmp_path)
-    ring = 'codec: { encryption: aes-gcm }, keys: "tests.services_support:key_ring"'
-    text = f.read_text()
-    for q, sid in (("orders", 1), ("fills", 2)):
-        plain = f"path: data/{q}, sourceId: {sid}"
-        text = text.replace(f"{{ {plain} }}", f"{{ {plain}, {ring} }}")
-    f.write_text(text)
-    cfg = load_services(f)
-    import chronq
-    import rpc
-    from examples.orders.api import OrderEntry
-    from examples.orders.loadgen import orders
-    from rpc.testing.yaml_tester import decode_call
+@pytest.mark.slow
+def test_service_killed_with_sigkill_many_times(tmp_path: Path) -> None:
+    _kill_loop(tmp_path, 60)
 
-    with chronq.open(cfg.queue_path("orders", None), **cfg.open_options("orders")) as q:
-        w = rpc.writer(q, OrderEntry)
-        for order in orders(200):
-            w.new_order(order)
-    fills, positions = expected(200)
-    assert fills
-    runner = Runner(cfg, in_process=True, only=["matching", "positions"])
-    t = threading.Thread(target=runner.run)
-    t.start()
-    try:
-        wait_until(lambda: count(tmp_path / "data" / "positions") >= len(positions), 60, "positions")
-    finally:
-        runner.stop()
-        t.join(60)
-    assert calls(tmp_path / "data" / "positions") == positions
-    with chronq.open(cfg.queue_path("fills", None), **cfg.open_options("fills")) as q:
-        t = q.tailer()
-        assert [decode_call(bytes(ex.payload)) for ex in iter(t.read, None) if not ex.metadata] == fills
-        t.close()
-    raw = b"".join(p.read_bytes() for p in (tmp_path / "data" / "fills").glob("*.cq4"))
-    assert b"accepted" not in raw and b"alice" not in raw  # encrypted on disk
+
+# -- standby and promote ------------------------------------------------------------------------------
+def test_standby_follows_a_killed_primary_and_promote_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    rng = random.Random(3)
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "b", source_id=2) as b, \
+            chronq.open(tmp_path / "out", source_id=SID) as out, chronq.open(tmp_path / "snap") as snap:
+        ins = {1: a, 2: b}
+        _append(a, list(range(30)), "x")  # the primary's snapshots (every 37) give the standby a start
+        _append(b, list(range(30)), "y")
+        primary = _spawn(tmp_path)
+        try:
+            _reflects(out, ins, 60)
+            standby = rpc.Service(ins, out, Summer, SERVICE_ID, standby=True, snapshots=snap,
+                                  snapshot_every=37)
+            for i in range(10):
+                _append(rng.choice([a, b]), [rng.randrange(40) for _ in range(20)], f"k{i % 3}")
+                for _ in range(30):
+                    standby.poll()
+            _reflects(out, ins, 160)
+            standby.run(until_idle=True)
+            assert standby.processed >= 160  # it kept up while the primary ran, outputs suppressed
+            _append(a, [rng.randrange(40) for _ in range(200)], "last")  # the primary dies amid these
+        finally:
+            _end(primary)
+        written = out.last_index
+        standby.run(until_idle=True)
+        assert out.last_index == written  # a standby never writes
+        order, _ = reflected(out, payloads(ins))
+        standby.promote()
+        assert standby.status().state == "running"
+        assert standby.processed == len(order) + 0  # exactly what the output reflects, nothing more
+        _append(a, [3, 6, 9], "after")
+        standby.run(until_idle=True)
+        standby.stop()
+        standby.run()
+        _check(out, ins)
+        docs = payloads(ins)
+        assert standby.handler.state == model(docs, reflected(out, docs)[0])[0]  # type: ignore[attr-defined]
+
+
+# -- poison messages ----------------------------------------------------------------------------------
+def test_poison_message_goes_to_the_dead_letter_hook_and_replay_skips_it(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "out", source_id=SID) as out:
+        _append(a, [3, 4], "x")
+        a.appender().write(GARBAGE)
+        bad = a.last_index
+        _append(a, [6, 1], "x")
+        letters: list[rpc.DeadLetter] = []
+        svc = rpc.Service(a, out, Summer, SERVICE_ID, start=rpc.Start.ALL, on_dead_letter=letters.append)
+        assert svc.run(until_idle=True) == 5
+        assert [(d.source_id, d.index, d.document) for d in letters] == [(1, bad, GARBAGE)]
+        assert "not a method call" in letters[0].error
+        assert svc.status().dead_letters == 1 and svc.handler.state.count == 4  # type: ignore[attr-defined]
+        again = rpc.Service(a, out, Summer, SERVICE_ID, on_dead_letter=letters.append)  # replays silently
+        again.run(until_idle=True)
+        assert len(letters) == 1 and again.dead_letters == 1
+        assert again.handler.state == svc.handler.state  # type: ignore[attr-defined]
+        _check(out, {1: a})
+        stopping = rpc.Service(a, out, Summer, SERVICE_ID, start=rpc.Start.ALL, stop_on_poison=True)
+        with pytest.raises(WireError, match=f"index {bad:#x} is not a method call"):
+            stopping.run(until_idle=True)
+        assert stopping.status().state == "failed" and stopping.handler.state.count == 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("path", ["native", "general"])
+def test_method_reader_on_poison_carries_on(tmp_path: Path, path: str) -> None:
+    with chronq.open(tmp_path / "a") as a:
+        _append(a, [1], "x")
+        a.appender().write(GARBAGE)
+        a.appender().write(b"\xb9\x03add\x82\x02\x00\x00\x00\xa1\x01")  # add(1) with a truncated sequence
+        _append(a, [2], "x")
+        h = Summer(rpc.testing.Recorder())
+        seen: list[tuple[int, bytes, str]] = []
+        extra: dict[str, Any] = {"metadata_handler": lambda b, i: None} if path == "general" else {}
+        r = rpc.reader(a.tailer(), h, on_poison=lambda i, d, e: seen.append((i, d, type(e).__name__)),
+                       **extra)
+        assert r.read_many(10) >= 4  # (the general path counts the queue's metadata documents too)
+        assert h.state.totals == {"x": 3} and [s[2] for s in seen] == ["WireError", "WireError"]
+        assert seen[0][1] == GARBAGE
+        plain = rpc.reader(a.tailer(), Summer(rpc.testing.Recorder()), **extra)
+        with pytest.raises(WireError, match="not a method call"):
+            plain.read_many(10)
+
+
+def test_async_reader_run_follows_the_readers_poison_choice(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "a") as a:
+        _append(a, [1], "x")
+        a.appender().write(GARBAGE)
+        _append(a, [2], "x")
+        h = Summer(rpc.testing.Recorder())
+        ar = AsyncMethodReader(rpc.reader(a.tailer(), h, on_poison=rpc.log_poison))
+
+        async def go() -> int:
+            task = asyncio.ensure_future(ar.run())
+            while h.state.count < 2:
+                await asyncio.sleep(0.001)
+            ar.stop()
+            return await task
+
+        assert asyncio.run(go()) == 3 and h.state.totals == {"x": 3}
+
+
+# -- snapshots ----------------------------------------------------------------------------------------
+class StateV2(msgspec.Struct):
+    """State grown a field (with a default) and lost `count`."""
+
+    totals: dict[str, int] = {}
+    label: str = "v2"
+
+
+class SummerV2(Summer):
+    def restore_state(self, state: StateV2) -> None:  # type: ignore[override]
+        self.state = State(state.totals, -1 if state.label != "v2" else 100)
+
+
+def test_snapshot_restores_by_field_name_into_a_changed_state_class(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "out", source_id=SID) as out, \
+            chronq.open(tmp_path / "snap") as snap:
+        _append(a, [1, 2, 3], "x")
+        svc = rpc.Service(a, out, Summer, SERVICE_ID, start=rpc.Start.ALL, snapshots=snap)
+        svc.run(until_idle=True)
+        svc.snapshot()
+        _append(a, [5], "x")
+        v2 = rpc.Service(a, out, SummerV2, SERVICE_ID, snapshots=snap)
+        assert v2.handler.state == State({"x": 6}, 100)  # type: ignore[attr-defined]
+        assert v2.run(until_idle=True) == 1 and v2.handler.state == State({"x": 11}, 101)  # type: ignore[attr-defined]
+
+
+def _damage_last(snap: chronq.Queue, state: State) -> int:
+    """Change the last byte of the newest snapshot's `state` (of that value) on disk; returns its index."""
+    t = snap.tailer()
+    last = None
+    while (ex := t.read()) is not None:
+        last = (ex.index, bytes(ex.payload))
+    assert last is not None
+    index, body = last
+    cycle = index >> snap.roll_cycle.cycle_shift
+    path = snap.file_for(cycle)
+    data = path.read_bytes()
+    encoded = _binary.encode_document(state)
+    at = data.rindex(body) + body.rindex(encoded) + len(encoded) - 1  # (an int: still decodes)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([data[at] ^ 1]))
+    return index
+
+
+def test_damaged_newest_snapshot_is_reported_and_the_previous_one_used(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "out", source_id=SID) as out, \
+            chronq.open(tmp_path / "snap") as snap:
+        _append(a, [1, 2, 3], "x")
+        svc = rpc.Service(a, out, Summer, SERVICE_ID, start=rpc.Start.ALL, snapshots=snap, snapshot_every=3)
+        svc.run(until_idle=True)
+        first = svc.snapshot_index
+        _append(a, [4, 5, 6], "x")
+        svc.run(until_idle=True)
+        assert svc.snapshot_index != first
+        bad = _damage_last(snap, svc.handler.state)  # type: ignore[attr-defined]
+        again = rpc.Service(a, out, Summer, SERVICE_ID, snapshots=snap)
+        st_ = again.status()
+        assert st_.snapshot_index == first and len(st_.snapshot_errors) == 1
+        why = st_.snapshot_errors[0]
+        assert f"index {bad:#x} is unreadable" in why and "CRC-32" in why
+        again.run(until_idle=True)
+        assert again.handler.state == svc.handler.state  # type: ignore[attr-defined]
+
+
+def test_retention_keeps_what_the_snapshots_need_and_says_so(tmp_path: Path) -> None:
+    clock = FixedClock(1_705_312_800_000)
+    day = 86_400_000
+    with chronq.open(tmp_path / "a", source_id=1, clock=clock, block_size=4096) as a, \
+            chronq.open(tmp_path / "out", source_id=SID, clock=clock) as out, \
+            chronq.open(tmp_path / "snap", clock=clock) as snap:
+        svc = rpc.Service(a, out, Summer, SERVICE_ID, start=rpc.Start.ALL, snapshots=snap)
+        for _ in range(3):
+            _append(a, [1, 2], "x")
+            clock.advance(day)
+        assert holds(a) == {f"service {SERVICE_ID} snapshots": 0}  # nothing snapshotted: all of it
+        assert retain(a, Policy(keep_cycles=1)).deleted == []
+        svc.run(until_idle=True)
+        svc.snapshot()  # the first snapshot: the previous position (the start) still held
+        _append(a, [3], "x")
+        svc.run(until_idle=True)
+        svc.snapshot()  # now held from the first snapshot's position: the third cycle
+        args = ["retain", str(tmp_path / "a"), "--keep-cycles", "1", "--dry-run"]
+        proc = subprocess.run([sys.executable, "-m", "chronq", *args], cwd=ROOT, env=ENV, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert f"held by service {SERVICE_ID} snapshots from cycle" in proc.stdout
+        cycles = a.cycles()
+        deleted = retain(a, Policy(keep_cycles=1)).deleted
+        assert [c for c, _ in deleted] == cycles[:2]
+        again = rpc.Service(a, out, Summer, SERVICE_ID, snapshots=snap)
+        again.run(until_idle=True)
+        assert again.handler.state == svc.handler.state  # type: ignore[attr-defined]
+        archived = subprocess.run([sys.executable, "-m", "chronq", "archive", str(tmp_path / "a"),
+                                   str(tmp_path / "arch")], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                                  timeout=60)
+        assert archived.returncode == 0, archived.stderr
+        assert "archived cycle" not in archived.stdout  # what is left is what the snapshots need
+        assert f"held by service {SERVICE_ID} snapshots from cycle {a.cycles()[0]}" in archived.stderr
+
+
+def test_java_reads_the_output_and_snapshot_queues(tmp_path: Path) -> None:
+    from tests.replication_support import java_documents
+
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "b", source_id=2) as b, \
+            chronq.open(tmp_path / "out", source_id=SID) as out, chronq.open(tmp_path / "snap") as snap:
+        _append(a, list(range(12)), "x")
+        a.appender().write(GARBAGE)
+        _append(b, list(range(12)), "y")
+        svc = rpc.Service([a, b], out, Summer, SERVICE_ID, start=rpc.Start.ALL, snapshots=snap,
+                          snapshot_every=5, batch=4)
+        svc.run(until_idle=True)
+        svc.stop()
+        svc.run()
+        for q in (out, snap):
+            ours = [(ex.index, hashlib.sha256(bytes(ex.payload)).hexdigest()) for ex in q.tailer()]
+            theirs = [(d[0], d[3]) for d in java_documents(Path(q.path)) if not d[1]]
+            assert theirs == ours and ours
+        metadata = [d for d in java_documents(tmp_path / "out") if d[1]]
+        assert len(metadata) > 3  # the consumed and deadLetter records
+
+
+# -- a state machine: appends, polls, snapshots, abandoned services, restarts, retention, damage ------
+class ServiceMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp(prefix="svc-machine-"))
+        self.clock = FixedClock(1_705_312_800_000)
+        self.a = chronq.open(self.dir / "a", source_id=1, clock=self.clock, block_size=4096)
+        self.b = chronq.open(self.dir / "b", source_id=2, clock=self.clock, block_size=4096)
+        self.out = chronq.open(self.dir / "out", source_id=SID, clock=self.clock, block_size=4096)
+        self.snap = chronq.open(self.dir / "snap", clock=self.clock, block_size=4096)
+        self.docs: dict[int, dict[int, bytes]] = {1: {}, 2: {}}
+        self.snapshots: list[tuple[int, bool, State]] = []  # (index, intact, state)
+        self.svc = self._start()
+
+    def _start(self) -> rpc.Service:
+        return rpc.Service({1: self.a, 2: self.b}, self.out, Summer, SERVICE_ID, snapshots=self.snap, batch=3)
+
+    def teardown(self) -> None:
+        import shutil
+
+        for q in (self.a, self.b, self.out, self.snap):
+            q.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @initialize()
+    def begin(self) -> None:
+        pass
+
+    @rule(sid=st.sampled_from([1, 2]), amounts=st.lists(st.integers(0, 30), min_size=1, max_size=6),
+          poison=st.booleans())
+    def append(self, sid: int, amounts: list[int], poison: bool) -> None:
+        q = self.a if sid == 1 else self.b
+        for amount in amounts:
+            _append(q, [amount], f"k{amount % 3}")
+        if poison:
+            q.appender().write(GARBAGE)
+        self.docs[sid].update({ex.index: bytes(ex.payload) for ex in q.tailer()})  # (retention may have
+        # deleted older cycles: those stay as recorded)
+
+    @rule(n=st.integers(1, 12))
+    def poll(self, n: int) -> None:
+        for _ in range(n):
+            self.svc.poll()
+
+    @rule()
+    def snapshot(self) -> None:
+        if not self.svc.replaying:
+            now = self.svc.handler.state  # type: ignore[attr-defined]
+            state = State(dict(now.totals), now.count)
+            self.snapshots.append((self.svc.snapshot(), True, state))
+
+    @rule()
+    def restart(self) -> None:
+        del self.svc  # abandoned: no stop, no final records
+        self.svc = self._start()
+        while self.svc.replaying:
+            assert self.svc.poll()
+        order, _ = _check_partial(self.out, self.docs)
+        assert self.svc.handler.state == model(self.docs, order)[0]  # type: ignore[attr-defined]
+
+    @rule()
+    def retention(self) -> None:
+        self.clock.advance(86_400_000)
+        for q in (self.a, self.b):
+            retain(q, Policy(keep_cycles=1))
+
+    @precondition(lambda self: self.snapshots and self.snapshots[-1][1]
+                  and (len(self.snapshots) == 1 or self.snapshots[-2][1]))
+    @rule()
+    def damage(self) -> None:
+        index, _, state = self.snapshots[-1]
+        assert _damage_last(self.snap, state) == index
+        self.snapshots[-1] = (index, False, state)
+
+    @invariant()
+    def output_is_consistent(self) -> None:
+        _check_partial(self.out, self.docs)
+
+
+def _check_partial(out: chronq.Queue, docs: dict[int, dict[int, bytes]]) -> tuple[list[tuple[int, int]], Any]:
+    order, bodies = reflected(out, docs)
+    assert len(set(order)) == len(order)
+    assert bodies == model(docs, order)[1]
+    return order, bodies
+
+
+TestServiceMachine = ServiceMachine.TestCase
+TestServiceMachine.settings = settings(max_examples=12, stateful_step_count=25, deadline=None,
+                                       suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.slow
+def test_service_machine_long() -> None:
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(ServiceMachine, settings=settings(
+        max_examples=150, stateful_step_count=40, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow]))
+
+
+def test_status_reports_lag_processed_and_snapshots_as_json(tmp_path: Path) -> None:
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "b", source_id=2) as b, \
+            chronq.open(tmp_path / "out", source_id=SID) as out, chronq.open(tmp_path / "snap") as snap:
+        svc = rpc.Service({1: a, 2: b}, out, Summer, SERVICE_ID, start=rpc.Start.ALL, snapshots=snap)
+        _append(a, [1, 2, 3, 4, 5], "x")
+        first = svc.status()
+        assert [(i.source_id, i.last_index, i.processed_index, i.lag_messages) for i in first.inputs] == [
+            (1, a.last_index, None, 5), (2, None, None, 0)]
+        later = svc.status()
+        assert later.inputs[0].lag_seconds >= first.inputs[0].lag_seconds  # behind since the first look
+        assert first.snapshot_index is None and first.state == "running"
+        svc.run(until_idle=True)
+        index = svc.snapshot()
+        done = svc.status()
+        assert done.processed == 5 and done.inputs[0].processed_index == a.last_index
+        assert done.inputs[0].lag_messages == 0 and done.inputs[0].lag_seconds == 0.0
+        assert done.snapshot_index == index and done.snapshot_age is not None and done.snapshot_age >= 0
+        decoded = msgspec.json.decode(msgspec.json.encode(done), type=rpc.ServiceStatus)
+        assert decoded == done
+
+
+def test_a_standby_skips_a_snapshot_its_replicated_inputs_do_not_reach_yet(tmp_path: Path) -> None:
+    import shutil
+
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "out", source_id=SID) as out, \
+            chronq.open(tmp_path / "snap") as snap:
+        _append(a, [1, 2, 3], "x")
+        shutil.copytree(tmp_path / "a", tmp_path / "a-copy")  # a sink copy that lags behind
+        _append(a, [4, 5, 6], "x")
+        primary = rpc.Service(a, out, Summer, SERVICE_ID, start=rpc.Start.ALL, snapshots=snap)
+        primary.run(until_idle=True)
+        primary.snapshot()
+        with chronq.open(tmp_path / "a-copy", source_id=1) as lagging:
+            standby = rpc.Service(lagging, out, Summer, SERVICE_ID, snapshots=snap, standby=True)
+            assert standby.status().snapshot_index is None  # not the snapshot: it needs index 5
+            standby.run(until_idle=True)
+            assert standby.handler.state == State({"x": 6}, 3)  # type: ignore[attr-defined]

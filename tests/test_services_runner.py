@@ -18,6 +18,7 @@ from tests.replication_support import free_port
 from tests.services_support import (
     ROOT,
     RunnerProcess,
+    alive,
     calls,
     count,
     expected,
@@ -283,3 +284,21 @@ def test_encrypted_queues_with_keys_by_reference(tmp_path: Path) -> None:
         t.close()
     raw = b"".join(p.read_bytes() for p in (tmp_path / "data" / "fills").glob("*.cq4"))
     assert b"accepted" not in raw and b"alice" not in raw  # encrypted on disk
+
+
+def test_services_stop_when_their_runner_is_sigkilled(tmp_path: Path) -> None:
+    """A runner killed with SIGKILL leaves no service running (a new runner would otherwise start a second
+    writer of each output beside them): each stops cleanly, as on SIGTERM."""
+    import os
+
+    f = services_yaml(tmp_path)
+    feed(tmp_path, 200)
+    with RunnerProcess(f, "--only", "matching", "--only", "positions") as r:
+        wait_until(lambda: r.service_pid("matching") is not None and r.service_pid("positions") is not None,
+                   60, "the services", r.proc, r.log)
+        pids = [r.service_pid("matching"), r.service_pid("positions")]
+        os.kill(r.proc.pid, signal.SIGKILL)
+        r.proc.wait(20)
+        wait_until(lambda: not any(p is not None and alive(p) for p in pids), 30, "the services to stop")
+    st = collect_status(load_services(f).status_dir, ["matching", "positions"])["services"]
+    assert {s["state"] for s in st.values()} == {"stopped"}  # a clean stop: the final status was written

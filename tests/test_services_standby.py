@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from rpc.services import load_services
+from rpc.services.status import collect_status
 from tests.procs.qhelp import child_env
 from tests.replication_support import Host, free_port
 from tests.services_support import ROOT, RunnerProcess, calls, count, expected, feed, wait_until
@@ -76,10 +78,14 @@ def test_standby_takes_over_with_no_gap_and_no_duplicate_and_the_old_host_rejoin
         shutil.move(host1, tmp_path / "host1-diverged")
         repl1 = Host(cluster, 1)
         primary = RunnerProcess(services, "--host-id", "1", *ONLY)
-        wait_until(lambda: primary.state("positions", 1).get("processed", 0) >= len(fills), 120,
-                   "host 1's standby to catch up", primary.proc, primary.log)
-        assert primary.state("matching", 1)["state"] == "standby"
-        assert primary.state("positions", 1)["state"] == "standby"
+        folder1 = load_services(services).status_dir_for(1)
+
+        def rejoined() -> bool:
+            st = collect_status(folder1, ["matching", "positions"])["services"]
+            return (st["matching"]["state"] == st["positions"]["state"] == "standby"
+                    and st["positions"]["processed"] >= len(fills))
+
+        wait_until(rejoined, 120, "host 1's standby to catch up", primary.proc, primary.log)
         assert standby.state("matching", 2)["state"] == "running"
         assert primary.stop() == 0 and standby.stop() == 0
     finally:

@@ -125,7 +125,10 @@ def collect_status(folder: Path, names: Iterable[str]) -> dict[str, Any]:
     for name in names:
         own = _read_json(folder / f"{name}.json") or {}
         sup = supervised.get(name, {})
-        state = own.get("state") or sup.get("state") or str(ServiceState.DOWN)
+        if alive and sup.get("pid") and own.get("pid") != sup.get("pid"):
+            own = {}  # an earlier process's file: the one the runner started now has not written yet
+        state = own.get("state") or (str(ServiceState.STARTING) if sup.get("state") == ServiceState.RUNNING
+                                     else sup.get("state")) or str(ServiceState.DOWN)
         if sup.get("state") in (ServiceState.BACKOFF, ServiceState.FAILED, ServiceState.STARTING):
             state = sup["state"]
         if not alive:

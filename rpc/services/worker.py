@@ -240,7 +240,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def process_main(argv: list[str]) -> None:
-    """The target of a runner's service process: `main`, its return value the exit status."""
+    """The target of a runner's service process: `main`, its return value the exit status.
+
+    It stops (as on SIGTERM) when the runner dies, even by SIGKILL: a runner's death must not leave its
+    services running, or a new runner would start a second writer of each output beside them. The
+    process's multiprocessing parent sentinel (a pipe the runner holds open) says when."""
+    import multiprocessing
+
+    runner = multiprocessing.parent_process()
+    if runner is not None:
+        def watch() -> None:
+            runner.join()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=watch, name="runner-watch", daemon=True).start()
     sys.exit(main(argv))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -302,3 +303,41 @@ def test_services_stop_when_their_runner_is_sigkilled(tmp_path: Path) -> None:
         wait_until(lambda: not any(p is not None and alive(p) for p in pids), 30, "the services to stop")
     st = collect_status(load_services(f).status_dir, ["matching", "positions"])["services"]
     assert {s["state"] for s in st.values()} == {"stopped"}  # a clean stop: the final status was written
+
+
+def test_the_gateway_writes_json_orders_and_refuses_what_is_not_one(tmp_path: Path) -> None:
+    """A source service (no inputs): `run(stop)` serves HTTP until the runner stops it. A body that is not
+    orders is answered 400 naming the problem and writes nothing; a batch is written whole."""
+    port = free_port()
+    f = services_yaml(tmp_path, port=port)
+    cfg = load_services(f)
+    runner = Runner(cfg, in_process=True, only=["gateway"])
+    t = threading.Thread(target=runner.run)
+    t.start()
+
+    def post(body: bytes) -> tuple[int, dict[str, object]]:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/orders", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    try:
+        wait_until(lambda: (tmp_path / "gateway.port").exists(), 60, "the gateway")
+        bad = b'[{"order_id": "a", "account": "x", "symbol": "AAPL", "side": "buy", "quantity": 1, ' \
+              b'"price": 10}, {"order_id": "b", "side": "buy"}]'
+        status_code, answer = post(bad)
+        assert status_code == 400
+        assert "Object missing required field `account` - at `$[1]`" in str(answer["error"])
+        good = b'{"order_id": "a", "account": "x", "symbol": "AAPL", "side": "buy", "quantity": 1, ' \
+               b'"price": 10}'
+        assert post(good) == (202, {"accepted": 1})
+        assert calls(tmp_path / "data" / "orders") == [
+            {"new_order": {"order_id": "a", "account": "x", "symbol": "AAPL", "side": "buy", "quantity": 1,
+                           "price": 10}}]
+    finally:
+        runner.stop()
+        t.join(60)
+    assert collect_status(cfg.status_dir, ["gateway"])["services"]["gateway"]["state"] == "stopped"

@@ -204,32 +204,41 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2_000_000)
     ap.add_argument("--restart-n", type=int, default=1_000_000)
     ap.add_argument("--snapshot-every", type=int, default=100_000)
+    ap.add_argument("--parts", default="hop,throughput,restart", help="which tables (comma-separated)")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        print(f"hop latency at {args.rate:,} msg/s, {args.samples:,} samples; {load()}")
-        print(f"{'hop':<52} {'p50 us':>8} {'p99 us':>8} {'p99.9 us':>9} {'worst us':>9}")
-        raw = latency(args.samples, tmp, args.rate)
-        svc = service_hop(tmp, args.samples, args.rate)
-        for name, (p50, p99, p999, worst) in (
-            ("raw queue hop: append -> readable (baseline)", raw[:4]),
-            ("service hop: append -> answer readable (targets 10/50)", svc),
-        ):
-            print(f"{name:<52} {p50 / 1e3:>8.1f} {p99 / 1e3:>8.1f} {p999 / 1e3:>9.1f} {worst / 1e3:>9.1f}")
-        print()
-        print(f"throughput, {args.n:,} waiting messages, best of 2; {load()}")
-        rows = throughput(tmp, args.n)
-        for name, rate in rows:
-            target = "  (target 1,500,000)" if name.startswith("service") else ""
-            print(f"{name:<52} {rate:>12,.0f} msg/s {rate / rows[-1][1]:>5.2f}x raw{target}")
-        print()
-        print(f"restart over {args.restart_n:,} input messages, a snapshot every {args.snapshot_every:,}; "
-              f"{load()}")
-        t_snap, t_full, r_snap, r_full = restart(tmp, args.restart_n, args.snapshot_every)
-        print(f"{'with snapshots: ready after':<52} {t_snap:>8.3f} s  ({r_snap:,} messages replayed; "
-              f"target 1 s)")
-        name = "full replay (no snapshots): ready after"
-        print(f"{name:<52} {t_full:>8.3f} s  ({r_full:,} messages replayed)")
+        if "hop" in parts:
+            hop(tmp, args.samples, args.rate)
+        if "throughput" in parts:
+            print(f"throughput, {args.n:,} waiting messages, best of 2; {load()}")
+            rows = throughput(tmp, args.n)
+            for name, rate in rows:
+                target = "  (target 1,500,000)" if name.startswith("service") else ""
+                print(f"{name:<52} {rate:>12,.0f} msg/s {rate / rows[-1][1]:>5.2f}x raw{target}")
+            print()
+        if "restart" in parts:
+            every = args.snapshot_every
+            print(f"restart over {args.restart_n:,} input messages, a snapshot every {every:,}; {load()}")
+            t_snap, t_full, r_snap, r_full = restart(tmp, args.restart_n, every)
+            print(f"{'with snapshots: ready after':<52} {t_snap:>8.3f} s  ({r_snap:,} messages replayed; "
+                  f"target 1 s)")
+            name = "full replay (no snapshots): ready after"
+            print(f"{name:<52} {t_full:>8.3f} s  ({r_full:,} messages replayed)")
+
+
+def hop(tmp: Path, samples: int, rate: int) -> None:
+    print(f"hop latency at {rate:,} msg/s, {samples:,} samples; {load()}")
+    print(f"{'hop':<52} {'p50 us':>8} {'p99 us':>8} {'p99.9 us':>9} {'worst us':>9}")
+    raw = latency(samples, tmp, rate)
+    svc = service_hop(tmp, samples, rate)
+    for name, (p50, p99, p999, worst) in (
+        ("raw queue hop: append -> readable (baseline)", raw[:4]),
+        ("service hop: append -> answer readable (targets 10/50)", svc),
+    ):
+        print(f"{name:<52} {p50 / 1e3:>8.1f} {p99 / 1e3:>8.1f} {p999 / 1e3:>9.1f} {worst / 1e3:>9.1f}")
+    print()
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import typing
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
@@ -357,7 +358,7 @@ class Service:
         if standby and start is not Start.MISSED:
             raise ValueError("a standby starts from what the output reflects: start must be Start.MISSED")
         pairs = self._input_pairs(input, input_source_id)
-        if any(q is output for _, q in pairs):
+        if any(q is output or Path(q.path).resolve() == Path(output.path).resolve() for _, q in pairs):
             raise ValueError(f"{output.path}: a service's output cannot be one of its inputs")
         self.output = output
         self.source_id = source_id
@@ -847,8 +848,9 @@ class Service:
             if lag and inp.behind_since is None:
                 inp.behind_since = now
             behind = 0.0 if not lag or inp.behind_since is None else now - inp.behind_since
-            inputs.append(InputStatus(inp.source_id, str(inp.queue.path), last,
-                                      None if through < 0 else through, lag, behind))
+            first = inp.queue.first_index
+            done = None if through < 0 or first is None or through < first else through
+            inputs.append(InputStatus(inp.source_id, str(inp.queue.path), last, done, lag, behind))
         age = None
         if self._snapshot_wall_ns is not None:
             age = max(0.0, (time.time_ns() - self._snapshot_wall_ns) / 1e9)

@@ -99,6 +99,9 @@ def test_inputs_need_distinct_source_ids_and_the_output_is_not_an_input(tmp_path
             rpc.Service([a, b], out, Summer, SERVICE_ID)
         with pytest.raises(ValueError, match="cannot be one of its inputs"):
             rpc.Service({1: a, 3: out}, out, Summer, SERVICE_ID)
+        same = chronq.open(tmp_path / "out", source_id=3)  # the same directory, another object
+        with same, pytest.raises(ValueError, match="cannot be one of its inputs"):
+            rpc.Service({1: a, 3: same}, out, Summer, SERVICE_ID)
         with pytest.raises(ValueError, match="standby starts from what the output reflects"):
             rpc.Service([a], out, Summer, SERVICE_ID, standby=True, start=rpc.Start.ALL)
 
@@ -498,6 +501,8 @@ def test_status_reports_lag_processed_and_snapshots_as_json(tmp_path: Path) -> N
         assert first.snapshot_index is None and first.state == "running"
         svc.run(until_idle=True)
         index = svc.snapshot()
+        fresh = rpc.Service(a, out, Summer, SERVICE_ID, start=rpc.Start.ALL).status()
+        assert fresh.inputs[0].processed_index is None and fresh.inputs[0].lag_messages == 5
         done = svc.status()
         assert done.processed == 5 and done.inputs[0].processed_index == a.last_index
         assert done.inputs[0].lag_messages == 0 and done.inputs[0].lag_seconds == 0.0

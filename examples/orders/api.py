@@ -20,16 +20,6 @@ class Order(msgspec.Struct, frozen=True):
     price: int
 
 
-class Accepted(msgspec.Struct, frozen=True):
-    order_id: str
-    symbol: str
-
-
-class Rejected(msgspec.Struct, frozen=True):
-    order_id: str
-    reason: str
-
-
 class Fill(msgspec.Struct, frozen=True):
     """A trade between a resting order and the one that crossed it, at the resting order's price."""
 
@@ -40,6 +30,18 @@ class Fill(msgspec.Struct, frozen=True):
     seller: str
     quantity: int
     price: int
+
+
+class OrderResult(msgspec.Struct, frozen=True):
+    """The one answer to an order: accepted (with the fills it caused at once) or rejected (`reason`).
+
+    One document per order, so that a service killed mid-answer has written all of it or none."""
+
+    order_id: str
+    symbol: str
+    accepted: bool
+    reason: str = ""
+    fills: list[Fill] = []
 
 
 class Position(msgspec.Struct, frozen=True):
@@ -56,6 +58,14 @@ class Breach(msgspec.Struct, frozen=True):
     limit: int
 
 
+class PositionUpdate(msgspec.Struct, frozen=True):
+    """The positions one order's fills changed (each account after them), and the limits they breach."""
+
+    order_id: str
+    positions: list[Position]
+    breaches: list[Breach] = []
+
+
 @rpc.interface
 class OrderEntry(Protocol):
     """The `orders` queue: what the gateway writes, what the matching engine reads."""
@@ -65,19 +75,13 @@ class OrderEntry(Protocol):
 
 @rpc.interface
 class MatchEvents(Protocol):
-    """The `fills` queue: every order is accepted or rejected, then each fill it causes."""
+    """The `fills` queue: one result per order."""
 
-    def accepted(self, ack: Accepted) -> None: ...
-
-    def rejected(self, reject: Rejected) -> None: ...
-
-    def filled(self, fill: Fill) -> None: ...
+    def order_result(self, result: OrderResult) -> None: ...
 
 
 @rpc.interface
 class PositionEvents(Protocol):
-    """The `positions` queue: each account's position after every fill, and limit breaches."""
+    """The `positions` queue: one update per order that filled."""
 
-    def position(self, position: Position) -> None: ...
-
-    def limit_breached(self, breach: Breach) -> None: ...
+    def positions_changed(self, update: PositionUpdate) -> None: ...

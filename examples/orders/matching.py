@@ -1,4 +1,5 @@
-"""The matching engine: a price-time priority order book per symbol.
+"""The matching engine: a price-time priority order book per symbol; each order is answered by one
+`order_result` (accepted with the fills it caused, or rejected).
 
 Deterministic (its state and outputs follow from the orders alone), so a restart that replays its input
 rebuilds the same books, and a standby copy fed the same orders is the same engine.
@@ -13,7 +14,7 @@ import msgspec
 import rpc
 from rpc.service import Output
 
-from .api import Accepted, Fill, MatchEvents, Order, OrderEntry, Rejected
+from .api import Fill, MatchEvents, Order, OrderEntry, OrderResult
 
 
 @dataclass
@@ -60,10 +61,10 @@ class Engine(OrderEntry):
     def new_order(self, order: Order) -> None:
         reason = self._refusal(order)
         if reason:
-            self.events.rejected(Rejected(order.order_id, reason))
+            self.events.order_result(OrderResult(order.order_id, order.symbol, False, reason))
             return
         self.seen.add(order.order_id)
-        self.events.accepted(Accepted(order.order_id, order.symbol))
+        fills: list[Fill] = []
         book = self.books.setdefault(order.symbol, _Book())
         buying = order.side == "buy"
         other = book.asks if buying else book.bids
@@ -73,7 +74,7 @@ class Engine(OrderEntry):
             qty = min(left, rest.quantity)
             buy, sell = ((order.order_id, order.account), (rest.order_id, rest.account)) if buying else \
                 ((rest.order_id, rest.account), (order.order_id, order.account))
-            self.events.filled(Fill(order.symbol, buy[0], buy[1], sell[0], sell[1], qty, rest.price))
+            fills.append(Fill(order.symbol, buy[0], buy[1], sell[0], sell[1], qty, rest.price))
             left -= qty
             rest.quantity -= qty
             if not rest.quantity:
@@ -85,6 +86,7 @@ class Engine(OrderEntry):
                                      else own[at].price <= order.price):
                 at += 1
             own.insert(at, _Resting(order.order_id, order.account, left, order.price))
+        self.events.order_result(OrderResult(order.order_id, order.symbol, True, fills=fills))
 
     def snapshot_state(self) -> EngineState:
         def side(orders: list[_Resting]) -> list[RestingState]:

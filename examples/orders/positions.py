@@ -1,5 +1,6 @@
-"""The positions/risk service: each account's net quantity and cash per symbol, after every fill, and a
-`limit_breached` event when a position goes beyond the account limit."""
+"""The positions/risk service: each account's net quantity and cash per symbol. Every order that filled
+is answered by one `positions_changed`: the positions its fills changed, and the breaches of the account
+limit they caused."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import msgspec
 import rpc
 from rpc.service import Output
 
-from .api import Accepted, Breach, Fill, MatchEvents, Position, PositionEvents, Rejected
+from .api import Breach, MatchEvents, OrderResult, Position, PositionEvents, PositionUpdate
 
 
 class PositionsState(msgspec.Struct):
@@ -29,21 +30,21 @@ class Positions(MatchEvents):
     def restore_state(self, state: PositionsState) -> None:
         self.held = {(p.account, p.symbol): (p.quantity, p.cash) for p in state.held}
 
-    def accepted(self, ack: Accepted) -> None:
-        pass  # an order on the book changes no position
-
-    def rejected(self, reject: Rejected) -> None:
-        pass
-
-    def filled(self, fill: Fill) -> None:
-        for account, sign in ((fill.buyer, 1), (fill.seller, -1)):
-            qty, cash = self.held.get((account, fill.symbol), (0, 0))
-            qty += sign * fill.quantity
-            cash -= sign * fill.quantity * fill.price
-            self.held[(account, fill.symbol)] = (qty, cash)
-            self.events.position(Position(account, fill.symbol, qty, cash))
-            if abs(qty) > self.limit:
-                self.events.limit_breached(Breach(account, fill.symbol, qty, self.limit))
+    def order_result(self, result: OrderResult) -> None:
+        if not result.fills:
+            return  # an order that rests on the book, or a rejected one, changes no position
+        changed: dict[tuple[str, str], Position] = {}
+        for fill in result.fills:
+            for account, sign in ((fill.buyer, 1), (fill.seller, -1)):
+                qty, cash = self.held.get((account, fill.symbol), (0, 0))
+                qty += sign * fill.quantity
+                cash -= sign * fill.quantity * fill.price
+                self.held[(account, fill.symbol)] = (qty, cash)
+                changed[(account, fill.symbol)] = Position(account, fill.symbol, qty, cash)
+        positions = list(changed.values())
+        breaches = [Breach(p.account, p.symbol, p.quantity, self.limit) for p in positions
+                    if abs(p.quantity) > self.limit]
+        self.events.positions_changed(PositionUpdate(result.order_id, positions, breaches))
 
 
 def make_positions(output: Output, limit: int = 10_000) -> Positions:

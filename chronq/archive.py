@@ -62,8 +62,8 @@ from pathlib import Path
 from typing import Any
 
 from chronq import _directory
-from chronq._durable import replacing, write_file
 from chronq.codecs import CODEC_KEY, dictionary_ids, dictionary_path
+from chronq.durable import replacing, write_file
 from chronq.errors import ChronqError, CorruptQueueError
 from chronq.queue import open as open_queue
 from chronq.retention import protected_from

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from chronq import _native
-from chronq._durable import write_file
 from chronq.appender import Appender
+from chronq.durable import write_file
 from chronq.errors import ChronqError
 from chronq.tailer import Direction, Tailer, read_failed
 

@@ -129,7 +129,7 @@ def interface_calls(proto: type) -> tuple[tuple[MethodSpec, ...], CallDecoder]:
 
 # ------------------------------------------------------------------------------------------- write
 def register(sub: Any) -> None:
-    """Add ``write`` to the `chronq` subcommands (the ``chronq.commands`` entry point)."""
+    """Add ``write`` and ``services`` to the `chronq` subcommands (the ``chronq.commands`` entry point)."""
     w = sub.add_parser("write", help="write YAML documents as method calls (Chronicle's queue writer)")
     w.add_argument("path", type=Path, metavar="QUEUE")
     w.add_argument("files", type=Path, nargs="+", metavar="FILE.yaml")
@@ -138,6 +138,9 @@ def register(sub: Any) -> None:
                    help="convert arguments to this Protocol's parameter types and write with its writer")
     w.add_argument("--roll-cycle", default=None, metavar="NAME", help="roll cycle of a new queue")
     w.set_defaults(run=_write)
+    from rpc.services.cli import register as services
+
+    services(sub)  # `chronq services run|status|promote` (docs/services.md)
 
 
 def _calls(doc: Any, method: str | None, where: str) -> list[tuple[str, Any]]:

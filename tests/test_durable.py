@@ -1,4 +1,4 @@
-"""Files written whole or not at all, durably: chronq._durable and the writers that use it (the codec
+"""Files written whole or not at all, durably: chronq.durable and the writers that use it (the codec
 dictionary, the archive manifest and extracted cycles, a replication host's status file)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chronq import _durable
+from chronq import durable
 from chronq.codecs import store_dictionary
 from chronq.replication.status import HostStatus, write_status_file
 from chronq.store import remove_abandoned_files
@@ -43,8 +43,8 @@ def test_a_codec_dictionary_is_fsynced_with_its_directory(tmp_path: Path,
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
     target = tmp_path / "manifest.json"
-    _durable.write_file(target, b"old")
-    with pytest.raises(RuntimeError), _durable.replacing(target) as f:
+    durable.write_file(target, b"old")
+    with pytest.raises(RuntimeError), durable.replacing(target) as f:
         f.write(b"new, half")
         raise RuntimeError("the writer fails half-way")
     assert target.read_bytes() == b"old"
@@ -53,7 +53,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
 
 def test_the_temporary_of_a_killed_writer_is_cleared_as_a_creators(tmp_path: Path) -> None:
     # the temporary name is the one remove_abandoned_files knows (a dead pid's leftovers go)
-    with pytest.raises(RuntimeError), _durable.replacing(tmp_path / "x"):
+    with pytest.raises(RuntimeError), durable.replacing(tmp_path / "x"):
         [name] = [p.name for p in tmp_path.iterdir()]
         raise RuntimeError
     dead = name.replace(f".{os.getpid()}.", ".999999999.")

@@ -45,6 +45,7 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.doorbell": ["DOORBELL_KEY", "Doorbell", "ringing_enabled"],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
+    "chronq.durable": ["replacing", "write_file"],
     "chronq.errors": [
         "ChronqError", "CorruptQueueError", "IndexNotFoundError", "QueueLockedError",
         "RollCycleMismatchError", "WireError",
@@ -144,6 +145,21 @@ EXPORTS: dict[str, list[str]] = {
     "rpc.aio": ["AsyncMethodReader", "excerpts"],
     "rpc.cli": ["interface_calls", "interface_decoder", "register"],
     "rpc.service": ["Output", "Service", "Start", "last_source_index"],
+    "rpc.services": [
+        "QueueSpec", "Runner", "RunnerSpec", "ServiceSpec", "ServicesConfig", "ServicesConfigError",
+        "Snapshot", "load_services", "parse_services",
+    ],
+    "rpc.services.cli": ["register"],
+    "rpc.services.config": [
+        "QueueSpec", "RunnerSpec", "ServiceSpec", "ServicesConfig", "ServicesConfigError", "Snapshot",
+        "load_services", "parse_services",
+    ],
+    "rpc.services.runner": ["Runner"],
+    "rpc.services.status": [
+        "RUNNER_FILE", "ServiceState", "collect_status", "format_status", "metrics_collector",
+        "read_runner_status", "write_runner_status", "write_service_status",
+    ],
+    "rpc.services.worker": ["is_active_host", "main", "process_main", "run_service"],
     "rpc.testing": ["Recorder", "ReplayResult", "YamlTester", "read_calls", "render_calls"],
     "rpc.testing.plugin": [
         "ScenarioFile", "ScenarioItem", "load_factory", "load_interfaces", "pytest_addoption",

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from chronq._durable import write_file
+from chronq.durable import write_file
 from chronq.replication.errors import ReplicationError
 from chronq.store import process_alive
 

@@ -1,9 +1,10 @@
 """pytest plugin entry point (chronq_replay): collects replay-scenario folders as tests.
 
 A folder with an `in.yaml` becomes one test when it or an ancestor holds `replay.toml` naming the
-component (`handler = "module:factory"`, optional `pythonpath = "relative/dir"` added to sys.path,
-optional `interfaces = ["module:Protocol", ...]` for a handler that does not declare the Protocols
-whose methods the scenarios may call).
+component (`handler = "module:factory"`, or a service of a services file: `services = "services.yaml"`
+with `service = "NAME"`, whose factory is called with the service's `config` as in production;
+optional `pythonpath = "relative/dir"` added to sys.path, optional `interfaces = ["module:Protocol", ...]`
+for a handler that does not declare the Protocols whose methods the scenarios may call).
 `pytest --rpc-regenerate` rewrites each scenario's `out.yaml` from the actual outputs.
 
 Loaded into every pytest run through the entry point, so it imports nothing heavy until it finds a
@@ -47,16 +48,37 @@ def _config_file(folder: Path) -> Path | None:
 
 
 def load_factory(config: Path) -> Callable[..., object]:
-    """The handler factory named by a `replay.toml`."""
+    """The handler factory named by a `replay.toml`: its `handler`, or its `service` of the services
+    file `services` (relative to the toml) with that service's `config` bound."""
     settings = tomllib.loads(config.read_text())
+    if "services" in settings:
+        return _service_factory(config, settings)
     target = settings.get("handler")
     if not isinstance(target, str) or ":" not in target:
-        raise ValueError(f"{config}: `handler = \"module:factory\"` is required")
+        raise ValueError(f"{config}: `handler = \"module:factory\"` (or `services` and `service`) "
+                         "is required")
     _add_pythonpath(config, settings)
     from chronq.plugins import load_object  # (not at import: pytest loads this plugin in every run)
 
     factory: Callable[..., object] = load_object(target, f"{config}: handler")
     return factory
+
+
+def _service_factory(config: Path, settings: dict[str, Any]) -> Callable[..., object]:
+    import functools
+
+    from rpc.services.config import load_services  # (not at import: pytest loads this plugin in every run)
+
+    file, name = settings.get("services"), settings.get("service")
+    if not isinstance(file, str) or not isinstance(name, str):
+        raise ValueError(f"{config}: `services = \"services.yaml\"` needs `service = \"NAME\"`")
+    _add_pythonpath(config, settings)
+    services = load_services(config.parent / file)
+    if name not in services.services:
+        raise ValueError(f"{config}: service {name!r} is not in {services.file} "
+                         f"({', '.join(services.services)})")
+    spec = services.services[name]
+    return functools.partial(spec.load_factory(), **spec.config)
 
 
 def load_interfaces(config: Path) -> list[type]:

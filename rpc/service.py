@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DeadLetter",
     "DeadLetterHook",
+    "InputPosition",
     "InputStatus",
     "Output",
     "Service",

@@ -104,7 +104,8 @@ EXPORTS: dict[str, list[str]] = {
         "status_file_path", "write_status_file",
     ],
     "chronq.retention": [
-        "Policy", "RetentionResult", "delete_cycle_file", "parse_duration", "protected_from", "retain",
+        "HOLD_PREFIX", "Policy", "RetentionResult", "delete_cycle_file", "hold", "holds", "parse_duration",
+        "protected_from", "release", "retain",
     ],
     "chronq.rollcycles": [
         "Clock", "DEFAULT", "FAST_DAILY", "FixedClock", "ROLL_CYCLES", "RollCycle", "SystemClock", "WEEKLY",
@@ -139,12 +140,16 @@ EXPORTS: dict[str, list[str]] = {
         "Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState", "read_failed",
     ],
     "rpc": [
-        "InterfaceSpec", "MethodReader", "MethodSpec", "Output", "Service", "Start", "current_history",
-        "describe", "interface", "method_id", "reader", "writer",
+        "DeadLetter", "DeadLetterHook", "InputStatus", "InterfaceSpec", "MethodReader", "MethodSpec", "Output",
+        "PoisonHook", "Service", "ServiceStatus", "SnapshotRecord", "Snapshottable", "Start", "current_history",
+        "describe", "interface", "log_poison", "method_id", "reader", "writer",
     ],
     "rpc.aio": ["AsyncMethodReader", "excerpts"],
     "rpc.cli": ["interface_calls", "interface_decoder", "register"],
-    "rpc.service": ["Output", "Service", "Start", "last_source_index"],
+    "rpc.service": [
+        "DeadLetter", "DeadLetterHook", "InputPosition", "InputStatus", "Output", "Service", "ServiceLog",
+        "ServiceStatus", "SnapshotRecord", "Snapshots", "Snapshottable", "Start", "last_source_index",
+    ],
     "rpc.services": [
         "QueueSpec", "Runner", "RunnerSpec", "ServiceSpec", "ServicesConfig", "ServicesConfigError",
         "Snapshot", "load_services", "parse_services",

@@ -140,9 +140,9 @@ EXPORTS: dict[str, list[str]] = {
         "Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState", "read_failed",
     ],
     "rpc": [
-        "DeadLetter", "DeadLetterHook", "InputStatus", "InterfaceSpec", "MethodReader", "MethodSpec", "Output",
-        "PoisonHook", "Service", "ServiceStatus", "SnapshotRecord", "Snapshottable", "Start", "current_history",
-        "describe", "interface", "log_poison", "method_id", "reader", "writer",
+        "DeadLetter", "DeadLetterHook", "InputStatus", "InterfaceSpec", "MethodReader", "MethodSpec",
+        "Output", "PoisonHook", "Service", "ServiceStatus", "SnapshotRecord", "Snapshottable", "Start",
+        "current_history", "describe", "interface", "log_poison", "method_id", "reader", "writer",
     ],
     "rpc.aio": ["AsyncMethodReader", "excerpts"],
     "rpc.cli": ["interface_calls", "interface_decoder", "register"],

@@ -61,7 +61,8 @@ def dictionary_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Groups for pytest-xdist's `--dist loadgroup` (`make test` runs the suite in parallel): every Spark
-    test in one worker, so that one JVM serves them all instead of one per worker; the `exclusive` tests
+    test in one worker, so that one JVM serves them all instead of one per worker (a test that starts its
+    own Spark in a subprocess, as test_demo.py's does, names another group); the `exclusive` tests
     (latency-sensitive, pinned CPUs, kill loops) one after another in one worker, never beside each
     other. Set as each test is collected: xdist reads the groups in its collection_modifyitems hook."""
     if item.get_closest_marker("xdist_group") is not None or not item.config.pluginmanager.hasplugin("xdist"):

@@ -138,9 +138,11 @@ bench: build
 	$(PY) benchmarks/bench_spark.py
 
 # chronq beside its baselines and Java Chronicle Queue (../shared/java/run.sh bench) in one run: writes
-# docs/img/benchmarks.json, the PNGs beside it and the figures section of docs/benchmarks.md.
+# docs/img/benchmarks.json, the PNGs beside it and the figures section of docs/benchmarks.md. It refuses
+# to start on a busy machine (1-minute load average 0.5 or more); FORCE=1 measures anyway, and the page
+# then says under what load.
 bench-plots: build
-	$(PY) benchmarks/plot.py
+	$(PY) benchmarks/plot.py $(if $(filter 1,$(FORCE)),--force)
 
 # The site (mkdocs.yml: docs/*.md, README.md as the home page, the API reference from the docstrings)
 # into out/site. --strict: a broken link or a docstring griffe cannot read fails the build.

@@ -81,7 +81,10 @@ def run_suite(session: nox.Session, version: str) -> None:
     here = session.run("python", "-c", "import chronq, wire, rpc; print(chronq.__file__)", silent=True)
     assert isinstance(here, str) and Path(here.strip()).is_relative_to(session.virtualenv.location), here
     ignore = [f"--deselect={t}" for t in NOT_FROM_A_WHEEL]  # also when named on the command line
-    session.run("python", "-m", "pytest", "-q", "-n", "auto", *ignore, *(session.posargs or ["tests"]))
+    # in parallel as `make test` runs it: --dist loadgroup keeps the Spark tests in one worker (one JVM)
+    # and the `exclusive` ones one after another, never beside each other (tests/conftest.py)
+    xdist = ["-n", "auto", "--dist", "loadgroup", "--durations=10"]
+    session.run("python", "-m", "pytest", "-q", *xdist, *ignore, *(session.posargs or ["tests"]))
 
 
 def define(version: str) -> None:

@@ -1,13 +1,17 @@
 """chronq beside its baselines and Java Chronicle Queue, measured in one run: a JSON of the figures, PNG
 plots and the figures section of docs/benchmarks.md.
 
-    python benchmarks/plot.py [--n 1000000] [--latency-samples 200000] [--no-java]
+    python benchmarks/plot.py [--n 1000000] [--latency-samples 200000] [--no-java] [--force]
 
 The chronq rows come from the benchmarks' own measurement functions (bench_queue, bench_rpc, bench_wire)
 with their baselines; the Java rows from Chronicle's own benchmark, `../shared/java/run.sh bench DIR N`,
 run in the same process tree right after them, so both see the same machine. When Java or the tool is
 absent the Java rows are left out and the page says why. Figures are only comparable within one run:
 the page records the load average beside them.
+
+A busy machine measures its other work, not chronq (a reader takes the page as chronq's speed), so the
+run starts only when the 1-minute load average is below QUIET_LOAD; `--force` (`make bench-plots
+FORCE=1`) runs anyway and the page then says, above the figures, under what load they were taken.
 """
 
 from __future__ import annotations
@@ -92,19 +96,48 @@ def run_java(n: int, tmp: Path) -> tuple[dict[str, Any] | None, str]:
     return parse_java(p.stdout), f"../shared/java/run.sh bench DIR {n}"
 
 
+# -- the machine's load ------------------------------------------------------------------------------
+QUIET_LOAD = 0.5  # the 1-minute load average from which the machine counts as busy
+
+
+def check_load(load: float, force: bool) -> None:
+    """Print the 1-minute load average `load` taken at the start; refuse to measure when it is
+    QUIET_LOAD or more (SystemExit naming it), unless `force`, which only warns. Judged as printed (two
+    decimals), as the page records it, so the page and the check never disagree."""
+    load = round(load, 2)
+    print(f"load average (1 min) at the start: {load:.2f}", file=sys.stderr)
+    if load < QUIET_LOAD:
+        return
+    if not force:
+        raise SystemExit(
+            f"bench-plots: the machine is busy (1-minute load average {load:.2f}, quiet is below "
+            f"{QUIET_LOAD}): its figures would measure the other work, not chronq. Run it on a quiet "
+            "machine, or force it (--force, make bench-plots FORCE=1) and the page says it was busy."
+        )
+    print(f"warning: measuring on a busy machine (load {load:.2f} >= {QUIET_LOAD}), forced; "
+          "the page will say so above the figures", file=sys.stderr)
+
+
+def busy_at_start(figures: dict[str, Any]) -> float | None:
+    """The run's 1-minute load average at its start when it was QUIET_LOAD or more, else None."""
+    load = float(figures["loadavg_start"].split(" / ")[0])
+    return load if load >= QUIET_LOAD else None
+
+
 # -- chronq and its baselines ------------------------------------------------------------------------
-def loadavg() -> str:
-    """The 1, 5 and 15-minute load averages: how busy the machine was while the figures were taken."""
-    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+def loadavg(load: tuple[float, float, float] | None = None) -> str:
+    """The 1, 5 and 15-minute load averages (now, or `load`): how busy the machine was while the figures
+    were taken."""
+    return " / ".join(f"{x:.2f}" for x in (load or os.getloadavg()))
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace, load_start: tuple[float, float, float]) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "n": args.n,
-        "loadavg_start": loadavg(),
+        "loadavg_start": loadavg(load_start),  # the reading check_load judged
     }
     with tempfile.TemporaryDirectory(prefix="chronq-plot-") as d:
         tmp = Path(d)
@@ -272,11 +305,17 @@ def latency_chart(path: Path, figures: dict[str, Any]) -> None:
 # -- the page --------------------------------------------------------------------------------------------
 def markdown(figures: dict[str, Any], img: str) -> str:
     """The figures section of the page: the machine's state, each plot and its numbers."""
-    out = [
+    out = []
+    if (busy := busy_at_start(figures)) is not None:
+        out += [f"**Taken on a busy machine:** the 1-minute load average was {busy:.2f} when this run "
+                f"started (quiet is below {QUIET_LOAD}: `make bench-plots` refuses a busier machine unless "
+                "forced). Other work shared the CPUs, so "
+                "these figures understate chronq and Java alike: compare the ratios within this run, not "
+                "the absolute rates.", ""]
+    out += [
         f"Measured {figures['date']} on {figures['cpus']} CPUs (Python {figures['python']}), "
         f"N = {figures['n']:,} messages per throughput case. Load average (1, 5, 15 min) "
-        f"{figures['loadavg_start']} at the start and {figures['loadavg_end']} at the end: the machine "
-        "was shared with other work, so compare the ratios within this run, not the absolute rates.",
+        f"{figures['loadavg_start']} at the start and {figures['loadavg_end']} at the end.",
         "",
     ]
     if figures["java"] is None:
@@ -325,8 +364,15 @@ def main() -> None:
                    help="the page whose figures section is rewritten")
     p.add_argument("--replot", type=Path, metavar="JSON",
                    help="draw the plots and the page from an earlier run's benchmarks.json, measure nothing")
+    p.add_argument("--force", action="store_true",
+                   help=f"measure even at a 1-minute load average of {QUIET_LOAD} or more (the page says so)")
     args = p.parse_args()
-    figures = json.loads(args.replot.read_text()) if args.replot else measure(args)
+    if args.replot:
+        figures = json.loads(args.replot.read_text())
+    else:
+        load_start = os.getloadavg()
+        check_load(load_start[0], args.force)
+        figures = measure(args, load_start)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "benchmarks.json").write_text(json.dumps(figures, indent=2) + "\n")
     titles = {

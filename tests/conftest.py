@@ -15,6 +15,14 @@ from hypothesis import settings
 settings.register_profile("chronq", deadline=None)
 settings.load_profile("chronq")
 
+# Every Spark driver JVM the tests start (the shared session, and those of the demo and other driver
+# subprocesses, which inherit the environment; Spark's launcher puts SPARK_SUBMIT_OPTS on the driver's
+# command line): the client JIT only and the single-threaded collector. The test jobs are many short
+# queries, so on 2 busy cores the optimizing JIT's and the parallel collector's threads cost more than
+# they give back (the Spark tests took about a third less wall time). Results are the same; set
+# SPARK_SUBMIT_OPTS to run them otherwise.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 VECTORS = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "chronicle"
 GENERATED = VECTORS / "generated-cq5.26"
 
@@ -53,7 +61,8 @@ def dictionary_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Groups for pytest-xdist's `--dist loadgroup` (`make test` runs the suite in parallel): every Spark
-    test in one worker, so that one JVM serves them all instead of one per worker; the `exclusive` tests
+    test in one worker, so that one JVM serves them all instead of one per worker (a test that starts its
+    own Spark in a subprocess, as test_demo.py's does, names another group); the `exclusive` tests
     (latency-sensitive, pinned CPUs, kill loops) one after another in one worker, never beside each
     other. Set as each test is collected: xdist reads the groups in its collection_modifyitems hook."""
     if item.get_closest_marker("xdist_group") is not None or not item.config.pluginmanager.hasplugin("xdist"):

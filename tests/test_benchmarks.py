@@ -150,15 +150,48 @@ def test_plot_refuses_java_output_it_cannot_read(monkeypatch: pytest.MonkeyPatch
         load_plot(monkeypatch).parse_java(truncated)
 
 
+def test_plot_refuses_a_busy_machine_unless_forced(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`make bench-plots` prints the 1-minute load average it starts at and measures only below 0.5;
+    forced, it warns instead of refusing."""
+    plot = load_plot(monkeypatch)
+    plot.check_load(0.494, force=False)  # quiet (0.49 as printed and recorded): it measures
+    assert "load average (1 min) at the start: 0.49\n" in capsys.readouterr().err
+    for busy in (0.496, 0.5, 3.2):  # 0.496 is recorded as 0.50: busy, as the page would say
+        with pytest.raises(SystemExit, match=rf"machine is busy \(1-minute load average {busy:.2f}, quiet is "
+                                             r"below 0.5\).*--force, make bench-plots FORCE=1"):
+            plot.check_load(busy, force=False)
+        assert f"load average (1 min) at the start: {busy:.2f}" in capsys.readouterr().err
+    plot.check_load(3.2, force=True)
+    assert "warning: measuring on a busy machine (load 3.20 >= 0.5), forced" in capsys.readouterr().err
+
+
+def test_plot_page_says_when_its_run_was_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page of a run that started on a busy machine says so above its figures, with the load."""
+    plot = load_plot(monkeypatch)
+    figures = json.loads((ROOT / "docs" / "img" / "benchmarks.json").read_text())
+    figures["loadavg_start"] = "0.50 / 1.00 / 1.50"
+    page = plot.markdown(figures, "img")
+    assert page.startswith("**Taken on a busy machine:** the 1-minute load average was 0.50 when this run "
+                           "started (quiet is below 0.5"), page
+    figures["loadavg_start"] = "0.49 / 1.00 / 1.50"
+    page = plot.markdown(figures, "img")
+    assert "busy" not in page and page.startswith("Measured "), page
+    assert "Load average (1, 5, 15 min) 0.49 / 1.00 / 1.50 at the start" in page
+
+
 @pytest.mark.slow
 def test_plot_end_to_end(tmp_path: Path) -> None:
     """A tiny run: chronq's cases, Java's benchmark when Java is here, the JSON, the PNGs and the page."""
     page = tmp_path / "page.md"
     page.write_text("before\n<!-- figures:begin (benchmarks/plot.py writes this section) -->\nSTALE FIGURES\n"
                     "<!-- figures:end -->\nafter\n")
+    # --force: the suite runs on a busy machine, and this run's figures are not read
     run("plot.py", "--n", "5000", "--rpc-n", "2000", "--wire-seconds", "0.05", "--latency-samples", "2000",
-        "--out", str(tmp_path / "img"), "--page", str(page))
+        "--out", str(tmp_path / "img"), "--page", str(page), "--force")
     figures = json.loads((tmp_path / "img" / "benchmarks.json").read_text())
+    load = float(figures["loadavg_start"].split(" / ")[0])
+    assert ("**Taken on a busy machine:**" in page.read_text()) == (load >= 0.5), figures["loadavg_start"]
     assert {r["operation"] for r in figures["queue"]} >= {"append 40 B, Python loop", "move_to_index + read"}
     assert all(r["chronq"] > 0 for r in figures["queue"])
     if figures["java"] is None:  # the page says why, and CI (CHRONQ_STRICT=1) must have had Java

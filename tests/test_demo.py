@@ -12,8 +12,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# The demo's latency report runs Spark in the demo's own process and JVM, not the tests' shared session:
+# `xdist_group("demo")` keeps it out of the Spark tests' group (tests/conftest.py), so under xdist it can run
+# in the other worker beside that group instead of after it in the same one.
 @pytest.mark.spark
-@pytest.mark.spark  # the demo's latency report runs Spark (its own JVM): in the Spark tests' xdist worker
+@pytest.mark.xdist_group("demo")
 def test_demo_answers_every_trade_once_across_a_kill_and_reports_latency(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     proc = subprocess.run(

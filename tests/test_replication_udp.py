@@ -92,6 +92,9 @@ def test_udp_configuration_is_read_and_defaults_to_tcp(tmp_path: Path) -> None:
     assert (cfg.udp.datagram_size, cfg.udp.window, cfg.udp.retransmit_buffer) == (9000, 64, 1 << 20)  # type: ignore[attr-defined]
     host = cfg.hosts[1]  # type: ignore[attr-defined]
     assert (host.udp_bind, host.udp_uri) == (("127.0.0.1", 0), ("10.0.0.1", 9100))
+    cfg = _parse(tmp_path, h1=", udpInterface: 10.1.0.1", q=', transport: udp, udpGroup: "239.1.2.3:7100"')
+    assert cfg.queues["q"].udp_group == ("239.1.2.3", 7100)  # type: ignore[attr-defined]
+    assert cfg.hosts[1].udp_interface == "10.1.0.1"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("kw", "key"), [
@@ -104,6 +107,11 @@ def test_udp_configuration_is_read_and_defaults_to_tcp(tmp_path: Path) -> None:
     ({"ctx": ", udpWindow: 70000"}, "udpWindow"),
     ({"h1": ', udpUri: "nowhere"'}, "udpUri"),
     ({"h1": ', udpBind: "127.0.0.1:70000"'}, "udpBind"),
+    ({"q": ', transport: udp, udpGroup: "10.0.0.1:7100"'}, "udpGroup"),
+    ({"q": ', transport: udp, udpGroup: "239.1.1.1"'}, "udpGroup"),
+    ({"q": ', udpGroup: "239.1.1.1:7100"'}, "udpGroup"),
+    ({"q": ', transport: udp, udpGroup: "ff02::1:7100"'}, "udpGroup"),
+    ({"h1": ", udpInterface: eth0"}, "udpInterface"),
 ])
 def test_bad_udp_settings_are_refused_naming_the_key(tmp_path: Path, kw: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError, match=key):

@@ -36,12 +36,15 @@ its host's `udpBind` (host:port; default the address of its `connectUri`, any fr
 the source over the TCP link; the source sends them to the sink's `udpUri` where one is configured (a
 relay, a NAT) and else to the sink's address with the announced port. `udpDatagramSize` (bytes of a
 datagram, headers and tag included), `udpWindow` (datagrams in flight per sink) and `udpRetransmitBuffer`
-(bytes a source keeps per sink for retransmission) are context keys.
+(bytes a source keeps per sink for retransmission) are context keys. `udpGroup` (per queue, a multicast
+host:port) sends each datagram once to the group whatever the number of sinks, each sink joining it
+(on its host's `udpInterface`, an IP address; default the kernel's route for the group).
 """
 
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
@@ -70,8 +73,8 @@ _CONTEXT_KEYS = ("heartbeatIntervalMs", "heartbeatTimeoutMs", "baseSourcePath", 
                  "busySpinMicros", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "maxFrameSize",
                  "backfillTimeoutMs", "udpDatagramSize", "udpWindow", "udpRetransmitBuffer")
 _HOST_KEYS = ("hostId", "connectUri", "baseSourcePath", "baseSinkPath", "tlsCertFile", "tlsKeyFile",
-              "udpBind", "udpUri")
-_QUEUE_KEYS = ("path", "acknowledge", "masterId", "rollCycle", "transport")
+              "udpInterface", "udpBind", "udpUri")
+_QUEUE_KEYS = ("path", "acknowledge", "masterId", "rollCycle", "transport", "udpGroup")
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
@@ -87,6 +90,7 @@ class HostCfg:
     tls_key: Path | None = None
     udp_bind: tuple[str, int] | None = None  # where this host's UDP sinks receive (None: connectUri's host)
     udp_uri: tuple[str, int] | None = None  # where a source sends them (None: the sink's address)
+    udp_interface: str | None = None  # the address of the interface it sends and joins groups on
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class QueueCfg:
     acknowledge: bool
     roll_cycle: str | None
     transport: str = "tcp"  # "udp": data as datagrams beside the TCP control link
+    udp_group: tuple[str, int] | None = None  # a multicast group: one send for every sink (udpGroup)
 
 
 @dataclass(frozen=True)
@@ -196,6 +201,18 @@ def _address(m: dict[str, Any], key: str, where: str, any_port: bool = False) ->
     return addr.strip("[]"), int(port_text)
 
 
+def _interface(m: dict[str, Any], where: str) -> str | None:
+    """An optional udpInterface: the IP address of the interface multicast goes out and is joined on."""
+    if m.get("udpInterface") is None:
+        return None
+    text = _str(m, "udpInterface", where)
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise ConfigError(f"{where}: udpInterface {text!r} is not an IP address") from None
+    return text
+
+
 def _relative(text: str, where: str) -> str:
     p = PurePosixPath(text)
     if not text or p.is_absolute() or ".." in p.parts:
@@ -273,7 +290,8 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
         hosts[host_id] = HostCfg(name, host_id, connect[0], connect[1],
                                  base / _str(h, "baseSourcePath", where, src_base),
                                  base / _str(h, "baseSinkPath", where, sink_base), cert, cert_key,
-                                 _address(h, "udpBind", where, any_port=True), _address(h, "udpUri", where))
+                                 _address(h, "udpBind", where, any_port=True), _address(h, "udpUri", where),
+                                 _interface(h, where))
     if not hosts:
         raise ConfigError("cluster: no hosts (entries with hostId and connectUri)")
     queues: dict[str, QueueCfg] = {}
@@ -299,8 +317,19 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
         transport = _str(q, "transport", where, "tcp")
         if transport not in TRANSPORTS:
             raise ConfigError(f"{where}: transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+        group = _address(q, "udpGroup", where)
+        if group is not None:
+            try:
+                multicast = ipaddress.IPv4Address(group[0]).is_multicast
+            except ValueError:
+                multicast = False
+            if not multicast:
+                raise ConfigError(f"{where}: udpGroup {group[0]!r} is not an IPv4 multicast address "
+                                  "(224.0.0.0/4)")
+            if transport != "udp":
+                raise ConfigError(f"{where}: udpGroup needs transport: udp")
         queues[name] = QueueCfg(name, _relative(_str(q, "path", where, name), where), master, ack, roll,
-                                transport)
+                                transport, group)
     if not queues:
         raise ConfigError("queues: no queue to replicate")
     if any(qc.transport == "udp" for qc in queues.values()):

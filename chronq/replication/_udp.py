@@ -57,7 +57,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 import chronq
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Link
-from chronq.replication.config import HostCfg, UdpCfg
+from chronq.replication.config import DEFAULT_DATAGRAM, MAX_DATAGRAM, MIN_DATAGRAM, HostCfg, UdpCfg
 from chronq.replication.errors import ProtocolError, ReplicationError
 from chronq.replication.sink import Position
 from chronq.replication.source import CodecState, SourceReader
@@ -132,6 +132,21 @@ def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
+def datagram_size(cfg: UdpCfg, sock: socket.socket) -> int:
+    """The bytes of a datagram sent on the connected `sock`: `udpDatagramSize`, else the path's MTU less
+    the IP and UDP headers (64 KiB on the loopback interface, 1,472 bytes on an Ethernet or veth one):
+    the more documents a datagram holds, the less each costs the source."""
+    if cfg.datagram_size:
+        return cfg.datagram_size
+    v6 = sock.family == socket.AF_INET6
+    try:
+        mtu = sock.getsockopt(socket.IPPROTO_IPV6 if v6 else socket.IPPROTO_IP,
+                              getattr(socket, "IPV6_MTU", 24) if v6 else getattr(socket, "IP_MTU", 14))
+    except OSError:
+        return DEFAULT_DATAGRAM
+    return max(MIN_DATAGRAM, min(MAX_DATAGRAM, mtu - (48 if v6 else 28)))
+
+
 def session_key(conn: Conn, sent: bytes) -> bytes:
     """The session's datagram key: derived with the pre-shared key's frame keys, else (TLS) the one the
     sink sent inside TLS. A key sent outside TLS is refused: anyone could read it."""
@@ -177,8 +192,7 @@ class UdpSender:
         self._key = DatagramKey(session_key(conn, sub.key), encrypt=conn.frame_auth is None)
         # the sink's udpUri (a relay, a NAT), else its own address and the port it said
         dest = sink.udp_uri if sink.udp_uri is not None else (str(conn.sock.getpeername()[0]), sub.port)
-        # unacknowledged bytes at most: what the source keeps, and what the sink's socket holds
-        self._in_flight = min(cfg.retransmit_buffer, max(sub.buffer, cfg.datagram_size))
+        # unacknowledged bytes at most: what the source keeps, and what the sink's socket holds (below)
         self._sock = socket.socket(_family(dest[0]), socket.SOCK_DGRAM)
         try:
             with contextlib.suppress(OSError):
@@ -188,7 +202,8 @@ class UdpSender:
             self._sock.close()
             raise ReplicationError(f"cannot send datagrams to {dest[0]}:{dest[1]}: {e}") from None
         self.dest = dest
-        self._buf = bytearray(cfg.datagram_size)
+        self._buf = bytearray(datagram_size(cfg, self._sock))
+        self._in_flight = min(cfg.retransmit_buffer, max(sub.buffer, len(self._buf)))
         self._out = self._buf  # where the last `read` put its datagram (a big one: the TCP frame buffer)
         self.counts = _counts(link)
         self.live = False  # datagrams (after UdpStart), else TCP runs (the catch-up)
@@ -314,7 +329,7 @@ class GroupSender:
             raise ReplicationError(f"cannot send datagrams to the group {group[0]}:{group[1]} (udpGroup, "
                                    f"udpInterface {interface}): {e}") from None
         self._sock = sock
-        self._buf = bytearray(cfg.datagram_size)
+        self._buf = bytearray(datagram_size(cfg, sock))
         self._big = bytearray(0)  # a document larger than a datagram: read here, sent over TCP
         self.members: set[GroupMember] = set()
         self.next_seq = 0
@@ -555,7 +570,7 @@ class UdpReceiver:
         # Linux counts each datagram queued on a socket at its allocation (its bytes and headers rounded up
         # to a power of two) plus its bookkeeping, against the buffer it reports: the datagram bytes it
         # surely holds are fewer
-        size = cfg.datagram_size
+        size = cfg.datagram_size or MAX_DATAGRAM  # (of any size: about half of its buffer, at worst)
         held = 1 << (size + 64 - 1).bit_length()
         self._buffer = max(1, self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) * size
                            // (held + 640))

@@ -35,8 +35,9 @@ beside the TCP link, which stays the control channel (`chronq.replication._udp`)
 its host's `udpBind` (host:port; default the address of its `connectUri`, any free port), announced to
 the source over the TCP link; the source sends them to the sink's `udpUri` where one is configured (a
 relay, a NAT) and else to the sink's address with the announced port. `udpDatagramSize` (bytes of a
-datagram, headers and tag included), `udpWindow` (datagrams in flight per sink) and `udpRetransmitBuffer`
-(bytes a source keeps per sink for retransmission) are context keys. `udpGroup` (per queue, a multicast
+datagram, headers and tag included; default the path's MTU less the IP and UDP headers), `udpWindow`
+(datagrams in flight per sink) and `udpRetransmitBuffer` (bytes a source keeps per sink for
+retransmission) are context keys. `udpGroup` (per queue, a multicast
 host:port) sends each datagram once to the group whatever the number of sinks, each sink joining it
 (on its host's `udpInterface`, an IP address; default the kernel's route for the group).
 """
@@ -63,7 +64,7 @@ MAX_CONFIG_BYTES = 1 << 20  # a configuration is a few lines: a bigger file is a
 MAX_MS = 86_400_000  # heartbeats and the back-fill wait: a day at most (a timer beyond overflows threads)
 MAX_BUSY_SPIN_US = 1_000_000
 TRANSPORTS = ("tcp", "udp")
-DEFAULT_DATAGRAM = 1472  # an Ethernet MTU of 1500 less the IPv4 and UDP headers
+DEFAULT_DATAGRAM = 1472  # an Ethernet MTU of 1500 less the IPv4 and UDP headers (a path's MTU unknown)
 MIN_DATAGRAM, MAX_DATAGRAM = 512, 65507  # the largest UDP payload over IPv4
 DEFAULT_WINDOW, MAX_WINDOW = 1024, 1 << 16
 DEFAULT_RETRANSMIT = 16 << 20
@@ -108,7 +109,7 @@ class QueueCfg:
 class UdpCfg:
     """The datagram settings of the queues with `transport: udp` (context keys)."""
 
-    datagram_size: int = DEFAULT_DATAGRAM
+    datagram_size: int = 0  # 0: the path's MTU less the IP and UDP headers, as the source finds it
     window: int = DEFAULT_WINDOW
     retransmit_buffer: int = DEFAULT_RETRANSMIT
 
@@ -245,7 +246,10 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
     max_frame = _int(ctx, "maxFrameSize", where, DEFAULT_MAX_FRAME, MIN_MAX_FRAME, MAX_MAX_FRAME)
     backfill = _int(ctx, "backfillTimeoutMs", where, 0, 0, MAX_MS)
     spin = _int(ctx, "busySpinMicros", where, DEFAULT_BUSY_SPIN_US, 0, MAX_BUSY_SPIN_US)
-    udp = UdpCfg(_int(ctx, "udpDatagramSize", where, DEFAULT_DATAGRAM, MIN_DATAGRAM, MAX_DATAGRAM),
+    size = 0  # the path's (`_udp.datagram_size`)
+    if ctx.get("udpDatagramSize") is not None:
+        size = _int(ctx, "udpDatagramSize", where, None, MIN_DATAGRAM, MAX_DATAGRAM)
+    udp = UdpCfg(size,
                  _int(ctx, "udpWindow", where, DEFAULT_WINDOW, 1, MAX_WINDOW),
                  _int(ctx, "udpRetransmitBuffer", where, DEFAULT_RETRANSMIT, MIN_RETRANSMIT, MAX_RETRANSMIT))
     if udp.retransmit_buffer < udp.datagram_size:

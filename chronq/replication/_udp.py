@@ -73,6 +73,7 @@ READS_PER_POLL = 256  # datagrams a sink takes off its socket per poll at most (
 SOCKET_BUFFER = 8 << 20  # bytes asked of the kernel for a UDP socket's buffer (it may give less)
 ACK_EVERY = 0.001  # s between a sink's UdpAcks on a busy link (and at once when it goes quiet)
 POSITION_AFTER = 0.0005  # s a source stays quiet after its last datagram before it says its position
+PUMP_BATCH = 16  # datagrams a group member's session sends to the group per step at most
 GROUP_KEY_NONCE = b"\xff" * 12  # never a datagram's nonce (their sequence numbers stay below 2**63)
 GROUP_KEY_AAD = b"chronq replication group key"
 CAUGHT_UP = 2  # a TCP run filling less than 1/CAUGHT_UP of a frame: the catch-up is done, datagrams next
@@ -481,8 +482,10 @@ class GroupMember:
         """Drive the group one step and say what it sent since this session last looked: (datagrams,
         data documents, 0, the first of them), for the session's bookkeeping."""
         g = self._group
-        with g.lock:
-            g.pump(max_count)
+        with g.lock:  # a few datagrams per look: the session's own step costs more than a datagram
+            for _ in range(PUMP_BATCH):
+                if not g.pump(max_count):
+                    break
             nseq, last = g.next_seq, g.last_data
         new = nseq - self._seen_seq
         if not new:

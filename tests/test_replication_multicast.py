@@ -106,13 +106,24 @@ def lab() -> Iterator[Lab]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
 
 
-def _config(folder: Path) -> Path:
+def _config(folder: Path, tls: bool) -> Path:
+    """The pre-shared key, or (`tls`) TLS alone: the group's key then travels inside TLS."""
     (folder / "cluster.key").write_text(KEY + "\n")
+    auth, certs = "keyFile: cluster.key", dict.fromkeys((1, *SINKS), "")
+    if tls:
+        from tests.test_replication_tls import make_ca, make_cert
+
+        make_ca(folder, "ca")
+        for h in certs:
+            make_cert(folder, "ca", f"host{h}", f"{SOURCE_NET}.1" if h == 1 else f"{SINK_NET}.{h}")
+            certs[h] = f", tlsCertFile: host{h}.pem, tlsKeyFile: host{h}.key"
+        auth = "tlsCaFile: ca.pem"
     lines = ["cluster: {", "  context: { heartbeatIntervalMs: 100, heartbeatTimeoutMs: 3000, "
-             "baseSourcePath: source, keyFile: cluster.key },",
-             f'  host1: {{ hostId: 1, connectUri: "{SOURCE_NET}.1:7001", udpInterface: {SOURCE_NET}.1 }},']
+             f"baseSourcePath: source, {auth} }},",
+             f'  host1: {{ hostId: 1, connectUri: "{SOURCE_NET}.1:7001", udpInterface: {SOURCE_NET}.1'
+             f"{certs[1]} }},"]
     lines += [f'  host{h}: {{ hostId: {h}, connectUri: "{SINK_NET}.{h}:7001", udpInterface: {SINK_NET}.{h}, '
-              f"baseSinkPath: sink{h} }}," for h in SINKS]
+              f"baseSinkPath: sink{h}{certs[h]} }}," for h in SINKS]
     lines += ["}", "queues: { queue1: { path: queue1, acknowledge: true, masterId: 1, "
               f'rollCycle: TEST_SECONDLY, transport: udp, udpGroup: "{GROUP[0]}:{GROUP[1]}" }} }}']
     path = folder / "cluster.yaml"
@@ -130,8 +141,12 @@ s.sendto(b"\\x01forged", (sys.argv[2], int(sys.argv[3])))
 """
 
 
-def test_multicast_to_three_sinks_in_namespaces(tmp_path: Path, lab: Lab) -> None:
-    cfg = _config(tmp_path)
+@pytest.mark.parametrize("tls", [False, True])
+def test_multicast_to_three_sinks_in_namespaces(tmp_path: Path, lab: Lab, tls: bool) -> None:
+    """Through the 1% lossy relay, 30,000 messages over several cycles, with the pre-shared key (the
+    group's key sealed under the session's) and with TLS alone (the group's key inside TLS, the
+    documents encrypted)."""
+    cfg = _config(tmp_path, tls)
     relay = subprocess.Popen(
         ["ip", "netns", "exec", lab.router, sys.executable, "-m", "tests.udp_relay", f"{GROUP[0]}:{GROUP[1]}",
          f"{SOURCE_NET}.{ROUTER}", f"{SINK_NET}.{ROUTER}", "1", "0.01"],

@@ -1,7 +1,8 @@
 """Replication data over UDP (`transport: udp`): datagrams beside the TCP link, which stays the control
 channel (handshake, authentication, subscription, acknowledgements, back-fill, retransmission requests).
 
-A datagram holds a run of documents of one cycle as a `Run` frame does, sized to `udpDatagramSize`:
+A datagram holds a run of documents of one cycle as a `Run` frame does, sized to `udpDatagramSize` (by
+default the path's MTU, `datagram_size`):
 
     version (1 byte) | sequence (8) | first index (8) | documents (4) | the run's documents | tag (16)
 

@@ -448,6 +448,7 @@ class GroupMember:
         self._first = 0  # the group's first datagram for this sink
         self._seen_seq, self._seen_data = 0, -1
         self._told = 0
+        self._later: list[tuple[int, int]] = []  # datagrams asked for, [from, to), not sent again yet
 
     @contextlib.contextmanager
     def joining(self, idle: bool) -> Iterator[bool]:
@@ -497,9 +498,25 @@ class GroupMember:
         return new, data, 0, first
 
     def send(self, first: int, docs: int, end: int, over_tcp: bool) -> None:
-        """The group sent them (`read`): say the position every heartbeat interval."""
+        """The group sent them (`read`), and the session any codec frame they need: send what the sink
+        asked for of them, and say the position every heartbeat interval."""
+        if self._later:
+            self._again()
         if time.monotonic() - self._conn.last_send >= self._interval:
             self._tell()
+
+    def _again(self) -> None:
+        """Send the datagrams asked for over TCP, those this session has looked at (`read`) only: another
+        session may have driven the group past what this one told its sink, a codec frame the datagram
+        needs included (sent after `read`); the rest wait for the next `send`."""
+        g, seen = self._group, self._seen_seq
+        with g.lock:
+            again = [g.kept[seq] for lo, hi in self._later
+                     for seq in range(max(lo, self.acked), min(hi, seen))]
+        self._later = [(max(lo, seen), hi) for lo, hi in self._later if hi > seen]
+        for data in again:
+            self._conn.send(p.Datagram(data))
+        self.counts.retransmitted += len(again)
 
     def quiet(self, now: float) -> None:
         if self._seen_seq != self._told and now - self._group.sent_at >= POSITION_AFTER:
@@ -527,10 +544,8 @@ class GroupMember:
                     raise ProtocolError(f"{self._conn.peer} asked for datagrams {f.first} to "
                                         f"{f.first + f.count - 1}, outside those it was sent ({self._first} "
                                         f"to {g.next_seq - 1})")
-                again = [g.kept[seq] for seq in range(max(f.first, self.acked), f.first + f.count)]
-            for data in again:
-                self._conn.send(p.Datagram(data))
-            self.counts.retransmitted += len(again)
+            self._later.append((f.first, f.first + f.count))
+            self._again()
             return True
         return False
 

@@ -341,6 +341,8 @@ class SourceEndpoint:
         self._listener.close()
         for t in self._threads:
             t.join(5)
+        for group in self._groups.values():
+            group.close()
 
     def _accept(self) -> None:
         stop = self._host.stop

@@ -422,6 +422,10 @@ class GroupSender:
             self._queue.close()
         self._reader = self._queue = self._codec = None
 
+    def close(self) -> None:
+        """The source stops: its group socket goes (a session still ending sends nothing more)."""
+        self._sock.close()
+
     def leave(self, member: GroupMember) -> None:
         """A member's session ended: the group no longer waits for it (the last one: it stops reading)."""
         with self.lock:

@@ -497,8 +497,8 @@ class GroupMember:
         if not new:
             return 0, 0, 0, 0
         self.counts.datagrams += new
-        data, first = last - self._seen_data, self._seen_data + 1
-        self._seen_seq, self._seen_data = nseq, last
+        data, first = max(0, last - self._seen_data), self._seen_data + 1
+        self._seen_seq, self._seen_data = nseq, max(last, self._seen_data)
         return new, data, 0, first
 
     def send(self, first: int, docs: int, end: int, over_tcp: bool) -> None:

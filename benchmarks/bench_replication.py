@@ -90,9 +90,9 @@ def _tls_files(folder: Path) -> None:
 
 
 def _config(folder: Path, ack: bool = False, tls: bool = False, spin_us: int | None = None, sinks: int = 1,
-            udp_size: int = 0, relay: tuple[int, int] | None = None) -> Path:
+            udp_size: int = 0, relay: tuple[int, int] | None = None, group: bool = False) -> Path:
     """`udp_size`: the queue goes over UDP in datagrams of that size; `relay`: (bind port, relay port) of
-    host 2's datagrams."""
+    host 2's datagrams; `group`: to a multicast group on the loopback interface, one send for every sink."""
     (folder / "key").write_text(KEY + "\n")
     extra = ""
     host_tls = dict.fromkeys(range(1, sinks + 2), "")
@@ -107,6 +107,10 @@ def _config(folder: Path, ack: bool = False, tls: bool = False, spin_us: int | N
     if relay is not None:
         host_tls[2] += f', udpBind: "127.0.0.1:{relay[0]}", udpUri: "127.0.0.1:{relay[1]}"'
     transport = ", transport: udp" if udp_size else ""
+    if group:
+        pid = os.getpid()
+        transport += f', udpGroup: "239.255.{pid >> 8 & 255}.{pid & 255}:{_free_port()}"'
+        host_tls = {h: t + ", udpInterface: 127.0.0.1" for h, t in host_tls.items()}
     cfg = folder / "cluster.yaml"
     hosts = "".join(f'  host{h}: {{ hostId: {h}, connectUri: "127.0.0.1:{_free_port()}", '
                     f"baseSinkPath: sink{h}{host_tls[h]} }},\n" for h in range(1, sinks + 2))
@@ -500,12 +504,13 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def fanout(folder: Path, n: int, udp_size: int) -> tuple[float, float]:
+def fanout(folder: Path, n: int, udp_size: int, group: bool = False) -> tuple[float, float]:
     """One source to three sinks, all connected and live: (msg/s until every sink holds the last of `n`
-    messages appended at once, the source host's CPU microseconds per message). `udp_size` 0: TCP."""
+    messages appended at once, the source host's CPU microseconds per message). `udp_size` 0: TCP;
+    `group`: UDP multicast."""
     import chronq
 
-    cfg = _config(folder, sinks=3, udp_size=udp_size)
+    cfg = _config(folder, sinks=3, udp_size=udp_size, group=group)
     with chronq.open(folder / "source/q", roll_cycle="DAILY") as q:
         q.appender().write(bytes(MSG))
         first = q.last_index
@@ -546,9 +551,9 @@ def udp_floor(n: int, size: int = 65000) -> tuple[float, float, float]:
     return n / secs, cpu / n * 1e6, got / (n * MSG)
 
 
-def fanout_case(n: int, udp_size: int) -> tuple[float, float]:
+def fanout_case(n: int, udp_size: int, group: bool = False) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as d:
-        return fanout(Path(d), n, udp_size)
+        return fanout(Path(d), n, udp_size, group)
 
 
 def floor_throughput(n: int) -> float:
@@ -709,11 +714,12 @@ def main() -> None:
                          tcp >= TARGETS["plain"]))
         rows.append(_row("1 -> 3 sinks, TCP: source CPU/msg (us)", tcp_cpu, "-", None, True, ".3f"))
         fl, fl_cpu, delivered = udp_floor(n)
-        for size in (1472, 65000):
-            udp, udp_cpu = fanout_case(n, size)
-            rows.append(_row(f"1 -> 3 sinks, UDP {size} B (msg/s to each)", udp, f">= {TARGETS['plain']:,}",
+        for size, group in ((1472, False), (65000, False), (1472, True), (65000, True)):
+            udp, udp_cpu = fanout_case(n, size, group)
+            how = f"UDP {'multicast ' if group else ''}{size} B"
+            rows.append(_row(f"1 -> 3 sinks, {how} (msg/s to each)", udp, f">= {TARGETS['plain']:,}",
                              fl, udp >= TARGETS["plain"]))
-            rows.append(_row(f"1 -> 3 sinks, UDP {size} B: source CPU/msg (us)", udp_cpu,
+            rows.append(_row(f"1 -> 3 sinks, {how}: source CPU/msg (us)", udp_cpu,
                              f"<= {tcp_cpu / 2:.3f}", fl_cpu, udp_cpu <= tcp_cpu / 2, ".3f"))
         rows.append(f"{'raw UDP floor: share delivered':<40}{delivered:>14.3f}")
     if "udp-lag" in cases:

@@ -216,11 +216,14 @@ def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
 class Host:
     """One `chronq replicate CONFIG --host-id N [ARGS]` process, its log in a file."""
 
-    def __init__(self, config: Path, host_id: int, *args: str) -> None:
+    def __init__(self, config: Path, host_id: int, *args: str, netns: str | None = None) -> None:
+        """`netns`: run it in that network namespace (`ip netns exec`)."""
         self.log = config.parent / f"host{host_id}-{time.monotonic_ns()}.log"
+        prefix = ["ip", "netns", "exec", netns] if netns else []
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", str(host_id), *args],
+                [*prefix, sys.executable, "-m", "chronq", "replicate", str(config), "--host-id", str(host_id),
+                 *args],
                 stdout=out, stderr=subprocess.STDOUT, env=child_env())
         wait_until(lambda: "running" in self.text() or self.proc.poll() is not None, 20, f"host {host_id}")
         assert self.proc.poll() is None, self.text()

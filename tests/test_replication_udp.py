@@ -92,6 +92,21 @@ def test_udp_configuration_is_read_and_defaults_to_tcp(tmp_path: Path) -> None:
     assert (cfg.udp.datagram_size, cfg.udp.window, cfg.udp.retransmit_buffer) == (9000, 64, 1 << 20)  # type: ignore[attr-defined]
     host = cfg.hosts[1]  # type: ignore[attr-defined]
     assert (host.udp_bind, host.udp_uri) == (("127.0.0.1", 0), ("10.0.0.1", 9100))
+    cfg = _parse(tmp_path, h1=", udpInterface: 10.1.0.1", q=', transport: udp, udpGroup: "239.1.2.3:7100"')
+    assert cfg.queues["q"].udp_group == ("239.1.2.3", 7100)  # type: ignore[attr-defined]
+    assert cfg.hosts[1].udp_interface == "10.1.0.1"  # type: ignore[attr-defined]
+
+
+def test_the_datagram_size_is_the_paths_unless_configured() -> None:
+    """Without `udpDatagramSize` a datagram fills the path's MTU (64 KiB on the loopback interface: the
+    source's cost per message falls with the documents a datagram holds)."""
+    from chronq.replication._udp import datagram_size
+    from chronq.replication.config import MAX_DATAGRAM, UdpCfg
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("127.0.0.1", free_port()))
+        assert datagram_size(UdpCfg(), s) == MAX_DATAGRAM
+        assert datagram_size(UdpCfg(datagram_size=9000), s) == 9000
 
 
 @pytest.mark.parametrize(("kw", "key"), [
@@ -104,6 +119,11 @@ def test_udp_configuration_is_read_and_defaults_to_tcp(tmp_path: Path) -> None:
     ({"ctx": ", udpWindow: 70000"}, "udpWindow"),
     ({"h1": ', udpUri: "nowhere"'}, "udpUri"),
     ({"h1": ', udpBind: "127.0.0.1:70000"'}, "udpBind"),
+    ({"q": ', transport: udp, udpGroup: "10.0.0.1:7100"'}, "udpGroup"),
+    ({"q": ', transport: udp, udpGroup: "239.1.1.1"'}, "udpGroup"),
+    ({"q": ', udpGroup: "239.1.1.1:7100"'}, "udpGroup"),
+    ({"q": ', transport: udp, udpGroup: "ff02::1:7100"'}, "udpGroup"),
+    ({"h1": ", udpInterface: eth0"}, "udpInterface"),
 ])
 def test_bad_udp_settings_are_refused_naming_the_key(tmp_path: Path, kw: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError, match=key):
@@ -132,7 +152,9 @@ def three_sinks(tmp_path: Path, total: int, seconds: float) -> None:
     relays = {h: UdpRelay(("127.0.0.1", binds[h]), seed=h, loss=r, duplicate=r / 2, reorder=r / 2,
                           delay=r / 2) for h, r in rates.items()}
     try:
-        cfg = write_udp_config(tmp_path, 3, {h: r.port for h, r in relays.items()}, binds)
+        # an Ethernet path's datagrams (on 127.0.0.1 they would be 64 KiB by default: a few hundred in all)
+        cfg = write_udp_config(tmp_path, 3, {h: r.port for h, r in relays.items()}, binds,
+                               context=", udpDatagramSize: 1472")
         hosts = [Host(cfg, h) for h in (1, 2, 3, 4)]
         try:
             with chronq.open(tmp_path / "source" / "queue1") as q:
@@ -177,7 +199,8 @@ def kill_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
                           reorder=0.02, delay=0.02) for h in binds}
     acknowledged: dict[int, bytes] = {}
     try:
-        cfg = write_udp_config(tmp_path, 2, {h: r.port for h, r in relays.items()}, binds)
+        cfg = write_udp_config(tmp_path, 2, {h: r.port for h, r in relays.items()}, binds,
+                               context=", udpDatagramSize: 1472")
         hosts = {h: Host(cfg, h) for h in (1, 2, 3)}
         with chronq.open(tmp_path / "source" / "queue1") as q:
             a = q.appender()

@@ -1,5 +1,7 @@
 """A fault-injecting UDP relay for the replication tests: it sits on 127.0.0.1 between a source and a
-sink's datagram socket and, at random from a seed, drops, duplicates, delays and reorders datagrams.
+sink's datagram socket (or, run as a script in a network namespace, between two networks as a
+multicast router: `multicast_relay`) and, at random from a seed, drops, duplicates, delays and
+reorders datagrams.
 
 Each datagram draws its fate from the relay's generator: dropped with probability `loss`, else sent
 twice with `duplicate`, held back until the next one has gone with `reorder`, or held for up to
@@ -17,7 +19,7 @@ import threading
 import time
 from types import TracebackType
 
-__all__ = ["UdpRelay"]
+__all__ = ["UdpRelay", "multicast_relay"]
 
 
 class UdpRelay:
@@ -25,7 +27,8 @@ class UdpRelay:
 
     def __init__(self, target: tuple[str, int], seed: int, loss: float = 0.0, duplicate: float = 0.0,
                  reorder: float = 0.0, delay: float = 0.0, max_delay: float = 0.005, port: int = 0,
-                 tap: int = 0) -> None:
+                 tap: int = 0, listen: socket.socket | None = None, out: socket.socket | None = None) -> None:
+        """`listen` and `out`: sockets of the caller's making instead (a multicast relay's)."""
         self.target = target
         self.rng = random.Random(seed)
         self.loss, self.duplicate, self.reorder, self.delay = loss, duplicate, reorder, delay
@@ -33,11 +36,13 @@ class UdpRelay:
         self.counts = dict.fromkeys(("forwarded", "dropped", "duplicated", "reordered", "delayed"), 0)
         self.taps: list[bytes] = []
         self._tap = tap
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        self._sock.bind(("127.0.0.1", port))
+        if listen is None:
+            listen = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            listen.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+            listen.bind(("127.0.0.1", port))
+        self._sock = listen
         self.port = int(self._sock.getsockname()[1])
-        self._out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._out = out if out is not None else socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="udp-relay", daemon=True)
         self._thread.start()
@@ -96,3 +101,31 @@ class UdpRelay:
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def multicast_relay(group: tuple[str, int], inbound: str, outbound: str, seed: int, loss: float) -> UdpRelay:
+    """A relay that joins `group` on the interface of address `inbound` and sends what it lets through to
+    the same group out of the interface of address `outbound` (the kernel routes no multicast itself)."""
+    listen = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listen.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listen.bind(group)
+    listen.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                      socket.inet_aton(group[0]) + socket.inet_aton(inbound))
+    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    out.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(outbound))
+    out.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+    out.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+    return UdpRelay(group, seed, loss=loss, listen=listen, out=out)
+
+
+if __name__ == "__main__":  # GROUP:PORT INBOUND OUTBOUND SEED LOSS; runs until stdin ends, then its counts
+    import json
+    import sys
+
+    host, _, port = sys.argv[1].rpartition(":")
+    relay = multicast_relay((host, int(port)), sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+    print("relaying", flush=True)
+    sys.stdin.read()
+    relay.close()
+    print(json.dumps(relay.counts), flush=True)

@@ -25,7 +25,7 @@ from chronq.doorbell import Doorbell
 from chronq.pausers import WakeupPauser
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Host, Link, describe, is_cut, is_failure
-from chronq.replication._udp import CAUGHT_UP, UdpSender
+from chronq.replication._udp import CAUGHT_UP, GroupMember, GroupSender, UdpSender
 from chronq.replication.bounds import IndexBound
 from chronq.replication.config import QueueCfg
 from chronq.replication.errors import AuthenticationError, ProtocolError, ReplicationError, SplitBrainError
@@ -193,7 +193,8 @@ class _Stream:
     tailer positions as they change, Acks in."""
 
     def __init__(self, host: Host, conn: Conn, q: chronq.Queue, qc: QueueCfg, sink_host: int,
-                 start: Position, verified: int, link: Link, udp: UdpSender | None = None) -> None:
+                 start: Position, verified: int, link: Link,
+                 udp: UdpSender | GroupMember | None = None) -> None:
         """`start`: where the sink ends; `verified`: its last excerpt, which this queue holds too;
         `udp`: the sink's datagrams (`transport: udp`), None over TCP alone."""
         self.udp = udp
@@ -234,7 +235,13 @@ class _Stream:
                     positions_at = now + POSITIONS_EVERY
                 udp = self.udp
                 if udp is None or not udp.live:
-                    docs, data, end, first = self.reader.read_run(frame, head, len(frame), RUN_COUNT)
+                    # a multicast group is joined when this read finds nothing and the group has read
+                    # all too (`GroupMember.joining`); a session of its own starts below
+                    with udp.joining(idling) if udp is not None else contextlib.nullcontext(False) as ready:
+                        docs, data, end, first = self.reader.read_run(frame, head, len(frame), RUN_COUNT)
+                        if ready and not docs:
+                            assert udp is not None
+                            udp.join(self.sent_upto)
                 elif udp.can_send():  # else the sink's window is full: wait for its UdpAck
                     docs, data, end, first = udp.read(self.reader, frame, RUN_COUNT)
                 else:
@@ -320,6 +327,8 @@ class _Stream:
             self.link.recovered()
         for f in frames:
             if isinstance(f, p.Ack):
+                if f.index > self.ackable and self.udp is not None:  # a multicast group sent it meanwhile
+                    self.ackable = max(self.ackable, self.udp.sent_data())
                 if f.index > self.ackable:  # an acknowledgement promises the writer a copy
                     raise ProtocolError(f"host {self.sink_host} acknowledged {f.index:#x}, beyond the last "
                                         f"excerpt it holds or was sent ({self.ackable:#x})")
@@ -344,6 +353,7 @@ class SourceEndpoint:
         self._queues = queues
         cfg, me = host.config, host.config.host(host.host_id)
         self._paths: dict[str, Path] = {}
+        self._groups: dict[str, GroupSender] = {}
         for name, qc in queues.items():
             path = cfg.source_path(qc, host.host_id)
             if host.promote:
@@ -362,6 +372,8 @@ class SourceEndpoint:
                 elif REPLICATION_BACKFILL in q.table:  # left by a host stopped while it waited
                     q.table.set(REPLICATION_BACKFILL, NOT_A_SINK)
             self._paths[name] = path
+            if qc.udp_group is not None:  # one sender for every sink of the queue
+                self._groups[name] = GroupSender(cfg.udp, qc.udp_group, me.udp_interface, path, cfg.max_frame)
         # one back-fill at a time; `_waiting` has its own lock, so that the accept thread (which ends the
         # start-up window) never waits for a back-fill
         self._backfill_lock = threading.Lock()
@@ -386,6 +398,8 @@ class SourceEndpoint:
         self._listener.close()
         for t in self._threads:
             t.join(5)
+        for group in self._groups.values():
+            group.close()
 
     def _accept(self) -> None:
         stop = self._host.stop
@@ -527,8 +541,11 @@ class SourceEndpoint:
             link = self._host.links.get(Role.SOURCE, qc.name, conn.peer, hello.host_id)
             link.set_state(LinkState.REPLICATING, conn.peer)
             link.acked(verified)  # what the sink already holds counts as acknowledged
-            udp = None
-            if udp_sub is not None:
+            udp: UdpSender | GroupMember | None = None
+            group = self._groups.get(qc.name)
+            if udp_sub is not None and group is not None:
+                udp = GroupMember(group, conn, udp_sub, link, self._host.config.heartbeat_interval_ms / 1000)
+            elif udp_sub is not None:
                 udp = UdpSender(self._host.config.udp, conn, udp_sub, self._host.config.host(hello.host_id),
                                 link, self._host.config.heartbeat_interval_ms / 1000)
             try:

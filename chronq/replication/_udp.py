@@ -1,7 +1,8 @@
 """Replication data over UDP (`transport: udp`): datagrams beside the TCP link, which stays the control
 channel (handshake, authentication, subscription, acknowledgements, back-fill, retransmission requests).
 
-A datagram holds a run of documents of one cycle as a `Run` frame does, sized to `udpDatagramSize`:
+A datagram holds a run of documents of one cycle as a `Run` frame does, sized to `udpDatagramSize` (by
+default the path's MTU, `datagram_size`):
 
     version (1 byte) | sequence (8) | first index (8) | documents (4) | the run's documents | tag (16)
 
@@ -26,6 +27,16 @@ sink's `UdpAck` says they arrived. Flow control: the source never has more than 
 than the source slows its own session only.
 A session starts on TCP (`Run` frames) while the sink's backlog is large (a whole frame at a time, the
 TCP catch-up) and moves to datagrams (`UdpStart`) once it has caught up.
+
+With a `udpGroup` (multicast) the queue's datagrams are the group's (`GroupSender`), not a session's:
+one reader, one send per datagram whatever the number of sinks, sequence numbers per group. Every sink
+must check the same datagrams, so the group has one random data key, which the source gives each sink
+over its authenticated control link (`UdpGroup`: sealed under the session's datagram key with the
+pre-shared key, as is inside TLS) together with the group's sequence number it starts at. A sink joins
+(`GroupMember.joining`) once its TCP catch-up has read all the queue holds and the group has too (both
+are then at the same place); recovery stays per sink (its Naks answered over its TCP link from the
+datagrams the group keeps), and the group sends no further than the slowest joined sink acknowledged
+within the window.
 """
 
 from __future__ import annotations
@@ -36,19 +47,25 @@ import secrets
 import select
 import socket
 import struct
+import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+import chronq
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Link
-from chronq.replication.config import HostCfg, UdpCfg
+from chronq.replication.config import DEFAULT_DATAGRAM, MAX_DATAGRAM, MIN_DATAGRAM, HostCfg, UdpCfg
 from chronq.replication.errors import ProtocolError, ReplicationError
-from chronq.replication.source import SourceReader
+from chronq.replication.sink import Position
+from chronq.replication.source import CodecState, SourceReader
 from chronq.replication.status import DatagramCounts
 
-__all__ = ["DATAGRAM_HEAD", "DATAGRAM_VERSION", "TAG", "DatagramKey", "UdpReceiver", "UdpSender"]
+__all__ = ["DATAGRAM_HEAD", "DATAGRAM_VERSION", "TAG", "DatagramKey", "GroupMember", "GroupSender",
+           "UdpReceiver", "UdpSender"]
 
 DATAGRAM_VERSION = 1
 DATAGRAM_HEAD = struct.Struct(">BQqI")  # version, sequence, first index, documents
@@ -57,6 +74,9 @@ READS_PER_POLL = 256  # datagrams a sink takes off its socket per poll at most (
 SOCKET_BUFFER = 8 << 20  # bytes asked of the kernel for a UDP socket's buffer (it may give less)
 ACK_EVERY = 0.001  # s between a sink's UdpAcks on a busy link (and at once when it goes quiet)
 POSITION_AFTER = 0.0005  # s a source stays quiet after its last datagram before it says its position
+PUMP_BATCH = 16  # datagrams a group member's session sends to the group per step at most
+GROUP_KEY_NONCE = b"\xff" * 12  # never a datagram's nonce (their sequence numbers stay below 2**63)
+GROUP_KEY_AAD = b"chronq replication group key"
 CAUGHT_UP = 2  # a TCP run filling less than 1/CAUGHT_UP of a frame: the catch-up is done, datagrams next
 
 
@@ -114,6 +134,21 @@ def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
+def datagram_size(cfg: UdpCfg, sock: socket.socket) -> int:
+    """The bytes of a datagram sent on the connected `sock`: `udpDatagramSize`, else the path's MTU less
+    the IP and UDP headers (64 KiB on the loopback interface, 1,472 bytes on an Ethernet or veth one):
+    the more documents a datagram holds, the less each costs the source."""
+    if cfg.datagram_size:
+        return cfg.datagram_size
+    v6 = sock.family == socket.AF_INET6
+    try:
+        mtu = sock.getsockopt(socket.IPPROTO_IPV6 if v6 else socket.IPPROTO_IP,
+                              getattr(socket, "IPV6_MTU", 24) if v6 else getattr(socket, "IP_MTU", 14))
+    except OSError:
+        return DEFAULT_DATAGRAM
+    return max(MIN_DATAGRAM, min(MAX_DATAGRAM, mtu - (48 if v6 else 28)))
+
+
 def session_key(conn: Conn, sent: bytes) -> bytes:
     """The session's datagram key: derived with the pre-shared key's frame keys, else (TLS) the one the
     sink sent inside TLS. A key sent outside TLS is refused: anyone could read it."""
@@ -127,6 +162,27 @@ def session_key(conn: Conn, sent: bytes) -> bytes:
     return sent
 
 
+def seal_group_key(conn: Conn, key: bytes) -> bytes:
+    """The group's key as sent to one sink: sealed under the session's datagram key with the pre-shared
+    key (its frames travel in clear), as is inside TLS."""
+    auth = conn.frame_auth
+    if auth is None:
+        return key
+    return AESGCM(auth.datagram_key).encrypt(GROUP_KEY_NONCE, key, GROUP_KEY_AAD)
+
+
+def open_group_key(conn: Conn, sealed: bytes) -> bytes:
+    auth = conn.frame_auth
+    if auth is None:
+        if len(sealed) != 32:
+            raise ProtocolError(f"{conn.peer} sent a group key of {len(sealed)} bytes")
+        return sealed
+    try:
+        return AESGCM(auth.datagram_key).decrypt(GROUP_KEY_NONCE, sealed, GROUP_KEY_AAD)
+    except InvalidTag:
+        raise ProtocolError(f"{conn.peer} sent a group key that fails its check") from None
+
+
 class UdpSender:
     """The source's end of one sink's datagrams: reads runs sized to a datagram, sends them, keeps them
     until acknowledged, sends them again over TCP when asked, and holds back when the window is full."""
@@ -138,8 +194,7 @@ class UdpSender:
         self._key = DatagramKey(session_key(conn, sub.key), encrypt=conn.frame_auth is None)
         # the sink's udpUri (a relay, a NAT), else its own address and the port it said
         dest = sink.udp_uri if sink.udp_uri is not None else (str(conn.sock.getpeername()[0]), sub.port)
-        # unacknowledged bytes at most: what the source keeps, and what the sink's socket holds
-        self._in_flight = min(cfg.retransmit_buffer, max(sub.buffer, cfg.datagram_size))
+        # unacknowledged bytes at most: what the source keeps, and what the sink's socket holds (below)
         self._sock = socket.socket(_family(dest[0]), socket.SOCK_DGRAM)
         try:
             with contextlib.suppress(OSError):
@@ -149,7 +204,8 @@ class UdpSender:
             self._sock.close()
             raise ReplicationError(f"cannot send datagrams to {dest[0]}:{dest[1]}: {e}") from None
         self.dest = dest
-        self._buf = bytearray(cfg.datagram_size)
+        self._buf = bytearray(datagram_size(cfg, self._sock))
+        self._in_flight = min(cfg.retransmit_buffer, max(sub.buffer, len(self._buf)))
         self._out = self._buf  # where the last `read` put its datagram (a big one: the TCP frame buffer)
         self.counts = _counts(link)
         self.live = False  # datagrams (after UdpStart), else TCP runs (the catch-up)
@@ -159,6 +215,18 @@ class UdpSender:
         self._kept_bytes = 0
         self._told = 0  # the last position said
         self._sent_at = 0.0
+
+    @contextlib.contextmanager
+    def joining(self, idle: bool) -> Iterator[bool]:
+        """A session of its own starts with `start`: never a group to join."""
+        yield False
+
+    def join(self, sent_upto: int) -> None:
+        raise AssertionError("a unicast session joins no group")
+
+    def sent_data(self) -> int:
+        """A session's own datagrams are recorded as sent when sent (`_Stream`): nothing more."""
+        return -1
 
     def start(self) -> None:
         """The catch-up over TCP is done: runs go as datagrams from now on."""
@@ -238,33 +306,302 @@ class UdpSender:
         self._sock.close()
 
 
+class GroupSender:
+    """The source's end of a queue's multicast group (`udpGroup`): one reader of the queue, each run
+    sealed under the group's key and sent once to the group, kept until every joined sink acknowledged
+    it. Its members' threads drive it under `lock`."""
+
+    def __init__(self, cfg: UdpCfg, group: tuple[str, int], interface: str | None, path: Path,
+                 max_frame: int) -> None:
+        self.lock = threading.Lock()
+        self._cfg, self.dest, self._path, self._max_frame = cfg, group, path, max_frame
+        self.key = secrets.token_bytes(32)
+        self._sealer: DatagramKey | None = None  # made by the first join (encrypted: with TLS)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)  # sinks on this host too
+            if interface is not None:
+                sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(interface))
+            sock.connect(group)
+        except OSError as e:
+            sock.close()
+            raise ReplicationError(f"cannot send datagrams to the group {group[0]}:{group[1]} (udpGroup, "
+                                   f"udpInterface {interface}): {e}") from None
+        self._sock = sock
+        self._buf = bytearray(datagram_size(cfg, sock))
+        self._big = bytearray(0)  # a document larger than a datagram: read here, sent over TCP
+        self.members: set[GroupMember] = set()
+        self.next_seq = 0
+        self.last_data = -1  # the last data index read into a datagram
+        self.sent_at = 0.0
+        self.kept: dict[int, bytes] = {}
+        self._kept_bytes = 0
+        self._floor = 0  # datagrams before it were acknowledged by every member and dropped
+        self._queue: chronq.Queue | None = None
+        self._reader: SourceReader | None = None
+        self._codec: CodecState | None = None
+
+    def _room(self) -> bool:
+        if not self.members:
+            return False
+        slowest = min(m.acked for m in self.members)
+        in_flight = min(m.in_flight for m in self.members)
+        return (self.next_seq - slowest < self._cfg.window
+                and self._kept_bytes + len(self._buf) <= in_flight)
+
+    def pump(self, max_count: int) -> int:
+        """Read the next run into a datagram and send it to the group, if the window has room: its
+        documents (0: none ready, or no room). The caller holds `lock`."""
+        reader, codec, sealer = self._reader, self._codec, self._sealer
+        if reader is None or codec is None or sealer is None or not self._room():
+            return 0
+        head = DATAGRAM_HEAD.size
+        buf = self._buf
+        try:
+            docs, data, end, first = reader.read_run(buf, head, len(buf) - TAG, max_count)
+        except ReplicationError:
+            if len(self._big) < self._max_frame:
+                self._big = bytearray(self._max_frame)
+            buf = self._big
+            docs, data, end, first = reader.read_run(buf, head, len(buf) - 1 - TAG, max_count)
+        if not docs:
+            return 0
+        # a datagram that needs a codec frame first, or too big for a datagram, is not sent to the group:
+        # each sink asks for it and gets it over its TCP link, after that frame
+        hold = buf is not self._buf or bool(codec.news(data))
+        seq = self.next_seq
+        DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
+        sealed = sealer.seal(buf, end)
+        self.kept[seq] = sealed
+        self._kept_bytes += len(sealed)
+        self.next_seq = seq + 1
+        if not hold:
+            with contextlib.suppress(OSError):  # no route for a moment: the sinks ask for it again
+                self._sock.send(sealed)
+        if data:
+            self.last_data = first + data - 1
+        self.sent_at = time.monotonic()
+        return docs
+
+    def trim(self) -> None:
+        """Drop the datagrams every member acknowledged. The caller holds `lock`."""
+        floor = min((m.acked for m in self.members), default=self.next_seq)
+        for seq in range(self._floor, floor):
+            data = self.kept.pop(seq, None)
+            if data is not None:
+                self._kept_bytes -= len(data)
+        self._floor = max(self._floor, floor)
+
+    def ready_for(self, encrypt: bool, sent_upto: int, max_count: int) -> bool:
+        """Whether a sink whose catch-up read all the queue held may join now: the group has read all it
+        holds too (a group without members starts again at the queue's end). The caller holds `lock`
+        and then checks the sink's own reader is still at the end."""
+        if self._sealer is None:
+            self._sealer = DatagramKey(self.key, encrypt)
+        if not self.members:
+            self._close_reader()
+            self._queue = chronq.open(self._path)
+            self._reader = SourceReader(self._queue, Position(None, 0), at_end=True)
+            self._codec = CodecState(self._queue, self._max_frame - 64)
+            self.last_data = sent_upto
+            return True
+        for _ in range(self._cfg.window):
+            if not self.pump(max_count):
+                break
+        else:
+            return False
+        return self._room()
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+        if self._queue is not None:
+            self._queue.close()
+        self._reader = self._queue = self._codec = None
+
+    def close(self) -> None:
+        """The source stops: its group socket goes (a session still ending sends nothing more)."""
+        self._sock.close()
+
+    def leave(self, member: GroupMember) -> None:
+        """A member's session ended: the group no longer waits for it (the last one: it stops reading)."""
+        with self.lock:
+            self.members.discard(member)
+            self.trim()
+            if not self.members:
+                self._close_reader()
+
+
+class GroupMember:
+    """One sink's session of a queue with a `udpGroup`: the `UdpSender` interface `_Stream` drives,
+    over the group's datagrams. Before it joins, the session sends runs over TCP (its catch-up)."""
+
+    def __init__(self, group: GroupSender, conn: Conn, sub: p.UdpSubscribe, link: Link,
+                 interval: float) -> None:
+        session_key(conn, sub.key)  # refuses a key sent in clear
+        self._group, self._conn, self._interval = group, conn, interval
+        self.dest = group.dest
+        self.counts = _counts(link)
+        # unacknowledged bytes at most: what the source keeps, and what the sink's socket holds
+        self.in_flight = min(group._cfg.retransmit_buffer, max(sub.buffer, len(group._buf)))
+        self.live = False
+        self.acked = 0
+        self._first = 0  # the group's first datagram for this sink
+        self._seen_seq, self._seen_data = 0, -1
+        self._told = 0
+        self._later: list[tuple[int, int]] = []  # datagrams asked for, [from, to), not sent again yet
+
+    @contextlib.contextmanager
+    def joining(self, idle: bool) -> Iterator[bool]:
+        """Around the session's read of its own reader: True if the group is at the queue's end, so the
+        session joins (`join`) if its read found nothing either. Only tried when it was idle."""
+        if self.live or not idle:
+            yield False
+            return
+        with self._group.lock:
+            yield self._group.ready_for(self._conn.frame_auth is None, self._seen_data, 256)
+
+    def join(self, sent_upto: int) -> None:
+        """Both the session's reader and the group's are at the queue's end: datagrams from here on.
+        Called inside `joining`."""
+        g = self._group
+        self._first = self.acked = self._seen_seq = self._told = g.next_seq
+        self._seen_data = sent_upto
+        if not g.members:
+            g.last_data = sent_upto
+        self._conn.send(p.UdpGroup(g.next_seq, seal_group_key(self._conn, g.key)))
+        self._conn.send(p.UdpStart())
+        g.members.add(self)
+        g.trim()
+        self.live = True
+
+    def start(self) -> None:
+        """A group is joined through `joining`, not when a TCP run was short."""
+
+    def can_send(self) -> bool:
+        return True
+
+    def read(self, reader: SourceReader, big: bytearray, max_count: int) -> tuple[int, int, int, int]:
+        """Drive the group one step and say what it sent since this session last looked: (datagrams,
+        data documents, 0, the first of them), for the session's bookkeeping."""
+        g = self._group
+        with g.lock:  # a few datagrams per look: the session's own step costs more than a datagram
+            for _ in range(PUMP_BATCH):
+                if not g.pump(max_count):
+                    break
+            nseq, last = g.next_seq, g.last_data
+        new = nseq - self._seen_seq
+        if not new:
+            return 0, 0, 0, 0
+        self.counts.datagrams += new
+        data, first = max(0, last - self._seen_data), self._seen_data + 1
+        self._seen_seq, self._seen_data = nseq, max(last, self._seen_data)
+        return new, data, 0, first
+
+    def send(self, first: int, docs: int, end: int, over_tcp: bool) -> None:
+        """The group sent them (`read`), and the session any codec frame they need: send what the sink
+        asked for of them, and say the position every heartbeat interval."""
+        if self._later:
+            self._again()
+        if time.monotonic() - self._conn.last_send >= self._interval:
+            self._tell()
+
+    def _again(self) -> None:
+        """Send the datagrams asked for over TCP, those this session has looked at (`read`) only: another
+        session may have driven the group past what this one told its sink, a codec frame the datagram
+        needs included (sent after `read`); the rest wait for the next `send`."""
+        g, seen = self._group, self._seen_seq
+        with g.lock:
+            again = [g.kept[seq] for lo, hi in self._later
+                     for seq in range(max(lo, self.acked), min(hi, seen))]
+        self._later = [(max(lo, seen), hi) for lo, hi in self._later if hi > seen]
+        for data in again:
+            self._conn.send(p.Datagram(data))
+        self.counts.retransmitted += len(again)
+
+    def quiet(self, now: float) -> None:
+        if self._seen_seq != self._told and now - self._group.sent_at >= POSITION_AFTER:
+            self._tell()
+
+    def _tell(self) -> None:
+        self._conn.send(p.UdpPosition(self._seen_seq))
+        self._told = self._seen_seq
+
+    def handle(self, f: p.Frame) -> bool:
+        """Take the sink's UdpAck or Nak (False: not one of those)."""
+        g = self._group
+        if isinstance(f, p.UdpAck):
+            # the group may have sent more than this session has looked at (another session drove it)
+            with g.lock:
+                if not self._first <= f.next_seq <= g.next_seq:
+                    raise ProtocolError(f"{self._conn.peer} acknowledged datagram {f.next_seq - 1}, outside "
+                                        f"those it was sent ({self._first} to {g.next_seq - 1})")
+                self.acked = max(self.acked, f.next_seq)
+                g.trim()
+            return True
+        if isinstance(f, p.Nak):
+            with g.lock:
+                if f.first < self._first or f.first + f.count > g.next_seq:
+                    raise ProtocolError(f"{self._conn.peer} asked for datagrams {f.first} to "
+                                        f"{f.first + f.count - 1}, outside those it was sent ({self._first} "
+                                        f"to {g.next_seq - 1})")
+            self._later.append((f.first, f.first + f.count))
+            self._again()
+            return True
+        return False
+
+    def sent_data(self) -> int:
+        """The last data index the group sent this sink (it may acknowledge it before this session looked
+        at the group again)."""
+        with self._group.lock:
+            return self._group.last_data if self.live else -1
+
+    def close(self) -> None:
+        self._group.leave(self)
+
+
 class UdpReceiver:
     """The sink's end of one session's datagrams: its UDP socket, the datagrams held ahead of a gap,
     and a `poll` that returns the TCP link's frames and, in sequence order, the runs to write."""
 
-    def __init__(self, cfg: UdpCfg, me: HostCfg, conn: Conn, link: Link) -> None:
-        self._cfg, self._conn = cfg, conn
-        bind = me.udp_bind or (me.host, 0)  # any free port of its connectUri's address: announced
+    def __init__(self, cfg: UdpCfg, me: HostCfg, conn: Conn, link: Link,
+                 group: tuple[str, int] | None = None) -> None:
+        """`group`: the queue's multicast group (`udpGroup`), joined on the host's `udpInterface`."""
+        self._cfg, self._conn, self._group = cfg, conn, group
+        bind = group or me.udp_bind or (me.host, 0)  # any free port of its connectUri's address: announced
         self._sock = socket.socket(_family(bind[0]), socket.SOCK_DGRAM)
         try:
             with contextlib.suppress(OSError):
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
-            self._sock.bind(bind)
+            if group is not None:  # every sink of the group on this host binds its port
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                iface = socket.inet_aton(me.udp_interface or "0.0.0.0")
+                self._sock.bind(group)
+                self._sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                                      socket.inet_aton(group[0]) + iface)
+            else:
+                self._sock.bind(bind)
         except OSError as e:
             self._sock.close()
-            raise ReplicationError(f"cannot receive datagrams on {bind[0]}:{bind[1]} (udpBind): {e}") \
+            what = "udpGroup, udpInterface" if group is not None else "udpBind"
+            raise ReplicationError(f"cannot receive datagrams on {bind[0]}:{bind[1]} ({what}): {e}") \
                 from None
         self._sock.setblocking(False)
         # Linux counts each datagram queued on a socket at its allocation (its bytes and headers rounded up
         # to a power of two) plus its bookkeeping, against the buffer it reports: the datagram bytes it
         # surely holds are fewer
-        size = cfg.datagram_size
+        size = cfg.datagram_size or MAX_DATAGRAM  # (of any size: about half of its buffer, at worst)
         held = 1 << (size + 64 - 1).bit_length()
         self._buffer = max(1, self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) * size
                            // (held + 640))
         self._unacked_bytes = 0
         self._sent_key = b"" if conn.frame_auth is not None else secrets.token_bytes(32)
-        self._key = DatagramKey(session_key(conn, self._sent_key), encrypt=conn.frame_auth is None)
+        key = session_key(conn, self._sent_key)
+        # a group's key comes with its UdpGroup: until then nothing is taken
+        self._key = None if group is not None else DatagramKey(key, encrypt=conn.frame_auth is None)
         self._rbuf = bytearray(65536)
         self.counts = _counts(link)
         self.live = False
@@ -320,9 +657,16 @@ class UdpReceiver:
                     self._take(f.data)
                 elif isinstance(f, p.UdpPosition):
                     self._high = max(self._high, f.next_seq)
+                elif isinstance(f, p.UdpGroup):
+                    if self._group is None or self.live or self._key is not None:
+                        raise ProtocolError(f"{self._conn.peer} sent an unexpected UdpGroup")
+                    self._key = DatagramKey(open_group_key(self._conn, f.key),
+                                            encrypt=self._conn.frame_auth is None)
+                    self.expected = self._high = self._acked = f.next_seq
+                    self._ahead.clear()
                 elif isinstance(f, p.UdpStart):
-                    if self.live:
-                        raise ProtocolError(f"{self._conn.peer} sent UdpStart twice")
+                    if self.live or self._key is None:
+                        raise ProtocolError(f"{self._conn.peer} sent UdpStart twice, or before its UdpGroup")
                     self.live = True
                     self._release(out)
                 elif isinstance(f, p.Run) and self.live:
@@ -335,6 +679,8 @@ class UdpReceiver:
         return out
 
     def _take(self, data: bytes | bytearray | memoryview) -> None:
+        if self._key is None:  # a group not joined yet: its datagrams are for the sinks already in it
+            return
         opened = self._key.open(data)
         counts = self.counts
         if opened is None:

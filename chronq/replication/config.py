@@ -35,13 +35,17 @@ beside the TCP link, which stays the control channel (`chronq.replication._udp`)
 its host's `udpBind` (host:port; default the address of its `connectUri`, any free port), announced to
 the source over the TCP link; the source sends them to the sink's `udpUri` where one is configured (a
 relay, a NAT) and else to the sink's address with the announced port. `udpDatagramSize` (bytes of a
-datagram, headers and tag included), `udpWindow` (datagrams in flight per sink) and `udpRetransmitBuffer`
-(bytes a source keeps per sink for retransmission) are context keys.
+datagram, headers and tag included; default the path's MTU less the IP and UDP headers), `udpWindow`
+(datagrams in flight per sink) and `udpRetransmitBuffer` (bytes a source keeps per sink for
+retransmission) are context keys. `udpGroup` (per queue, a multicast
+host:port) sends each datagram once to the group whatever the number of sinks, each sink joining it
+(on its host's `udpInterface`, an IP address; default the kernel's route for the group).
 """
 
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
@@ -60,7 +64,7 @@ MAX_CONFIG_BYTES = 1 << 20  # a configuration is a few lines: a bigger file is a
 MAX_MS = 86_400_000  # heartbeats and the back-fill wait: a day at most (a timer beyond overflows threads)
 MAX_BUSY_SPIN_US = 1_000_000
 TRANSPORTS = ("tcp", "udp")
-DEFAULT_DATAGRAM = 1472  # an Ethernet MTU of 1500 less the IPv4 and UDP headers
+DEFAULT_DATAGRAM = 1472  # an Ethernet MTU of 1500 less the IPv4 and UDP headers (a path's MTU unknown)
 MIN_DATAGRAM, MAX_DATAGRAM = 512, 65507  # the largest UDP payload over IPv4
 DEFAULT_WINDOW, MAX_WINDOW = 1024, 1 << 16
 DEFAULT_RETRANSMIT = 16 << 20
@@ -70,8 +74,8 @@ _CONTEXT_KEYS = ("heartbeatIntervalMs", "heartbeatTimeoutMs", "baseSourcePath", 
                  "busySpinMicros", "tlsCaFile", "tlsCertFile", "tlsKeyFile", "maxFrameSize",
                  "backfillTimeoutMs", "udpDatagramSize", "udpWindow", "udpRetransmitBuffer")
 _HOST_KEYS = ("hostId", "connectUri", "baseSourcePath", "baseSinkPath", "tlsCertFile", "tlsKeyFile",
-              "udpBind", "udpUri")
-_QUEUE_KEYS = ("path", "acknowledge", "masterId", "rollCycle", "transport")
+              "udpInterface", "udpBind", "udpUri")
+_QUEUE_KEYS = ("path", "acknowledge", "masterId", "rollCycle", "transport", "udpGroup")
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 
@@ -87,6 +91,7 @@ class HostCfg:
     tls_key: Path | None = None
     udp_bind: tuple[str, int] | None = None  # where this host's UDP sinks receive (None: connectUri's host)
     udp_uri: tuple[str, int] | None = None  # where a source sends them (None: the sink's address)
+    udp_interface: str | None = None  # the address of the interface it sends and joins groups on
 
 
 @dataclass(frozen=True)
@@ -97,13 +102,14 @@ class QueueCfg:
     acknowledge: bool
     roll_cycle: str | None
     transport: str = "tcp"  # "udp": data as datagrams beside the TCP control link
+    udp_group: tuple[str, int] | None = None  # a multicast group: one send for every sink (udpGroup)
 
 
 @dataclass(frozen=True)
 class UdpCfg:
     """The datagram settings of the queues with `transport: udp` (context keys)."""
 
-    datagram_size: int = DEFAULT_DATAGRAM
+    datagram_size: int = 0  # 0: the path's MTU less the IP and UDP headers, as the source finds it
     window: int = DEFAULT_WINDOW
     retransmit_buffer: int = DEFAULT_RETRANSMIT
 
@@ -196,6 +202,18 @@ def _address(m: dict[str, Any], key: str, where: str, any_port: bool = False) ->
     return addr.strip("[]"), int(port_text)
 
 
+def _interface(m: dict[str, Any], where: str) -> str | None:
+    """An optional udpInterface: the IP address of the interface multicast goes out and is joined on."""
+    if m.get("udpInterface") is None:
+        return None
+    text = _str(m, "udpInterface", where)
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise ConfigError(f"{where}: udpInterface {text!r} is not an IP address") from None
+    return text
+
+
 def _relative(text: str, where: str) -> str:
     p = PurePosixPath(text)
     if not text or p.is_absolute() or ".." in p.parts:
@@ -228,7 +246,10 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
     max_frame = _int(ctx, "maxFrameSize", where, DEFAULT_MAX_FRAME, MIN_MAX_FRAME, MAX_MAX_FRAME)
     backfill = _int(ctx, "backfillTimeoutMs", where, 0, 0, MAX_MS)
     spin = _int(ctx, "busySpinMicros", where, DEFAULT_BUSY_SPIN_US, 0, MAX_BUSY_SPIN_US)
-    udp = UdpCfg(_int(ctx, "udpDatagramSize", where, DEFAULT_DATAGRAM, MIN_DATAGRAM, MAX_DATAGRAM),
+    size = 0  # the path's (`_udp.datagram_size`)
+    if ctx.get("udpDatagramSize") is not None:
+        size = _int(ctx, "udpDatagramSize", where, None, MIN_DATAGRAM, MAX_DATAGRAM)
+    udp = UdpCfg(size,
                  _int(ctx, "udpWindow", where, DEFAULT_WINDOW, 1, MAX_WINDOW),
                  _int(ctx, "udpRetransmitBuffer", where, DEFAULT_RETRANSMIT, MIN_RETRANSMIT, MAX_RETRANSMIT))
     if udp.retransmit_buffer < udp.datagram_size:
@@ -273,7 +294,8 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
         hosts[host_id] = HostCfg(name, host_id, connect[0], connect[1],
                                  base / _str(h, "baseSourcePath", where, src_base),
                                  base / _str(h, "baseSinkPath", where, sink_base), cert, cert_key,
-                                 _address(h, "udpBind", where, any_port=True), _address(h, "udpUri", where))
+                                 _address(h, "udpBind", where, any_port=True), _address(h, "udpUri", where),
+                                 _interface(h, where))
     if not hosts:
         raise ConfigError("cluster: no hosts (entries with hostId and connectUri)")
     queues: dict[str, QueueCfg] = {}
@@ -299,8 +321,19 @@ def parse_config(text: str, base_dir: str | os.PathLike[str] = ".") -> Replicati
         transport = _str(q, "transport", where, "tcp")
         if transport not in TRANSPORTS:
             raise ConfigError(f"{where}: transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+        group = _address(q, "udpGroup", where)
+        if group is not None:
+            try:
+                multicast = ipaddress.IPv4Address(group[0]).is_multicast
+            except ValueError:
+                multicast = False
+            if not multicast:
+                raise ConfigError(f"{where}: udpGroup {group[0]!r} is not an IPv4 multicast address "
+                                  "(224.0.0.0/4)")
+            if transport != "udp":
+                raise ConfigError(f"{where}: udpGroup needs transport: udp")
         queues[name] = QueueCfg(name, _relative(_str(q, "path", where, name), where), master, ack, roll,
-                                transport)
+                                transport, group)
     if not queues:
         raise ConfigError("queues: no queue to replicate")
     if any(qc.transport == "udp" for qc in queues.values()):

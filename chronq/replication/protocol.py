@@ -76,6 +76,7 @@ __all__ = [
     "Subscribe",
     "TailerPositions",
     "UdpAck",
+    "UdpGroup",
     "UdpPosition",
     "UdpStart",
     "UdpSubscribe",
@@ -237,6 +238,17 @@ class Nak:
 
 
 @dataclass(frozen=True)
+class UdpGroup:
+    """Source, before its UdpStart on a queue with a `udpGroup`: the group's datagrams start at
+    `next_seq` for this sink, and `key` is the group's 32-byte datagram key (shared by every sink of the
+    group): sealed with AES-GCM under this session's datagram key with the pre-shared key (48 bytes),
+    as is inside TLS."""
+
+    next_seq: int
+    key: bytes
+
+
+@dataclass(frozen=True)
 class Datagram:
     """Source: a datagram's bytes sent over TCP (a retransmission, or one that must follow a TCP frame
     in order); checked by the sink as one that came over UDP."""
@@ -246,12 +258,12 @@ class Datagram:
 
 Frame = (Hello | Challenge | Auth | QueueInfo | Subscribe | Excerpts | Heartbeat | Ack | Error
          | TailerPositions | Run | QueueCodec | UdpSubscribe | UdpStart | UdpPosition | UdpAck | Nak
-         | Datagram)
+         | Datagram | UdpGroup)
 
 _TYPES: dict[type, int] = {Hello: 1, Challenge: 2, Auth: 3, QueueInfo: 4, Subscribe: 5, Excerpts: 6,
                            Heartbeat: 7, Ack: 8, Error: 9, TailerPositions: 10, Run: 11,
                            QueueCodec: 12, UdpSubscribe: 13, UdpStart: 14, UdpPosition: 15, UdpAck: 16,
-                           Nak: 17, Datagram: 18}
+                           Nak: 17, Datagram: 18, UdpGroup: 19}
 
 
 def proof(key: bytes, role: bytes, first: bytes, second: bytes, queue: str) -> bytes:
@@ -373,6 +385,10 @@ def encode(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
         body = struct.pack(">qI", frame.first, frame.count)
     elif isinstance(frame, Datagram):
         body = frame.data
+    elif isinstance(frame, UdpGroup):
+        if len(frame.key) not in (32, 48) or frame.next_seq < 0:
+            raise ProtocolError(f"UdpGroup from {frame.next_seq} with a key of {len(frame.key)} bytes")
+        body = struct.pack(">qB", frame.next_seq, len(frame.key)) + frame.key
     else:
         body = _text(frame.text[:MAX_TEXT // 4])
     n = 1 + len(body)
@@ -532,6 +548,11 @@ def _decode(kind: int, b: _Body) -> Frame:
         frame = Nak(first, count)
     elif kind == 18:
         frame = Datagram(b.take(b.left))
+    elif kind == 19:
+        seq, n = b.unpack(">qB")
+        if n not in (32, 48) or seq < 0:
+            raise ProtocolError(f"UdpGroup from {seq} with a key of {n} bytes")
+        frame = UdpGroup(seq, b.take(n))
     else:
         raise ProtocolError(f"unknown frame type {kind}")
     b.end()

@@ -18,11 +18,15 @@ class SourceReader:
     """A plain tailer over the source queue yielding (index, metadata, bytes), the store's own documents
     (header, index arrays) left out: every queue writes those itself."""
 
-    def __init__(self, queue: chronq.Queue, position: Position) -> None:
+    def __init__(self, queue: chronq.Queue, position: Position, at_end: bool = False) -> None:
+        """`at_end`: past the queue's last document instead (`position` unused): a multicast group's."""
         self.queue = queue
         self._tailer: Any = Tailer(queue)  # the stored bytes: a codec queue's payloads are not decoded
         self._tailer.release_pages_every(RELEASE_EVERY)  # flat RSS while a sink catches up a backlog
-        self._seek(position)
+        if at_end:
+            self._tailer.to_end()
+        else:
+            self._seek(position)
 
     def _seek(self, position: Position) -> None:
         """Put the tailer right after the sink's last document; raise if the sink holds something this

@@ -1,0 +1,195 @@
+"""Replication over UDP multicast (`udpGroup`) between network namespaces the test creates: the source in
+one, a relay routing the group from the source's network to the sinks' bridge at 1% loss (seeded; the
+kernel routes no multicast, and this machine has no netem), three sinks in three more. Every sink ends
+byte for byte the source's, the source sends each datagram once whatever the number of sinks, and a
+forged datagram sent to the group is dropped and counted by every sink.
+
+Network namespaces need root (`ip netns`): elsewhere this test skips saying so, and fails under
+`CHRONQ_STRICT=1` (CI runs as root)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import chronq
+from chronq.replication.status import read_status_file, status_file_path
+from tests.conftest import skip_unless_strict
+from tests.procs.qhelp import REPO, child_env
+from tests.replication_support import KEY, Host, wait_until
+from tests.test_replication_udp import _caught_up, _check_equal, _write_across_cycles
+
+GROUP = ("239.7.0.1", 7100)
+SINKS = (2, 3, 4)
+SOURCE_NET, SINK_NET = "10.1.0", "10.2.0"  # the source's link to the router; the sinks' bridge
+ROUTER = 254
+
+
+@dataclass(frozen=True)
+class Lab:
+    """The namespaces: `source`, `router` (the relay, the sinks' bridge, IP forwarding for TCP) and one
+    per sink."""
+
+    source: str
+    router: str
+    sinks: dict[int, str]
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=20)
+
+
+def _in(ns: str, *args: str) -> None:
+    subprocess.run(["ip", "netns", "exec", ns, *args], check=True, capture_output=True, text=True, timeout=20)
+
+
+def _build(tag: str, made: list[str]) -> Lab:
+    lab = Lab(f"{tag}src", f"{tag}rtr", {h: f"{tag}s{h}" for h in SINKS})
+    for ns in (lab.source, lab.router, *lab.sinks.values()):
+        _ip("netns", "add", ns)
+        made.append(ns)
+        _ip("-n", ns, "link", "set", "lo", "up")
+    # the source's link to the router
+    _ip("link", "add", f"{tag}a1", "type", "veth", "peer", "name", f"{tag}b1")
+    _ip("link", "set", f"{tag}a1", "netns", lab.source)
+    _ip("link", "set", f"{tag}b1", "netns", lab.router)
+    _ip("-n", lab.source, "addr", "add", f"{SOURCE_NET}.1/24", "dev", f"{tag}a1")
+    _ip("-n", lab.router, "addr", "add", f"{SOURCE_NET}.{ROUTER}/24", "dev", f"{tag}b1")
+    _ip("-n", lab.source, "link", "set", f"{tag}a1", "up")
+    _ip("-n", lab.router, "link", "set", f"{tag}b1", "up")
+    _ip("-n", lab.source, "route", "add", "default", "via", f"{SOURCE_NET}.{ROUTER}")
+    _ip("-n", lab.source, "route", "add", "224.0.0.0/4", "dev", f"{tag}a1")
+    # the sinks' bridge (multicast flooded to every port)
+    br = f"{tag}br"
+    _ip("-n", lab.router, "link", "add", br, "type", "bridge", "mcast_snooping", "0")
+    _ip("-n", lab.router, "addr", "add", f"{SINK_NET}.{ROUTER}/24", "dev", br)
+    _ip("-n", lab.router, "link", "set", br, "up")
+    for h, ns in lab.sinks.items():
+        _ip("link", "add", f"{tag}a{h}", "type", "veth", "peer", "name", f"{tag}b{h}")
+        _ip("link", "set", f"{tag}a{h}", "netns", ns)
+        _ip("link", "set", f"{tag}b{h}", "netns", lab.router)
+        _ip("-n", ns, "addr", "add", f"{SINK_NET}.{h}/24", "dev", f"{tag}a{h}")
+        _ip("-n", ns, "link", "set", f"{tag}a{h}", "up")
+        _ip("-n", lab.router, "link", "set", f"{tag}b{h}", "master", br)
+        _ip("-n", lab.router, "link", "set", f"{tag}b{h}", "up")
+        _ip("-n", ns, "route", "add", "default", "via", f"{SINK_NET}.{ROUTER}")
+        _ip("-n", ns, "route", "add", "224.0.0.0/4", "dev", f"{tag}a{h}")
+    _in(lab.router, "sysctl", "-qw", "net.ipv4.ip_forward=1")  # the TCP control links
+    return lab
+
+
+@pytest.fixture
+def lab() -> Iterator[Lab]:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        skip_unless_strict("network namespaces need root and iproute2 (`ip netns`): the multicast test "
+                           "cannot run here (unicast UDP is tested on 127.0.0.1 in test_replication_udp)")
+    tag = f"cq{os.getpid() % 100000}"  # one per process: xdist workers apart
+    made: list[str] = []
+    try:
+        try:
+            built = _build(tag, made)
+        except (OSError, subprocess.SubprocessError) as e:
+            why = getattr(e, "stderr", None) or e
+            skip_unless_strict(f"cannot create network namespaces and veth pairs here ({why}): the "
+                               "multicast test cannot run")
+        yield built
+    finally:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+
+
+def _config(folder: Path, tls: bool) -> Path:
+    """The pre-shared key, or (`tls`) TLS alone: the group's key then travels inside TLS."""
+    (folder / "cluster.key").write_text(KEY + "\n")
+    auth, certs = "keyFile: cluster.key", dict.fromkeys((1, *SINKS), "")
+    if tls:
+        from tests.test_replication_tls import make_ca, make_cert
+
+        make_ca(folder, "ca")
+        for h in certs:
+            make_cert(folder, "ca", f"host{h}", f"{SOURCE_NET}.1" if h == 1 else f"{SINK_NET}.{h}")
+            certs[h] = f", tlsCertFile: host{h}.pem, tlsKeyFile: host{h}.key"
+        auth = "tlsCaFile: ca.pem"
+    lines = ["cluster: {", "  context: { heartbeatIntervalMs: 100, heartbeatTimeoutMs: 3000, "
+             f"baseSourcePath: source, {auth} }},",
+             f'  host1: {{ hostId: 1, connectUri: "{SOURCE_NET}.1:7001", udpInterface: {SOURCE_NET}.1'
+             f"{certs[1]} }},"]
+    lines += [f'  host{h}: {{ hostId: {h}, connectUri: "{SINK_NET}.{h}:7001", udpInterface: {SINK_NET}.{h}, '
+              f"baseSinkPath: sink{h}{certs[h]} }}," for h in SINKS]
+    lines += ["}", "queues: { queue1: { path: queue1, acknowledge: true, masterId: 1, "
+              f'rollCycle: TEST_SECONDLY, transport: udp, udpGroup: "{GROUP[0]}:{GROUP[1]}" }} }}']
+    path = folder / "cluster.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+FORGE = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(sys.argv[1]))
+head = bytes([1]) + (10**9).to_bytes(8, "big") + (0).to_bytes(8, "big") + (3).to_bytes(4, "big")
+s.sendto(head + bytes(200), (sys.argv[2], int(sys.argv[3])))  # a well-formed head, a wrong tag
+s.sendto(b"\\x01forged", (sys.argv[2], int(sys.argv[3])))
+"""
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_multicast_to_three_sinks_in_namespaces(tmp_path: Path, lab: Lab, tls: bool) -> None:
+    """Through the 1% lossy relay, 30,000 messages over several cycles, with the pre-shared key (the
+    group's key sealed under the session's) and with TLS alone (the group's key inside TLS, the
+    documents encrypted) on a zstd queue: its codec frame goes over each sink's TCP link and the
+    group's first datagram, which needs it, is not sent to the group but asked for by every sink."""
+    cfg = _config(tmp_path, tls)
+    relay = subprocess.Popen(
+        ["ip", "netns", "exec", lab.router, sys.executable, "-m", "tests.udp_relay", f"{GROUP[0]}:{GROUP[1]}",
+         f"{SOURCE_NET}.{ROUTER}", f"{SINK_NET}.{ROUTER}", "1", "0.01"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(), cwd=REPO)
+    hosts: list[Host] = []
+    try:
+        assert relay.stdout is not None and relay.stdout.readline().strip() == "relaying"
+        hosts.append(Host(cfg, 1, netns=lab.source))
+        hosts += [Host(cfg, h, netns=lab.sinks[h]) for h in SINKS]
+        with chronq.open(tmp_path / "source" / "queue1") as q:
+            if tls:
+                from chronq.codecs import Codec
+
+                q.appender(Codec("zstd")).write(b"first")  # the codec recorded with the first document
+            else:
+                q.appender().write(b"first")
+            wait_until(lambda: _caught_up(tmp_path, list(SINKS)), 30, "the sinks to join the group")
+            _write_across_cycles(q, 30_000, 2.5)
+        wait_until(lambda: _caught_up(tmp_path, list(SINKS)), 60, "the sinks to catch up")
+        time.sleep(0.3)  # status files of after the catch-up (written every heartbeat interval)
+        before = {h: read_status_file(status_file_path(cfg, h)).links[0].dropped for h in SINKS}
+        _in(lab.router, sys.executable, "-c", FORGE, f"{SINK_NET}.{ROUTER}", GROUP[0], str(GROUP[1]))
+        wait_until(lambda: all(read_status_file(status_file_path(cfg, h)).links[0].dropped >= before[h] + 2
+                               for h in SINKS), 10, "every sink to count the forged datagrams")
+        sinks = {h: read_status_file(status_file_path(cfg, h)).links[0] for h in SINKS}
+        sources = read_status_file(status_file_path(cfg, 1)).links
+    finally:
+        for host in hosts:
+            host.stop()
+        out, _ = relay.communicate("", timeout=20)
+    import json
+
+    counts = json.loads(out.splitlines()[-1])
+    for host in hosts:  # every session ran through: none refused or ended in an error
+        assert " ended: " not in host.text() and "refused" not in host.text(), host.text()
+    _check_equal(tmp_path, list(SINKS))
+    seen = counts["forwarded"] + counts["dropped"] - counts["duplicated"]  # what the source sent the group
+    assert counts["dropped"] > 0, counts
+    sent = [s.datagrams for s in sources]
+    assert len(sent) == 3 and all(s.transport == "udp" for s in sources)
+    # one send per datagram: the group saw as many as the busiest sink's session was sent (less the one
+    # that needed the codec frame, sent over TCP only), not three times as many
+    assert max(sent) - (1 if tls else 0) <= seen < sum(sent), (sent, counts)
+    assert sum(s.retransmitted for s in sinks.values()) > 0
+    assert all(s.datagrams > 0 for s in sinks.values())

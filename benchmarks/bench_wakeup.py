@@ -98,6 +98,8 @@ while not stop.is_set():
     looks += 1
     if kind == "timer":  # no queue at all: what a 1 ms timer alone costs here
         time.sleep(0.001)
+    elif kind == "tailer-wait":  # looks every max_wait (1 ms) in C; returns to Python every 0.5 s here
+        t.wait(0.5)
     elif t.read() is None:
         pauser.pause()
     else:
@@ -194,7 +196,8 @@ def idle(seconds: float, tmp: Path) -> None:
         print(f"\n## A reader waiting on an idle queue for {seconds:g} s (load {load()})\n")
         print("| reader | CPU, % of a core | doorbell rings/s | looks/s |\n|---|---:|---:|---:|")
         hz = os.sysconf("SC_CLK_TCK")
-        kinds = (("WakeupPauser (max_wait 1 ms, the default)", "wakeup:0.001"),
+        kinds = (("Tailer.wait (max_wait 1 ms, the looks in C)", "tailer-wait"),
+                 ("WakeupPauser (max_wait 1 ms, the default; each look a Python round trip)", "wakeup:0.001"),
                  ("WakeupPauser (max_wait 10 ms)", "wakeup:0.01"),
                  ("SleepingPauser (today's default)", "sleeping"),
                  ("a bare 1 ms timer loop, no queue (the floor of any 1 ms fallback)", "timer"))

@@ -36,6 +36,8 @@ import os
 import time
 from pathlib import Path
 
+from typing_extensions import Buffer
+
 from chronq import _native
 from chronq.errors import ChronqError
 from chronq.table import TableStore
@@ -111,6 +113,22 @@ class Doorbell:
             return False
         table, off = at
         return _native.doorbell_wait(table.buffer, off, seen & _SEQ, self._epoch, max(0.0, timeout))
+
+    def wait_watching(self, seen: int, timeout: float, max_wait: float,
+                      watches: tuple[tuple[Buffer, int, int, int], ...]) -> bool:
+        """As `wait`, for up to `timeout` seconds, but looking for appenders that do not ring without
+        returning to Python: every `max_wait` the C loop compares the `watches`, (buffer, offset, width
+        4 or 8, the value read before the caller's last look), words such an appender must change when
+        it publishes (`Tailer.wait` passes its cycle file's writePosition, the header at its position
+        and the listing's modCount). True once the doorbell rang or a watched word moved on (look
+        again), False on timeout. An idle reader thus costs one futex timeout per `max_wait`, not a
+        Python round trip."""
+        at = self._word()
+        if at is None:
+            return self.wait(seen, min(timeout, max_wait))  # no word: look every max_wait from Python
+        table, off = at
+        return _native.doorbell_watch(table.buffer, off, seen & _SEQ, self._epoch, max(0.0, timeout),
+                                      max_wait, watches)
 
     def ring(self) -> None:
         """Wake the sleepers (if any is armed): appenders do this after every publication; call it after

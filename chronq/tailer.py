@@ -481,7 +481,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             seen = bell.sequence()  # before the look: a publication after it rings
-            words = self._watch_words()  # likewise: an appender that does not ring changes one of them
+            words = self.watch_words()  # likewise: an appender that does not ring changes one of them
             if self._readable():
                 return True
             left = WAIT_FOREVER if deadline is None else deadline - time.monotonic()
@@ -492,13 +492,13 @@ class Tailer(_native.TailerCore[E], Generic[E]):
             else:
                 bell.wait_watching(seen, left, DEFAULT_MAX_WAIT, words)
 
-    def _watch_words(self) -> tuple[tuple[Buffer, int, int, int], ...] | None:
+    def watch_words(self) -> tuple[tuple[Buffer, int, int, int], ...] | None:
         """What an appender publishing the next excerpt this tailer would read changes even if it does
         not ring (Java, an older chronq, another host's copy), with their values now: the listing's
         modCount (a roll, a first cycle file), and in the cycle file read, its writePosition and the
         header at this tailer's position. None where that is not enough (no table store; a newer cycle
         listed than the one read, whose file is not readable yet): the caller then looks from Python
-        every `DEFAULT_MAX_WAIT`."""
+        every `DEFAULT_MAX_WAIT`. (Internal API: `Tailer.wait` and `WakeupPauser(watch=...)`.)"""
         table = self._queue.table
         mod_off = table.find(MOD_COUNT) if table is not None else None
         if table is None or mod_off is None or self.direction != Direction.FORWARD:

@@ -10,12 +10,15 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
 import chronq
 from chronq import _native
+from chronq.pausers import WATCH_LINGER, WakeupPauser
 from chronq.rollcycles import FixedClock
 from chronq.tailer import Tailer
 
@@ -175,3 +178,59 @@ def test_a_java_appender_ends_tailer_wait(tmp_path: Path) -> None:
         assert bell.sequence() == before  # nothing rang: the watched words woke the reader
         print(f"\n{looks[0]} looks for {n} Java messages")
         assert looks[0] <= 8 * n
+
+
+def test_a_pauser_watching_its_tailer_makes_the_idle_looks_in_c(tmp_path: Path) -> None:
+    """`WakeupPauser(watch=tailer)`: an idle pause returns every WATCH_LINGER, not every max_wait, and a
+    non-ringing appender in another process still ends it."""
+    with chronq.open(tmp_path) as q, chronq.open(tmp_path, readonly=True) as reader:
+        q.appender().write(b"first")
+        t = reader.tailer()
+        assert t.read() is not None
+        pauser = WakeupPauser(reader.doorbell, watch=t)
+        pauses = 0
+        seen = reader.doorbell.sequence()
+        for _ in range(4):  # the arming pause, then three that sleep until WATCH_LINGER
+            assert t.read() is None
+            pauser.pause()
+            pauses += 1
+        got: list[bytes] = []
+
+        def follow() -> None:
+            nonlocal pauses
+            while not got:
+                ex = t.read()
+                if ex is None:
+                    pauser.pause()
+                    pauses += 1
+                else:
+                    got.append(ex.bytes())
+
+        th = threading.Thread(target=follow, daemon=True)
+        start = time.monotonic()
+        th.start()
+        _append_without_ringing(tmp_path, b"second")
+        th.join(60)
+        took = time.monotonic() - start
+        assert got == [b"second"]
+        assert reader.doorbell.sequence() == seen  # found through a watched word
+        # a pause per WATCH_LINGER while the child started and one per change of a watched word (a
+        # bound 50 times below a pause per max_wait, whatever the start-up took)
+        assert pauses <= 4 + took / WATCH_LINGER + 8, (pauses, took)
+
+
+class Ping(Protocol):
+    def ping(self) -> None: ...
+
+
+class Pinged(Ping):
+    def ping(self) -> None:
+        pass
+
+
+def test_a_one_input_service_pauses_watching_its_tailer(tmp_path: Path) -> None:
+    from rpc.service import Service
+
+    with chronq.open(tmp_path / "in") as inp, chronq.open(tmp_path / "out") as out:
+        svc = Service(inp, out, lambda _out: Pinged(), 2, input_source_id=1)
+        assert isinstance(svc.pauser, WakeupPauser) and svc.pauser.watch is svc.tailer

@@ -23,7 +23,9 @@ the sequence is still `seen` (and the epoch unchanged). An appender publishes (a
 word: either it sees the waiter armed before that look, and rings; or that look sees what it published.
 
 Appenders that do not ring (Java, an older chronq, a copy written on another host) are seen by the
-sleeper's timeout: `chronq.pausers.WakeupPauser` and `Tailer.wait` never sleep longer than `max_wait`.
+sleeper's timeout: `chronq.pausers.WakeupPauser` and `Tailer.wait` never sleep longer than `max_wait`
+without looking. `wait_watching` makes those looks in C (it compares words such an appender must
+change), so an idle reader does not return to Python every `max_wait`.
 
 `CHRONQ_DOORBELL=0` in the environment turns ringing off (appenders neither ring nor look for the word;
 `ring()` does nothing): waiters then wake only on their timeouts. For A/B measurements.

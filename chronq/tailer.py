@@ -476,7 +476,8 @@ class Tailer(_native.TailerCore[E], Generic[E]):
     def wait(self, timeout: float | None = None) -> bool:
         """Sleep on the queue's doorbell until the next excerpt is readable (True) or `timeout` seconds
         pass (False; None waits for ever). Nothing is consumed: the next `read()` returns it. Looks at
-        least every `chronq.pausers.DEFAULT_MAX_WAIT` seconds (appenders that do not ring)."""
+        least every `chronq.pausers.DEFAULT_MAX_WAIT` seconds (appenders that do not ring), in C: it
+        compares `watch_words()` there and returns to Python only when something moved."""
         bell = self._queue.doorbell
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

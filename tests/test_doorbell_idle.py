@@ -234,3 +234,29 @@ def test_a_one_input_service_pauses_watching_its_tailer(tmp_path: Path) -> None:
     with chronq.open(tmp_path / "in") as inp, chronq.open(tmp_path / "out") as out:
         svc = Service(inp, out, lambda _out: Pinged(), 2, input_source_id=1)
         assert isinstance(svc.pauser, WakeupPauser) and svc.pauser.watch is svc.tailer
+
+
+class _Alarm(Exception):
+    pass
+
+
+def test_a_signal_handler_runs_during_a_wait_for_ever(tmp_path: Path) -> None:
+    """The C sleep runs Python's signal handlers between its futex sleeps: an exception raised by one
+    ends `wait(None)`, which would otherwise sleep for ever on an idle queue."""
+    import signal
+
+    def alarm(signum: int, frame: object) -> None:
+        raise _Alarm
+
+    with chronq.open(tmp_path) as q:
+        q.appender().write(b"first")
+        t = q.tailer()
+        assert t.read() is not None
+        old = signal.signal(signal.SIGALRM, alarm)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            with pytest.raises(_Alarm):
+                t.wait(None)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)

@@ -7,8 +7,10 @@
   (`WakeupPauser`), today's busy-spinning reader, and the C floor doing the same hand-off with a futex
   (latency_floor.c --futex) and spinning.
 - A reader waiting on an idle queue: its CPU time from /proc over `--idle-seconds`, and how often the
-  doorbell rang meanwhile (the sequence word: 0 while nothing is appended) beside its `max_wait` looks;
-  today's default SleepingPauser beside it.
+  doorbell rang meanwhile (the sequence word: 0 while nothing is appended) beside its returns to Python
+  ("looks"); `Tailer.wait` and a `WakeupPauser` watching its tailer (their `max_wait` looks made in C)
+  beside a `WakeupPauser` whose every look is a Python round trip, today's default SleepingPauser, and a
+  bare 1 ms timer loop.
 
 Run: ``python benchmarks/bench_wakeup.py [--n 1000000] [--latency-samples 100000] [--idle-seconds 10]``.
 The machine's load is printed with each table: on a shared machine the ratios are what to compare.
@@ -86,8 +88,9 @@ from chronq.doorbell import DOORBELL_KEY
 q = chronq.open(sys.argv[1], readonly=True)
 t = q.tailer().to_end()
 kind = sys.argv[2]
-if kind.startswith("wakeup"):
-    pauser = chronq.WakeupPauser(q.doorbell, max_wait=float(kind.split(":")[1]))
+if kind.startswith("wakeup"):  # wakeup-watch: the max_wait looks in C (the pauser watches the tailer)
+    pauser = chronq.WakeupPauser(q.doorbell, max_wait=float(kind.split(":")[1]),
+                                 watch=t if kind.startswith("wakeup-watch") else None)
 else:
     pauser = chronq.SleepingPauser()
 stop = threading.Event()
@@ -98,6 +101,8 @@ while not stop.is_set():
     looks += 1
     if kind == "timer":  # no queue at all: what a 1 ms timer alone costs here
         time.sleep(0.001)
+    elif kind == "tailer-wait":  # looks every max_wait (1 ms) in C; returns to Python every 0.5 s here
+        t.wait(0.5)
     elif t.read() is None:
         pauser.pause()
     else:
@@ -194,7 +199,9 @@ def idle(seconds: float, tmp: Path) -> None:
         print(f"\n## A reader waiting on an idle queue for {seconds:g} s (load {load()})\n")
         print("| reader | CPU, % of a core | doorbell rings/s | looks/s |\n|---|---:|---:|---:|")
         hz = os.sysconf("SC_CLK_TCK")
-        kinds = (("WakeupPauser (max_wait 1 ms, the default)", "wakeup:0.001"),
+        kinds = (("Tailer.wait (max_wait 1 ms, the looks in C)", "tailer-wait"),
+                 ("WakeupPauser(watch=tailer) (max_wait 1 ms, the looks in C)", "wakeup-watch:0.001"),
+                 ("WakeupPauser (max_wait 1 ms, the default; each look a Python round trip)", "wakeup:0.001"),
                  ("WakeupPauser (max_wait 10 ms)", "wakeup:0.01"),
                  ("SleepingPauser (today's default)", "sleeping"),
                  ("a bare 1 ms timer loop, no queue (the floor of any 1 ms fallback)", "timer"))

@@ -23,7 +23,9 @@ the sequence is still `seen` (and the epoch unchanged). An appender publishes (a
 word: either it sees the waiter armed before that look, and rings; or that look sees what it published.
 
 Appenders that do not ring (Java, an older chronq, a copy written on another host) are seen by the
-sleeper's timeout: `chronq.pausers.WakeupPauser` and `Tailer.wait` never sleep longer than `max_wait`.
+sleeper's timeout: `chronq.pausers.WakeupPauser` and `Tailer.wait` never sleep longer than `max_wait`
+without looking. `wait_watching` makes those looks in C (it compares words such an appender must
+change), so an idle reader does not return to Python every `max_wait`.
 
 `CHRONQ_DOORBELL=0` in the environment turns ringing off (appenders neither ring nor look for the word;
 `ring()` does nothing): waiters then wake only on their timeouts. For A/B measurements.
@@ -35,6 +37,8 @@ import contextlib
 import os
 import time
 from pathlib import Path
+
+from typing_extensions import Buffer
 
 from chronq import _native
 from chronq.errors import ChronqError
@@ -111,6 +115,22 @@ class Doorbell:
             return False
         table, off = at
         return _native.doorbell_wait(table.buffer, off, seen & _SEQ, self._epoch, max(0.0, timeout))
+
+    def wait_watching(self, seen: int, timeout: float, max_wait: float,
+                      watches: tuple[tuple[Buffer, int, int, int], ...]) -> bool:
+        """As `wait`, for up to `timeout` seconds, but looking for appenders that do not ring without
+        returning to Python: every `max_wait` the C loop compares the `watches`, (buffer, offset, width
+        4 or 8, the value read before the caller's last look), words such an appender must change when
+        it publishes (`Tailer.wait` passes its cycle file's writePosition, the header at its position
+        and the listing's modCount). True once the doorbell rang or a watched word moved on (look
+        again), False on timeout. An idle reader thus costs one futex timeout per `max_wait`, not a
+        Python round trip."""
+        at = self._word()
+        if at is None:
+            return self.wait(seen, min(timeout, max_wait))  # no word: look every max_wait from Python
+        table, off = at
+        return _native.doorbell_watch(table.buffer, off, seen & _SEQ, self._epoch, max(0.0, timeout),
+                                      max_wait, watches)
 
     def ring(self) -> None:
         """Wake the sleepers (if any is armed): appenders do this after every publication; call it after

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from typing_extensions import Buffer
 
 if TYPE_CHECKING:
     from chronq.doorbell import Doorbell
+    from chronq.tailer import Tailer
 
-__all__ = ["DEFAULT_MAX_WAIT", "BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "WakeupPauser",
-           "YieldingPauser"]
+__all__ = ["DEFAULT_MAX_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser",
+           "WakeupPauser", "YieldingPauser"]
 
 #: how long a reader sleeping on a doorbell sleeps at most before it looks anyway: what a queue's
 #: appenders that do not ring (Java, an older chronq, a copy from another host) can cost in latency
 DEFAULT_MAX_WAIT = 0.001
+#: how long one `WakeupPauser.pause()` given a tailer to `watch` sleeps at most while nothing moves (its
+#: `max_wait` looks are made in C meanwhile): how soon its owner's loop sees a stop flag
+WATCH_LINGER = 0.05
 
 
 class Pauser(Protocol):
@@ -124,16 +130,31 @@ class WakeupPauser:
     sequence without sleeping (the caller looks once more); each later pause sleeps only while the
     sequence is still the one read before the caller's last look, and reads it again on waking. With
     `spin` > 0 it first spins (yielding the CPU at each look) for that many seconds, as BackoffPauser.
+
+    `watch`, the tailer the owner reads the doorbell's queue with, makes the `max_wait` looks cheap: they
+    compare, in C and without returning to Python, the words an appender that does not ring must change
+    (`Tailer.wait`'s); `pause()` then returns when the doorbell rang, one of them moved, or after
+    `WATCH_LINGER` seconds (so its owner's loop sees a stop flag). Only for an owner that waits for
+    nothing but that tailer's next excerpt.
     """
 
-    def __init__(self, doorbell: Doorbell, *, max_wait: float = DEFAULT_MAX_WAIT, spin: float = 0.0) -> None:
+    def __init__(self, doorbell: Doorbell, *, max_wait: float = DEFAULT_MAX_WAIT, spin: float = 0.0,
+                 watch: Tailer[Any] | None = None) -> None:
         if not max_wait > 0:
             raise ValueError(f"max_wait must be positive, not {max_wait!r}")
         self.doorbell = doorbell
         self.max_wait = max_wait
         self.spin = spin
+        self.watch = watch
         self._since = 0.0
         self._seen: int | None = None
+        self._words: tuple[tuple[Buffer, int, int, int], ...] | None = None
+
+    def _arm(self) -> int:
+        """The sequence, and the watched words, read before the caller's next look."""
+        seen = self.doorbell.sequence()
+        self._words = None if self.watch is None else self.watch.watch_words()
+        return seen
 
     def next_wait(self) -> float:
         """0.0 while spinning (after a yield) and at the arming pause, then `max_wait`: for a caller that
@@ -146,15 +167,18 @@ class WakeupPauser:
                 os.sched_yield()
                 return 0.0
         if self._seen is None:
-            self._seen = self.doorbell.sequence()
+            self._seen = self._arm()
             return 0.0
         return self.max_wait
 
     def pause(self) -> None:
         if self.next_wait():
             assert self._seen is not None
-            self.doorbell.wait(self._seen, self.max_wait)
-            self._seen = self.doorbell.sequence()  # before the caller's next look
+            if self._words is None:
+                self.doorbell.wait(self._seen, self.max_wait)
+            else:
+                self.doorbell.wait_watching(self._seen, WATCH_LINGER, self.max_wait, self._words)
+            self._seen = self._arm()  # before the caller's next look
 
     def reset(self) -> None:
         self._since = 0.0

@@ -16,7 +16,7 @@ from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
 from chronq.pausers import DEFAULT_MAX_WAIT, Pauser, SleepingPauser
 from chronq.store import load32, load64, process_alive
-from chronq.table import UNLOCKED, tailer_index_key, tailer_lock_key, tailer_version_key
+from chronq.table import MOD_COUNT, UNLOCKED, tailer_index_key, tailer_lock_key, tailer_version_key
 
 if TYPE_CHECKING:
     from chronq.queue import CycleFile, Queue
@@ -67,6 +67,8 @@ E = TypeVar("E", bound=ExcerptLike, covariant=True, default=Excerpt)
 #: how long a replicated named tailer waits for its `index.NAME.lock` held by a live process (Java:
 #: 1.5 x the queue's 10 s timeout) before raising QueueLockedError
 REPLICATED_LOCK_TIMEOUT = 15.0
+#: `Tailer.wait(None)`'s bound on one sleep in C (it sleeps again after): about 31 years
+WAIT_FOREVER = 1e9
 
 
 class Direction(enum.IntEnum):
@@ -474,19 +476,48 @@ class Tailer(_native.TailerCore[E], Generic[E]):
     def wait(self, timeout: float | None = None) -> bool:
         """Sleep on the queue's doorbell until the next excerpt is readable (True) or `timeout` seconds
         pass (False; None waits for ever). Nothing is consumed: the next `read()` returns it. Looks at
-        least every `chronq.pausers.DEFAULT_MAX_WAIT` seconds (appenders that do not ring)."""
+        least every `chronq.pausers.DEFAULT_MAX_WAIT` seconds (appenders that do not ring), in C: it
+        compares `watch_words()` there and returns to Python only when something moved."""
         bell = self._queue.doorbell
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             seen = bell.sequence()  # before the look: a publication after it rings
+            words = self.watch_words()  # likewise: an appender that does not ring changes one of them
             if self._readable():
                 return True
-            left = DEFAULT_MAX_WAIT
-            if deadline is not None:
-                left = min(left, deadline - time.monotonic())
+            left = WAIT_FOREVER if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 return False
-            bell.wait(seen, left)
+            if words is None:
+                bell.wait(seen, min(left, DEFAULT_MAX_WAIT))
+            else:
+                bell.wait_watching(seen, left, DEFAULT_MAX_WAIT, words)
+
+    def watch_words(self) -> tuple[tuple[Buffer, int, int, int], ...] | None:
+        """What an appender publishing the next excerpt this tailer would read changes even if it does
+        not ring (Java, an older chronq, another host's copy), with their values now: the listing's
+        modCount (a roll, a first cycle file), and in the cycle file read, its writePosition and the
+        header at this tailer's position. None where that is not enough (no table store; a newer cycle
+        listed than the one read, whose file is not readable yet): the caller then looks from Python
+        every `DEFAULT_MAX_WAIT`. (Internal API: `Tailer.wait` and `WakeupPauser(watch=...)`.)"""
+        table = self._queue.table
+        mod_off = table.find(MOD_COUNT) if table is not None else None
+        if table is None or mod_off is None or self.direction != Direction.FORWARD:
+            return None
+        tbuf = table.buffer
+        words: list[tuple[Buffer, int, int, int]] = [(tbuf, mod_off, 8, load64(tbuf, mod_off))]
+        cf = self._file
+        if cf is None or self._map is None:
+            return None if self._queue.cycles() else tuple(words)
+        if self._queue.next_cycle_after(self._cycle) is not None:
+            return None
+        buf, size, wp_off, pos = cf.map, cf.map.size, cf.layout.write_position_offset, self._pos
+        if wp_off < 0 or wp_off > size - 8:
+            return None
+        words.append((buf, wp_off, 8, load64(buf, wp_off)))
+        if 0 <= pos <= size - 4:
+            words.append((buf, pos, 4, load32(buf, pos)))
+        return tuple(words)
 
     def _readable(self) -> bool:
         """Whether `read()` would return an excerpt now; the tailer stays where it is (except that

@@ -386,8 +386,11 @@ class Service:
         self.reader = self.inputs[0].reader
         # idle, the service sleeps on its (first) input queue's doorbell: no CPU while nothing comes,
         # woken by the appender of the next message there; it looks at least every `max_wait` for
-        # appenders that do not ring (Java's) and for its other inputs
-        self.pauser: Pauser = pauser or WakeupPauser(self.input.doorbell)
+        # appenders that do not ring (Java's) and for its other inputs; a service with nothing else to
+        # look for (one input, no standby output, no timed snapshots) makes those looks in C (`watch`)
+        simple = len(self.inputs) == 1 and not standby and snapshot_interval is None
+        self.pauser: Pauser = pauser or WakeupPauser(self.input.doorbell,
+                                                     watch=self.tailer if simple else None)
         self.batch = batch
         self.on_dead_letter = on_dead_letter or _log_dead_letter
         self.stop_on_poison = stop_on_poison

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <string.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -218,4 +219,131 @@ PyObject *doorbell_py_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     }
     PyBuffer_Release(&view);
     return PyBool_FromLong(rung);
+}
+
+/* -------------------------------------------------------------------------- sleeping with watched words */
+
+/* a word an appender that does not ring must change when it publishes (a cycle file's writePosition,
+ * the header at the reader's position, the listing's modCount), with its value before the caller's look */
+typedef struct {
+    Py_buffer view;
+    const char *at;
+    int width;
+    uint64_t expected;
+} Watched;
+
+static uint64_t load_watched(const Watched *w) {
+    if (w->width == 4) {
+        if (!((uintptr_t)w->at & 3)) return __atomic_load_n((const uint32_t *)w->at, __ATOMIC_ACQUIRE);
+        uint32_t v;
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        memcpy(&v, (const void *)w->at, 4); /* a 4.x file's headers need not be aligned */
+        return v;
+    }
+    if (!((uintptr_t)w->at & 7)) return __atomic_load_n((const uint64_t *)w->at, __ATOMIC_ACQUIRE);
+    uint64_t v;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    memcpy(&v, (const void *)w->at, 8);
+    return v;
+}
+
+#define WATCH_MAX 8
+#define SIGNAL_EVERY 0.1 /* seconds asleep between two runs of Python's signal handlers at most */
+
+/* doorbell_watch(buf, off, seen, epoch, timeout, max_wait, watches): as doorbell_wait, but without
+ * returning to Python every max_wait: sleeps on the doorbell for up to max_wait at a time and, on each
+ * timeout, compares the watched words, `watches` a tuple of (buffer, offset, width 4|8, expected value
+ * read before the caller's last look). True once the doorbell rang or a watched word moved on, False
+ * when `timeout` ran out. Python's signal handlers run between sleeps (at least every 0.1 s). */
+PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs_is("doorbell_watch", nargs, 7) < 0) return NULL;
+    unsigned long long seen = PyLong_AsUnsignedLongLong(args[2]);
+    if (seen == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    if (seen > DOORBELL_SEQ_MASK) {
+        PyErr_SetString(PyExc_OverflowError, "a doorbell sequence is 32 bits");
+        return NULL;
+    }
+    long long epoch = PyLong_AsLongLong(args[3]);
+    if (epoch == -1 && PyErr_Occurred()) return NULL;
+    double timeout = PyFloat_AsDouble(args[4]);
+    if (timeout == -1.0 && PyErr_Occurred()) return NULL;
+    if (!(timeout >= 0.0) || timeout > 1e9) {
+        PyErr_Format(PyExc_ValueError, "doorbell wait timeout must be between 0 and 1e9 seconds, not %g", timeout);
+        return NULL;
+    }
+    double max_wait = PyFloat_AsDouble(args[5]);
+    if (max_wait == -1.0 && PyErr_Occurred()) return NULL;
+    if (!(max_wait > 0.0) || max_wait > 1e9) {
+        PyErr_Format(PyExc_ValueError, "doorbell max_wait must be positive and at most 1e9 seconds, not %g", max_wait);
+        return NULL;
+    }
+    if (!PyTuple_Check(args[6]) || PyTuple_GET_SIZE(args[6]) > WATCH_MAX) {
+        PyErr_Format(PyExc_TypeError, "doorbell_watch() watches must be a tuple of at most %d (buffer, offset, width, "
+                     "value)", WATCH_MAX);
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(args[6]), held = 0;
+    Watched ws[WATCH_MAX];
+    PyObject *result = NULL;
+    Py_buffer view; /* held while asleep: no mapping can be closed under us */
+    uint64_t *w = word_at(args, &view, 0);
+    if (!w) return NULL;
+    for (; held < n; held++) {
+        PyObject *t = PyTuple_GET_ITEM(args[6], held);
+        PyObject *obj;
+        Py_ssize_t off;
+        int width;
+        unsigned long long expected;
+        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "OniK;doorbell_watch() watches are (buffer, offset, width, value)",
+                                                   &obj, &off, &width, &expected)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "doorbell_watch() watches are (buffer, offset, width, value)");
+            goto done;
+        }
+        if (width != 4 && width != 8) {
+            PyErr_Format(PyExc_ValueError, "a watched word is 4 or 8 bytes wide, not %d", width);
+            goto done;
+        }
+        if (PyObject_GetBuffer(obj, &ws[held].view, PyBUF_SIMPLE) < 0) goto done;
+        if (off < 0 || off > ws[held].view.len - width) {
+            PyErr_Format(PyExc_ValueError, "watched offset %zd is outside the buffer (%zd bytes)", off,
+                         ws[held].view.len);
+            PyBuffer_Release(&ws[held].view);
+            goto done;
+        }
+        ws[held].at = (const char *)ws[held].view.buf + off;
+        ws[held].width = width;
+        ws[held].expected = width == 4 ? (expected & 0xFFFFFFFFull) : expected;
+    }
+    double deadline = now_s() + timeout;
+    int moved = 0;
+    for (;;) {
+        double start = now_s(), left = deadline - start;
+        double until = left < SIGNAL_EVERY ? deadline : start + SIGNAL_EVERY;
+        Py_BEGIN_ALLOW_THREADS
+        for (;;) {
+            uint64_t v = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+            if ((v & DOORBELL_SEQ_MASK) != seen || (epoch >= 0 && EPOCH(v) != epoch)) {
+                moved = 1;
+                break;
+            }
+            for (Py_ssize_t i = 0; i < n && !moved; i++) moved = load_watched(&ws[i]) != ws[i].expected;
+            if (moved) break;
+            double l = until - now_s();
+            if (l <= 0) break;
+            if (l > max_wait) l = max_wait;
+            struct timespec ts = {(time_t)l, (long)((l - (double)(time_t)l) * 1e9)};
+            if (syscall(SYS_futex, seq_word(w), FUTEX_WAIT, (uint32_t)seen, &ts, NULL, 0) != 0 && errno == EINTR)
+                break; /* a signal: let Python's handlers run */
+        }
+        Py_END_ALLOW_THREADS
+        if (moved) break;
+        if (PyErr_CheckSignals() < 0) goto done;
+        if (now_s() >= deadline) break;
+    }
+    result = PyBool_FromLong(moved);
+done:
+    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&ws[i].view);
+    PyBuffer_Release(&view);
+    return result;
 }

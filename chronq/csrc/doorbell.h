@@ -51,6 +51,7 @@ PyObject *doorbell_py_arm(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 PyObject *doorbell_py_disarm(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 PyObject *doorbell_py_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 PyObject *doorbell_py_ring(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
+PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 
 #define DOORBELL_METHODS                                                                                   \
     {"doorbell_arm", (PyCFunction)(void (*)(void))doorbell_py_arm, METH_FASTCALL,                          \
@@ -60,6 +61,8 @@ PyObject *doorbell_py_ring(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     {"doorbell_wait", (PyCFunction)(void (*)(void))doorbell_py_wait, METH_FASTCALL,                        \
      "doorbell_wait(buf, off, seen, epoch, timeout) -> bool (True: rung)"},                                \
     {"doorbell_ring", (PyCFunction)(void (*)(void))doorbell_py_ring, METH_FASTCALL,                        \
-     "doorbell_ring(buf, off) -> None"},
+     "doorbell_ring(buf, off) -> None"},                                                                   \
+    {"doorbell_watch", (PyCFunction)(void (*)(void))doorbell_py_watch, METH_FASTCALL,                      \
+     "doorbell_watch(buf, off, seen, epoch, timeout, max_wait, watches) -> bool (True: rung or a watched word moved)"},
 
 #endif

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import keyword
 import struct
 import uuid
 from decimal import Decimal
@@ -253,7 +254,11 @@ FIELD_TYPES: dict[Any, st.SearchStrategy[Any]] = {
     Side: st.sampled_from(Side),
 }
 field_specs = st.lists(
-    st.tuples(st.from_regex(r"[a-z][a-zA-Z0-9_]{0,12}", fullmatch=True), st.sampled_from(list(FIELD_TYPES))),
+    st.tuples(
+        # a field name is a Python identifier: attrs and dataclasses compile code naming it
+        st.from_regex(r"[a-z][a-zA-Z0-9_]{0,12}", fullmatch=True).filter(lambda n: not keyword.iskeyword(n)),
+        st.sampled_from(list(FIELD_TYPES)),
+    ),
     min_size=1,
     max_size=6,
     unique_by=lambda t: t[0],

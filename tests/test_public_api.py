@@ -57,7 +57,8 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": [
-        "DEFAULT_MAX_WAIT", "BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser", "WakeupPauser",
+        "DEFAULT_MAX_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser",
+        "WakeupPauser",
         "YieldingPauser",
     ],
     "chronq.plugins": ["LoadError", "entry_point", "entry_points", "load_object"],

@@ -18,7 +18,6 @@ positions of the two newest snapshots, so that the fallback to the previous one 
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import threading
@@ -365,10 +364,7 @@ class Service:
         self.output = output
         self.source_id = source_id
         self.standby = standby
-        # the one appender every output and record of the service goes through (the output's lock is
-        # the service's: a second appender in another thread would wait on it inside `poll`'s block)
-        self._appender: Appender | None = None if standby else output.appender()
-        self.out = Output(self._appender, source_id)
+        self.out = Output(None if standby else output.appender(), source_id)
         self.handler = handler_factory(self.out)
         self.inputs: list[_Input] = []
         for sid, q in pairs:
@@ -668,8 +664,7 @@ class Service:
     # -- the service log ------------------------------------------------------------------------------
     def _service_log(self) -> ServiceLog:
         if self._log is None:
-            appender = self._appender or self.output.appender()
-            self._log = writer(_Sink(appender.write_meta), ServiceLog, source_id=0)
+            self._log = writer(_Sink(self.output.appender().write_meta), ServiceLog, source_id=0)
         return self._log
 
     def _mark_all(self) -> None:
@@ -702,27 +697,22 @@ class Service:
             return self._replay()
         if not self.out.enabled:
             self._go_live()
-        # Everything one poll writes (each message's outputs, the records of how far) is published
-        # together or not at all: a process killed between two outputs of one message must not leave
-        # the first, which a restart would take for the message's whole answer.
-        appender = self._appender
-        with appender.atomic() if appender is not None else contextlib.nullcontext():
-            if len(self.inputs) == 1:
-                inp, out = self.inputs[0], self.out
-                written = out.written
-                got = inp.reader.read_many(self.batch) if self.batch > 1 else int(inp.reader.read_one())
-                if not got:
-                    inp.behind_since = None  # caught up
-                else:
-                    # one message that wrote: its output's history reflects it (a batch: maybe not its last)
-                    self._run = None if got == 1 and out.written != written else inp
+        if len(self.inputs) == 1:
+            inp, out = self.inputs[0], self.out
+            written = out.written
+            got = inp.reader.read_many(self.batch) if self.batch > 1 else int(inp.reader.read_one())
+            if not got:
+                inp.behind_since = None  # caught up
             else:
-                got = self._poll_several()
-            if not got and self._run is not None:
-                self._mark_all()  # idle: record how far, so that a standby and the status can see it
+                # one message that wrote: its output's history reflects it (a batch: maybe not its last)
+                self._run = None if got == 1 and out.written != written else inp
+        else:
+            got = self._poll_several()
         if got:
             self.processed += got
             self._since_snapshot += got
+        elif self._run is not None:
+            self._mark_all()  # idle: record how far, so that a standby and the status can see it
         if self._snapshot_due():
             self.snapshot()
         return bool(got)
@@ -850,8 +840,7 @@ class Service:
                 raise ChronqError(f"{self._by_source[sid].queue.path}: the output reflects index "
                                   f"{through:#x} of source {sid}, which this input does not have")
         self.standby = False
-        self._appender = self.output.appender()
-        self.out._write = self._appender.write
+        self.out._write = self.output.appender().write
         self._go_live()
 
     # -- status ---------------------------------------------------------------------------------------

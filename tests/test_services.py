@@ -30,7 +30,7 @@ import rpc
 from chronq.retention import Policy, holds, retain
 from chronq.rollcycles import FixedClock
 from rpc.aio import AsyncMethodReader
-from tests.service_support import SERVICE_ID, Events, State, Summer, Totals, model, payloads, reflected
+from tests.service_support import SERVICE_ID, Events, State, Summer, model, payloads, reflected
 from wire import WireError
 from wire import binary as _binary
 
@@ -152,47 +152,6 @@ def _kill_loop(tmp_path: Path, kills: int) -> None:
         finally:
             _end(p)
         _check(out, ins)
-
-
-_TWICE_CHILD = """
-import sys
-from pathlib import Path
-import chronq, rpc
-from tests.service_support import Twice
-d = Path(sys.argv[1])
-with chronq.open(d / "in", source_id=3) as q, chronq.open(d / "out", source_id=9) as out:
-    rpc.Service(q, out, Twice, 9, start=rpc.Start.ALL).run(until_idle=True)
-"""
-
-
-def test_a_service_killed_between_two_outputs_of_one_message_answers_it_whole_after_restart(
-    tmp_path: Path,
-) -> None:
-    """A message's outputs are published together: a kill between the two answers of message 5 leaves
-    neither, so the restart answers message 5 again, whole (before: its first answer alone survived
-    and the restart took message 5 for answered)."""
-    from tests.service_support import Twice
-
-    with chronq.open(tmp_path / "in", source_id=3) as q:
-        w = rpc.writer(q, Events)
-        for i in range(9):
-            w.add("kill" if i == 5 else "k", i)
-    child = subprocess.run([sys.executable, "-c", _TWICE_CHILD, str(tmp_path)], cwd=ROOT,
-                           env={**ENV, "KILL_BETWEEN": "1"}, capture_output=True, text=True, timeout=120)
-    assert child.returncode == -signal.SIGKILL, child.stderr
-    with chronq.open(tmp_path / "in", source_id=3) as q, chronq.open(tmp_path / "out", source_id=9) as out:
-        with pytest.warns(UserWarning, match="took over the write lock held by dead process"):
-            rpc.Service(q, out, Twice, 9).run(until_idle=True)  # Start.MISSED: the kill held the lock
-        found: list[tuple[int, int]] = []
-
-        class Got(Totals):
-            def total(self, key: str, value: int, count: int) -> None:
-                found.append((value, count))
-
-        reader = rpc.MethodReader(out.tailer(), Got())
-        while reader.read_one():
-            pass
-    assert found == [(i, n) for i in range(9) for n in (1, 2)]
 
 
 def test_service_killed_with_sigkill_reflects_every_input_once(tmp_path: Path) -> None:

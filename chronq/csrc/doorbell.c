@@ -176,6 +176,11 @@ static double now_s(void) {
 
 /* doorbell_wait(buf, off, seen, epoch, timeout): sleep while the sequence is `seen` (and, epoch >= 0,
  * the epoch is `epoch`) for at most `timeout` seconds. True once either moved on, False on timeout. */
+/* ValueError naming the argument's value as Python prints it (PyErr_Format has no %g: 3.12+ refuse it) */
+static void raise_bad_seconds(const char *what, PyObject *value) {
+    PyErr_Format(PyExc_ValueError, "%s, not %R", what, value);
+}
+
 PyObject *doorbell_py_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs_is("doorbell_wait", nargs, 5) < 0) return NULL;
     unsigned long long seen = PyLong_AsUnsignedLongLong(args[2]);
@@ -189,7 +194,7 @@ PyObject *doorbell_py_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     double timeout = PyFloat_AsDouble(args[4]);
     if (timeout == -1.0 && PyErr_Occurred()) return NULL;
     if (!(timeout >= 0.0) || timeout > 1e9) {
-        PyErr_Format(PyExc_ValueError, "doorbell wait timeout must be between 0 and 1e9 seconds, not %g", timeout);
+        raise_bad_seconds("doorbell wait timeout must be between 0 and 1e9 seconds", args[4]);
         return NULL;
     }
     Py_buffer view; /* held while asleep: the mapping cannot be closed under us */
@@ -268,13 +273,13 @@ PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     double timeout = PyFloat_AsDouble(args[4]);
     if (timeout == -1.0 && PyErr_Occurred()) return NULL;
     if (!(timeout >= 0.0) || timeout > 1e9) {
-        PyErr_Format(PyExc_ValueError, "doorbell wait timeout must be between 0 and 1e9 seconds, not %g", timeout);
+        raise_bad_seconds("doorbell wait timeout must be between 0 and 1e9 seconds", args[4]);
         return NULL;
     }
     double max_wait = PyFloat_AsDouble(args[5]);
     if (max_wait == -1.0 && PyErr_Occurred()) return NULL;
     if (!(max_wait > 0.0) || max_wait > 1e9) {
-        PyErr_Format(PyExc_ValueError, "doorbell max_wait must be positive and at most 1e9 seconds, not %g", max_wait);
+        raise_bad_seconds("doorbell max_wait must be positive and at most 1e9 seconds", args[5]);
         return NULL;
     }
     if (!PyTuple_Check(args[6]) || PyTuple_GET_SIZE(args[6]) > WATCH_MAX) {

@@ -167,7 +167,6 @@ def _file_records(buf: mmap.mmap, f: _File) -> Iterator[dict[str, Any]]:
         rc = by_format(f.roll.format, f.roll.length_ms, layout.index_count, layout.index_spacing)
         try:
             cycle = rc.parse_file_name(f.path.name)
-            rc.to_index(cycle, 0)
         except ValueError:  # not one of the cycle's names, or a cycle its indexes cannot hold
             cycle = None
     docs = documents(buf, pos, aligned=aligned, file=str(f.path))

@@ -254,11 +254,19 @@ class RollCycle:
         return self.file_stem(cycle, epoch) + ".cq4"
 
     def parse_file_name(self, name: str, epoch: int = 0) -> int:
-        """Cycle of a cycle file name (with or without `.cq4`); ValueError if it is not one of ours."""
+        """Cycle of a cycle file name (with or without `.cq4`); ValueError if it is not one of ours.
+
+        A name that formats a time before the epoch, or a cycle too large for this roll cycle's
+        indexes, is not one of ours either: no appender could have written it, and the queue's
+        index arithmetic could not name its excerpts.
+        """
         stem = name.removesuffix(".cq4")
         cycle = (_parse(self.format, stem) - self._name_epoch(epoch)) // self.length_ms
         for candidate in (cycle, cycle + 1):
             if self.file_stem(candidate, epoch) == stem:
+                if not 0 <= candidate < 1 << (63 - self.cycle_shift):
+                    raise ValueError(f"file name {name!r} names cycle {candidate}, outside the indexes of "
+                                     f"roll cycle {self.name}")
                 return candidate
         raise ValueError(f"file name {name!r} is not a cycle start of roll cycle {self.name}")
 

@@ -126,7 +126,11 @@ def test_file_name_round_trip(rc: RollCycle, millis: int, epoch: int) -> None:
     for e in (0, epoch):
         cycle = rc.cycle_at(max(millis, rc.epoch(e)), e)
         name = rc.file_name(cycle, e)
-        assert rc.parse_file_name(name, e) == cycle
+        if cycle >= 1 << (63 - rc.cycle_shift):  # a date the roll cycle names but its indexes cannot hold
+            with pytest.raises(ValueError, match="outside the indexes"):
+                rc.parse_file_name(name, e)
+        else:
+            assert rc.parse_file_name(name, e) == cycle
         assert rc.cycle_start(cycle, e) <= max(millis, rc.epoch(e)) < rc.cycle_end(cycle, e)
 
 
@@ -234,3 +238,30 @@ def test_xlarge_daily_files_of_before_5_24_keep_their_split(tmp_path: Path) -> N
         t.direction = chronq.Direction.BACKWARD
         t.to_end()
         assert [ex.index for ex in iter(t.read, None)] == written[::-1]
+
+
+def test_a_file_named_before_the_epoch_is_not_a_cycle_of_the_queue(tmp_path: Path) -> None:
+    """A name that formats a time before 1970 (or a cycle too large for the indexes) is no cycle of the
+    queue's: no appender could have written it, so the listing leaves it out like a foreign file and the
+    whole-queue questions answer from the real cycles (found by the table-store fuzzer, where a damaged
+    roll format parsed a file name to cycle -1023476520 and `last_index` raised ValueError)."""
+    rc = ROLL_CYCLES["MINUTELY"]
+    with chronq.open(tmp_path, rc, clock=FixedClock(VECTOR_TIME)) as q:
+        q.appender().write(b"one")
+        real = q.last_index
+        name = rc.file_name(q.roll_cycle.cycle_at(VECTOR_TIME))
+    assert name == "20240115-1000.cq4"
+    (tmp_path / rc.file_name(-5)).write_bytes((tmp_path / name).read_bytes())
+    with pytest.raises(ValueError, match="names cycle -5, outside the indexes"):
+        rc.parse_file_name(rc.file_name(-5))
+    too_large = 1 << (63 - rc.cycle_shift)
+    with pytest.raises(ValueError, match=f"names cycle {too_large}, outside the indexes"):
+        rc.parse_file_name(rc.file_name(too_large))
+    with chronq.open(tmp_path, readonly=True) as q:
+        assert q.fresh_cycles() == [rc.cycle_at(VECTOR_TIME)]
+        assert q.first_index == q.last_index == real
+        t = q.tailer()
+        t.direction = chronq.Direction.BACKWARD
+        t.to_end()
+        got = t.read()
+        assert got is not None and bytes(got.payload) == b"one"

@@ -489,9 +489,14 @@ class Tailer(_native.TailerCore[E], Generic[E]):
             if left <= 0:
                 return False
             if words is None:
-                bell.wait(seen, min(left, DEFAULT_MAX_WAIT))
+                rung = bell.wait(seen, min(left, DEFAULT_MAX_WAIT))
             else:
-                bell.wait_watching(seen, left, DEFAULT_MAX_WAIT, words)
+                rung = bell.wait_watching(seen, left, DEFAULT_MAX_WAIT, words)
+            # woken by the publication of the next excerpt (the usual case): say so at once, without
+            # arming again and reading the watched words first (several microseconds of Python on every
+            # wake-up's path); a ring for something else arms and looks again above
+            if rung and self._readable():
+                return True
 
     def watch_words(self) -> tuple[tuple[Buffer, int, int, int], ...] | None:
         """What an appender publishing the next excerpt this tailer would read changes even if it does

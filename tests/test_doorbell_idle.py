@@ -21,6 +21,7 @@ from chronq import _native
 from chronq.pausers import WATCH_LINGER, WakeupPauser
 from chronq.rollcycles import FixedClock
 from chronq.tailer import Tailer
+from tests.replication_support import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY = 86_400_000
@@ -260,3 +261,41 @@ def test_a_signal_handler_runs_during_a_wait_for_ever(tmp_path: Path) -> None:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
+
+
+def test_a_wait_woken_by_the_next_excerpt_returns_without_arming_again(tmp_path: Path) -> None:
+    """The usual wake-up (the next excerpt's publication rang) returns after one look: no second arming
+    and reading of the watched words on the wake-up's path. A ring for something else (nothing new to
+    read) arms again and goes back to sleep."""
+    with chronq.open(tmp_path) as q, chronq.open(tmp_path, readonly=True) as reader:
+        a = q.appender()
+        a.write(b"first")
+        t = reader.tailer()
+        assert t.read() is not None
+        arms = [0]
+        sequence = reader.doorbell.sequence
+
+        def counted() -> int:
+            arms[0] += 1
+            return sequence()
+
+        reader.doorbell.sequence = counted  # type: ignore[method-assign]
+        looks = _count_looks(t)
+        th, result = _wait_in_thread(t, 60)
+        wait_until(lambda: looks[0] == 1, 30, "the first look")
+        a.write(b"second")
+        th.join(60)
+        assert result == [True] and arms[0] == 1 and looks[0] == 2
+        ex = t.read()
+        assert ex is not None and ex.bytes() == b"second"
+
+        arms[0] = looks[0] = 0
+        th, result = _wait_in_thread(t, 60)
+        wait_until(lambda: looks[0] == 1, 30, "the first look")
+        q.doorbell.ring()  # nothing new: the sleeper looks, arms again and sleeps
+        wait_until(lambda: looks[0] == 3, 30, "the looks after the ring")
+        a.write(b"third")
+        th.join(60)
+        assert result == [True] and arms[0] == 2
+        ex = t.read()
+        assert ex is not None and ex.bytes() == b"third"

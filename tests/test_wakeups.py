@@ -14,10 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import chronq
 import rpc
 from chronq.pausers import WakeupPauser
 from chronq.replication import ReplicatedQueue, last_acknowledged_index
+from chronq.replication.status import Role
 from rpc.aio import AsyncMethodReader
 from tests.procs.qhelp import REPO, child_env
 from tests.replication_support import Host, last_index, wait_until, write_config
@@ -168,8 +171,28 @@ def test_a_sleeping_source_link_idles_on_the_doorbell_and_delivers(tmp_path: Pat
         assert source.stop() == 0
 
 
+@pytest.mark.parametrize("acknowledge", [False, True])
+def test_a_source_link_watches_its_socket_only_where_a_writer_waits_for_acknowledgements(
+        tmp_path: Path, acknowledge: bool) -> None:
+    """A thread watching the link's socket wakes the sleeping source for each frame of its sink, at the
+    cost of a GIL hand-off on every wake-up; only an `acknowledge` queue (a writer waits for the Ack)
+    has one. Without it the source still takes the sink's Acks (at each wake-up and look)."""
+    config = sleeping_links(write_config(tmp_path, hosts=2, acknowledge=acknowledge))
+    with ReplicatedQueue(config, 1) as src, ReplicatedQueue(config, 2), \
+            chronq.open(src.source_path("queue1")) as q:
+        a = q.appender()
+        for i in range(3):
+            index = a.write(b"excerpt %d" % i)
+            wait_until(lambda: any(s.role is Role.SOURCE and s.acknowledged_index == index  # noqa: B023
+                                   for s in src.status()), 30, f"the sink's acknowledgement of {i}")
+        watchers = [t for t in threading.enumerate() if t.name == "chronq-repl-acks"]
+        assert len(watchers) == (1 if acknowledge else 0)
+
+
 WAIT_ACK = """
 import sys
+import pytest
+
 import chronq
 from chronq.pausers import WakeupPauser
 from chronq.replication import wait_acknowledged

@@ -116,6 +116,15 @@ class Doorbell:
         table, off = at
         return _native.doorbell_wait(table.buffer, off, seen & _SEQ, self._epoch, max(0.0, timeout))
 
+    def rung_since(self, seen: int) -> bool:
+        """Whether the doorbell rang since `sequence()` returned `seen` (one load): after a wait that
+        returned True, tells a ring from a watched word that moved (`wait_watching`)."""
+        at = self._word()
+        if at is None:
+            return False
+        table, off = at
+        return _native.load64(table.buffer, off) & _SEQ != seen & _SEQ
+
     def wait_watching(self, seen: int, timeout: float, max_wait: float,
                       watches: tuple[tuple[Buffer, int, int, int], ...]) -> bool:
         """As `wait`, for up to `timeout` seconds, but looking for appenders that do not ring without

@@ -492,10 +492,11 @@ class Tailer(_native.TailerCore[E], Generic[E]):
                 rung = bell.wait(seen, min(left, DEFAULT_MAX_WAIT))
             else:
                 rung = bell.wait_watching(seen, left, DEFAULT_MAX_WAIT, words)
-            # woken by the publication of the next excerpt (the usual case): say so at once, without
+            # rung by the publication of the next excerpt (the usual case): say so at once, without
             # arming again and reading the watched words first (several microseconds of Python on every
-            # wake-up's path); a ring for something else arms and looks again above
-            if rung and self._readable():
+            # wake-up's path); a ring for something else, or a watched word that moved, arms and looks
+            # again above
+            if rung and bell.rung_since(seen) and self._readable():
                 return True
 
     def watch_words(self) -> tuple[tuple[Buffer, int, int, int], ...] | None:

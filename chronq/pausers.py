@@ -126,9 +126,11 @@ class WakeupPauser:
     publishes, and after at most `max_wait` seconds in any case (appenders that do not ring). An idle
     reader costs no CPU but those `max_wait` looks.
 
-    Race-free: the first pause after a look that found something arms the doorbell and reads its
-    sequence without sleeping (the caller looks once more); each later pause sleeps only while the
-    sequence is still the one read before the caller's last look, and reads it again on waking. With
+    Race-free: the first pause arms the doorbell and reads its sequence without sleeping (the caller
+    looks once more); each later pause sleeps only while the sequence is still the one read before the
+    caller's looks since (a publication after that read moved it on: the sleep returns at once), and
+    reads it again on waking. `reset()` keeps it: the pause after the first empty look that follows
+    reading sleeps at once, instead of arming and costing every message's path a second look. With
     `spin` > 0 it first spins (yielding the CPU at each look) for that many seconds, as BackoffPauser.
 
     `watch`, the tailer the owner reads the doorbell's queue with, makes the `max_wait` looks cheap: they
@@ -181,5 +183,4 @@ class WakeupPauser:
             self._seen = self._arm()  # before the caller's next look
 
     def reset(self) -> None:
-        self._since = 0.0
-        self._seen = None
+        self._since = 0.0  # the sequence stays armed (see the class's docstring)

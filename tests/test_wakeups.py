@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -187,6 +188,29 @@ def test_a_source_link_watches_its_socket_only_where_a_writer_waits_for_acknowle
                                    for s in src.status()), 30, f"the sink's acknowledgement of {i}")
         watchers = [t for t in threading.enumerate() if t.name == "chronq-repl-acks"]
         assert len(watchers) == (1 if acknowledge else 0)
+
+
+def test_a_link_waiting_without_a_spin_makes_one_select_per_frame() -> None:
+    """A sink that does not spin (`busySpinMicros: 0`) sleeps in one `select` with its wait, not a look
+    first and a `select` after: one system call less on each frame's path."""
+    from chronq.replication import protocol as p
+    from chronq.replication._transport import Conn
+
+    sender, receiver = socket.socketpair()
+    with sender, receiver:
+        conn = Conn(receiver, "peer", p.DEFAULT_MAX_FRAME, 30.0)
+        waits: list[float] = []
+        readable = conn._readable
+
+        def counted(wait: float) -> bool:
+            waits.append(wait)
+            if wait > 0:  # the frame comes while the link sleeps
+                sender.sendall(p.encode(p.Heartbeat()))
+            return readable(wait)
+
+        conn._readable = counted  # type: ignore[method-assign]
+        assert conn.poll(30.0) == [p.Heartbeat()]
+        assert len(waits) == 1
 
 
 WAIT_ACK = """

@@ -6,6 +6,7 @@ the excerpt it waits for comes from another process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -251,6 +252,35 @@ def test_wait_acknowledged_sleeps_until_the_acknowledgement(tmp_path: Path) -> N
                     w.kill()
                     w.communicate()
         assert [w.returncode for w in waiters] == [0, 0] and all(int(out) >= index for out in outs)
+
+
+def test_an_asyncio_reader_is_woken_after_cancelled_waits_and_stop_ends_its_thread(tmp_path: Path) -> None:
+    """The waiting thread takes one item per wait armed from its hand-off queue: waits cancelled before
+    or while it served them leave it ready for the next one, which a publication from another process
+    ends; `stop()` ends the thread."""
+    with chronq.open(tmp_path / "q") as q:
+        got = Recording()
+        ar = AsyncMethodReader(rpc.reader(q.tailer(), got, interfaces=[Events]))
+
+        async def scenario() -> None:
+            for _ in range(3):  # each a wait cancelled (the thread may or may not have taken it)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ar.read_one(), 0.01)
+            assert got.calls == []
+            asleep = asyncio.get_running_loop().run_in_executor(None, asleep_on, q, "the asyncio reader")
+            reading = asyncio.ensure_future(ar.read_one())
+            await asleep
+            await asyncio.get_running_loop().run_in_executor(None, say_from_another_process, tmp_path / "q",
+                                                             "after the cancelled waits")
+            await asyncio.wait_for(reading, 60)
+
+        asyncio.run(scenario())
+        assert got.calls == [("say", ("after the cancelled waits",))]
+        waiting = [t for t in threading.enumerate() if t.name == "chronq-aio-doorbell"]
+        ar.stop()
+        for t in waiting:
+            t.join(30)
+        assert waiting and not any(t.is_alive() for t in waiting)
 
 
 def test_an_asyncio_reader_whose_queue_is_closed_fails_instead_of_waiting(tmp_path: Path) -> None:

@@ -261,6 +261,7 @@ def test_an_asyncio_reader_is_woken_after_cancelled_waits_and_stop_ends_its_thre
     with chronq.open(tmp_path / "q") as q:
         got = Recording()
         ar = AsyncMethodReader(rpc.reader(q.tailer(), got, interfaces=[Events]))
+        before = set(threading.enumerate())  # (other tests' readers may leave theirs)
 
         async def scenario() -> None:
             for _ in range(3):  # each a wait cancelled (the thread may or may not have taken it)
@@ -276,7 +277,7 @@ def test_an_asyncio_reader_is_woken_after_cancelled_waits_and_stop_ends_its_thre
 
         asyncio.run(scenario())
         assert got.calls == [("say", ("after the cancelled waits",))]
-        waiting = [t for t in threading.enumerate() if t.name == "chronq-aio-doorbell"]
+        waiting = [t for t in set(threading.enumerate()) - before if t.name == "chronq-aio-doorbell"]
         ar.stop()
         for t in waiting:
             t.join(30)

@@ -22,7 +22,10 @@ Cases (40-byte messages throughout):
   TCP_NODELAY to a receiver blocked in recv(). Busy-spinning
   threads are deployed on CPUs of their own; with two CPUs here, the case pins the writer and the sink
   host to one and the source host and the reader to the other, so that each hop crosses to the other
-  CPU (the floor's sender and receiver likewise); `--no-pin` lets the scheduler place them.
+  CPU (the floor's sender and receiver likewise); `--no-pin` lets the scheduler place them. Beside each
+  lag row pair, the CPU microseconds and context switches (sleeps, preemptions, waits for a lock) per
+  message of each process of the path while the messages flowed: what the machine's cores must fit, and
+  less at the mercy of the machine's load than the lags.
 * steps (us per call): what each step of the lag path costs, one message per frame, in one process
   without waiting (writer append, source look and read, send/recv, decode, sink write, reader read):
   the CPU a message needs along the path, which the lag case must fit on the machine's cores.
@@ -47,6 +50,7 @@ import argparse
 import contextlib
 import ctypes
 import os
+import resource
 import shutil
 import socket
 import struct
@@ -332,7 +336,15 @@ def _pacer(sleeping: bool) -> Callable[[int], int]:
     return spin_until
 
 
+def _own_cost() -> tuple[float, int]:
+    """(CPU seconds, context switches) of this process so far."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
+
+
 def role_writer(path: str, rate: int, seconds: float, sleeping: bool) -> None:
+    """Append stamped messages at `rate`; print how many, then the CPU seconds and context switches
+    the appending took."""
     import chronq
 
     pace = _pacer(sleeping)
@@ -340,16 +352,19 @@ def role_writer(path: str, rate: int, seconds: float, sleeping: bool) -> None:
         a = q.appender()
         pad = bytes(MSG - STAMP.size)
         n = int(rate * seconds)
+        cost0 = _own_cost()
         start = time.perf_counter_ns()
         step = 1_000_000_000 // rate
         for i in range(n):
             a.write(STAMP.pack(pace(start + i * step)) + pad)
-        print(n, flush=True)
+        cost = _own_cost()
+        print(n, cost[0] - cost0[0], cost[1] - cost0[1], flush=True)
 
 
 def role_reader(path: str, count: int, sleeping: bool) -> None:
     """Tail `path` until `count` stamped messages arrived, asleep on its doorbell (`sleeping`) or
-    yielding at each look that finds nothing; print their lags in ns, one line."""
+    yielding at each look that finds nothing; print their lags in ns, one line, then the CPU seconds
+    and context switches from the first message to the last."""
     import chronq
 
     while not (Path(path) / "metadata.cq4t").exists():
@@ -360,15 +375,21 @@ def role_reader(path: str, count: int, sleeping: bool) -> None:
         t = q.tailer()
         clock = time.perf_counter_ns
         unpack = STAMP.unpack_from
+        cost0 = None
         while len(lags) < count:
             ex = t.read()
             if ex is not None:
                 lags.append(clock() - unpack(ex.payload)[0])
+                if cost0 is None:
+                    cost0 = _own_cost()
             elif sleeping:
                 t.wait(1.0)  # asleep until the sink's write_run rings (the floor's receiver blocks in recv())
             else:
                 os.sched_yield()
+    cost = _own_cost()
+    assert cost0 is not None
     print(" ".join(map(str, lags)), flush=True)
+    print(cost[0] - cost0[0], cost[1] - cost0[1], flush=True)
 
 
 def role_floor_receiver(port: int, nbytes: int, stamped: int) -> None:
@@ -504,6 +525,21 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _cost(pid: int) -> tuple[float, int]:
+    """(CPU seconds, context switches of all its threads) of process `pid` so far."""
+    switches = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                    switches += int(line.split()[1])
+    return _cpu_seconds(pid), switches
+
+
+#: the processes of the lag case, in the order of the path
+LAG_PROCESSES = ("writer", "source host", "sink host", "reader")
+
+
 def fanout(folder: Path, n: int, udp_size: int, group: bool = False) -> tuple[float, float]:
     """One source to three sinks, all connected and live: (msg/s until every sink holds the last of `n`
     messages appended at once, the source host's CPU microseconds per message). `udp_size` 0: TCP;
@@ -575,9 +611,11 @@ def _lag_cpus(pin: bool) -> tuple[int | None, int | None]:
 
 
 def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int, pin: bool, udp_size: int = 0,
-                    loss: float = 0.0) -> list[int]:
-    """`udp_size`: over UDP; `loss`: its datagrams through a relay that drops that share (and
-    duplicates, reorders and delays half as many)."""
+                    loss: float = 0.0) -> tuple[list[int], dict[str, tuple[float, float]]]:
+    """The lags (ns) and, per process of the path (`LAG_PROCESSES`), the CPU microseconds and context
+    switches (each a sleep, a preemption or a wait for a lock) per message while the messages flowed:
+    what the machine's cores must fit. `udp_size`: over UDP; `loss`: its datagrams through a relay
+    that drops that share (and duplicates, reorders and delays half as many)."""
     import chronq
 
     relay = None
@@ -603,13 +641,21 @@ def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int, pin: 
         reader = _spawn("--role", "reader", str(folder / "sink2/q"), str(count + 1), sleeping, cpu=b)
         others.append(reader)
         assert _line(reader) == "ready"
+        hosts0 = [_cost(h.pid) for h in hosts]
         writer = _spawn("--role", "writer", str(folder / "source/q"), str(rate), str(seconds), sleeping,
                         cpu=a)
         others.append(writer)
-        _line(writer)
+        _, w_cpu, w_switches = _line(writer).split()
         writer.communicate(timeout=60)
         lags = [int(x) for x in _line(reader).split()][1:]
+        r_cpu, r_switches = _line(reader).split()
+        hosts1 = [_cost(h.pid) for h in hosts]
         reader.communicate(timeout=60)
+        used = [(float(w_cpu), int(w_switches)),
+                *((c1 - c0, s1 - s0) for (c0, s0), (c1, s1) in zip(hosts0, hosts1, strict=True)),
+                (float(r_cpu), int(r_switches))]
+        costs = {name: (cpu / count * 1e6, switches / count)
+                 for name, (cpu, switches) in zip(LAG_PROCESSES, used, strict=True)}
     finally:
         for proc in others:  # a writer that failed leaves a reader waiting for ever
             if proc.poll() is None:
@@ -619,7 +665,7 @@ def replication_lag(folder: Path, rate: int, seconds: float, spin_us: int, pin: 
             h.communicate("", timeout=60)
         if relay is not None:
             relay.close()
-    return lags
+    return lags, costs
 
 
 def floor_lag(rate: int, seconds: float, pin: bool) -> list[int]:
@@ -701,13 +747,15 @@ def main() -> None:
         fl = floor_lag(rate, seconds, not a.no_pin)
         for spin in (0, a.spin_us):
             with tempfile.TemporaryDirectory() as d:
-                lags = replication_lag(Path(d), rate, seconds, spin, not a.no_pin)
+                lags, costs = replication_lag(Path(d), rate, seconds, spin, not a.no_pin)
             how = (f"spin {spin} us" if spin else "nothing spinning") + (", unpinned" if a.no_pin else "")
             p50, p99 = _pct(lags, 0.5), _pct(lags, 0.99)
             rows.append(_row(f"lag p50 at {rate:,} msg/s, {how} (us)", p50, f"<= {LAG_P50}",
                              _pct(fl, 0.5), p50 <= LAG_P50, ".1f"))
             rows.append(_row(f"lag p99 at {rate:,} msg/s, {how} (us)", p99, f"<= {LAG_P99}",
                              _pct(fl, 0.99), p99 <= LAG_P99, ".1f"))
+            rows.append("  CPU us / context switches per message: " + ", ".join(
+                f"{name} {cpu:.1f} / {switches:.2f}" for name, (cpu, switches) in costs.items()))
     if "fanout" in cases:
         tcp, tcp_cpu = fanout_case(n, 0)
         rows.append(_row("1 -> 3 sinks, TCP (msg/s to each)", tcp, f">= {TARGETS['plain']:,}", None,
@@ -725,7 +773,7 @@ def main() -> None:
     if "udp-lag" in cases:
         for spin, loss in ((0, 0.0), (0, 0.01), (a.spin_us, 0.0), (a.spin_us, 0.01)):
             with tempfile.TemporaryDirectory() as d:
-                lags = replication_lag(Path(d), 100_000, seconds, spin, not a.no_pin, 1472, loss)
+                lags, _ = replication_lag(Path(d), 100_000, seconds, spin, not a.no_pin, 1472, loss)
             p50, p99 = _pct(lags, 0.5), _pct(lags, 0.99)
             how = f"UDP, {loss:.0%} loss, " + (f"spin {spin} us" if spin else "sleeping")
             rows.append(_row(f"lag p50 at 100,000 msg/s, {how} (us)", p50, f"<= {LAG_P50}",

@@ -29,9 +29,10 @@ def doorbell_wait(buf: Buffer, off: int, seen: int, epoch: int, timeout: float, 
     """Futex-sleep while the sequence is `seen` (and the epoch `epoch`, if >= 0); True once rung."""
 def doorbell_ring(buf: Buffer, off: int, /) -> None: ...
 def doorbell_watch(buf: Buffer, off: int, seen: int, epoch: int, timeout: float, max_wait: float,
-                   watches: tuple[tuple[Buffer, int, int, int], ...], /) -> bool:
-    """doorbell_wait that, every `max_wait`, compares the watched (buffer, offset, width, value) words
-    in C instead of returning: True once rung or a word moved on, False on timeout."""
+                   watches: tuple[tuple[Buffer, int, int, int], ...], max_idle: float = ..., /) -> bool:
+    """doorbell_wait that, every `max_wait` (each look that finds nothing doubling the next sleep, up to
+    `max_idle`, default `max_wait`), compares the watched (buffer, offset, width, value) words in C
+    instead of returning: True once rung or a word moved on, False on timeout."""
 def set_max64(buf: Buffer, off: int, value: int, /) -> int:
     """Raise the value to at least ``value``; returns the value now stored."""
 

@@ -25,7 +25,9 @@ word: either it sees the waiter armed before that look, and rings; or that look 
 Appenders that do not ring (Java, an older chronq, a copy written on another host) are seen by the
 sleeper's timeout: `chronq.pausers.WakeupPauser` and `Tailer.wait` never sleep longer than `max_wait`
 without looking. `wait_watching` makes those looks in C (it compares words such an appender must
-change), so an idle reader does not return to Python every `max_wait`.
+change), so an idle reader does not return to Python every `max_wait`; there the looks of a long idle
+wait space out, each that finds nothing doubling the next sleep up to `max_idle` (a timer wake-up every
+`max_wait` alone costs an idle reader about 2% of a core here).
 
 `CHRONQ_DOORBELL=0` in the environment turns ringing off (appenders neither ring nor look for the word;
 `ring()` does nothing): waiters then wake only on their timeouts. For A/B measurements.
@@ -116,21 +118,33 @@ class Doorbell:
         table, off = at
         return _native.doorbell_wait(table.buffer, off, seen & _SEQ, self._epoch, max(0.0, timeout))
 
+    def rung_since(self, seen: int) -> bool:
+        """Whether the doorbell rang since `sequence()` returned `seen` (one load): after a wait that
+        returned True, tells a ring from a watched word that moved (`wait_watching`)."""
+        at = self._word()
+        if at is None:
+            return False
+        table, off = at
+        return _native.load64(table.buffer, off) & _SEQ != seen & _SEQ
+
     def wait_watching(self, seen: int, timeout: float, max_wait: float,
-                      watches: tuple[tuple[Buffer, int, int, int], ...]) -> bool:
+                      watches: tuple[tuple[Buffer, int, int, int], ...],
+                      max_idle: float | None = None) -> bool:
         """As `wait`, for up to `timeout` seconds, but looking for appenders that do not ring without
         returning to Python: every `max_wait` the C loop compares the `watches`, (buffer, offset, width
         4 or 8, the value read before the caller's last look), words such an appender must change when
         it publishes (`Tailer.wait` passes its cycle file's writePosition, the header at its position
         and the listing's modCount). True once the doorbell rang or a watched word moved on (look
-        again), False on timeout. An idle reader thus costs one futex timeout per `max_wait`, not a
-        Python round trip."""
+        again), False on timeout. An idle reader thus costs one futex timeout per look, not a Python
+        round trip; each look that finds nothing doubles the next sleep from `max_wait` up to `max_idle`
+        (None: `max_wait`, every look after `max_wait`): an appender that does not ring is seen within
+        `max_wait` of the wait's start, and within `max_idle` once the wait has been idle that long."""
         at = self._word()
         if at is None:
             return self.wait(seen, min(timeout, max_wait))  # no word: look every max_wait from Python
         table, off = at
         return _native.doorbell_watch(table.buffer, off, seen & _SEQ, self._epoch, max(0.0, timeout),
-                                      max_wait, watches)
+                                      max_wait, watches, max_wait if max_idle is None else max_idle)
 
     def ring(self) -> None:
         """Wake the sleepers (if any is armed): appenders do this after every publication; call it after

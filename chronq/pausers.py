@@ -12,12 +12,17 @@ if TYPE_CHECKING:
     from chronq.doorbell import Doorbell
     from chronq.tailer import Tailer
 
-__all__ = ["DEFAULT_MAX_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser",
-           "WakeupPauser", "YieldingPauser"]
+__all__ = ["DEFAULT_MAX_IDLE_WAIT", "DEFAULT_MAX_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser",
+           "Pauser", "SleepingPauser", "WakeupPauser", "YieldingPauser"]
 
 #: how long a reader sleeping on a doorbell sleeps at most before it looks anyway: what a queue's
 #: appenders that do not ring (Java, an older chronq, a copy from another host) can cost in latency
 DEFAULT_MAX_WAIT = 0.001
+#: where a reader makes its `max_wait` looks in C (`Tailer.wait`, `WakeupPauser(watch=...)`), the spacing
+#: they grow to while nothing moves (each look that finds nothing doubles it): what appenders that do not
+#: ring cost in latency after a quiet spell, and what keeps an idle reader's timer wake-ups (about 2% of a
+#: core here at one per millisecond) to about 1/8 of that
+DEFAULT_MAX_IDLE_WAIT = 0.008
 #: how long one `WakeupPauser.pause()` given a tailer to `watch` sleeps at most while nothing moves (its
 #: `max_wait` looks are made in C meanwhile): how soon its owner's loop sees a stop flag
 WATCH_LINGER = 0.05
@@ -126,24 +131,32 @@ class WakeupPauser:
     publishes, and after at most `max_wait` seconds in any case (appenders that do not ring). An idle
     reader costs no CPU but those `max_wait` looks.
 
-    Race-free: the first pause after a look that found something arms the doorbell and reads its
-    sequence without sleeping (the caller looks once more); each later pause sleeps only while the
-    sequence is still the one read before the caller's last look, and reads it again on waking. With
+    Race-free: the first pause arms the doorbell and reads its sequence without sleeping (the caller
+    looks once more); each later pause sleeps only while the sequence is still the one read before the
+    caller's looks since (a publication after that read moved it on: the sleep returns at once), and
+    reads it again on waking. `reset()` keeps it: the pause after the first empty look that follows
+    reading sleeps at once, instead of arming and costing every message's path a second look. With
     `spin` > 0 it first spins (yielding the CPU at each look) for that many seconds, as BackoffPauser.
 
     `watch`, the tailer the owner reads the doorbell's queue with, makes the `max_wait` looks cheap: they
     compare, in C and without returning to Python, the words an appender that does not ring must change
     (`Tailer.wait`'s); `pause()` then returns when the doorbell rang, one of them moved, or after
     `WATCH_LINGER` seconds (so its owner's loop sees a stop flag). Only for an owner that waits for
-    nothing but that tailer's next excerpt.
+    nothing but that tailer's next excerpt. Within a pause those looks space out while nothing moves,
+    doubling from `max_wait` up to `max_idle_wait` (None: the larger of `max_wait` and
+    `DEFAULT_MAX_IDLE_WAIT`): an appender that does not ring is then seen within `max_wait` of a pause's
+    start and within `max_idle_wait` later in it.
     """
 
     def __init__(self, doorbell: Doorbell, *, max_wait: float = DEFAULT_MAX_WAIT, spin: float = 0.0,
-                 watch: Tailer[Any] | None = None) -> None:
+                 watch: Tailer[Any] | None = None, max_idle_wait: float | None = None) -> None:
         if not max_wait > 0:
             raise ValueError(f"max_wait must be positive, not {max_wait!r}")
+        if max_idle_wait is not None and not max_idle_wait >= max_wait:
+            raise ValueError(f"max_idle_wait must be at least max_wait ({max_wait!r}), not {max_idle_wait!r}")
         self.doorbell = doorbell
         self.max_wait = max_wait
+        self.max_idle_wait = max(max_wait, DEFAULT_MAX_IDLE_WAIT) if max_idle_wait is None else max_idle_wait
         self.spin = spin
         self.watch = watch
         self._since = 0.0
@@ -177,9 +190,9 @@ class WakeupPauser:
             if self._words is None:
                 self.doorbell.wait(self._seen, self.max_wait)
             else:
-                self.doorbell.wait_watching(self._seen, WATCH_LINGER, self.max_wait, self._words)
+                self.doorbell.wait_watching(self._seen, WATCH_LINGER, self.max_wait, self._words,
+                                            self.max_idle_wait)
             self._seen = self._arm()  # before the caller's next look
 
     def reset(self) -> None:
-        self._since = 0.0
-        self._seen = None
+        self._since = 0.0  # the sequence stays armed (see the class's docstring)

@@ -113,6 +113,36 @@ def test_wakeup_pauser_reads_everything_another_process_writes(tmp_path: Path) -
         assert child.returncode == 0
 
 
+def test_wakeup_pauser_sleeps_at_the_first_empty_look_after_reading(tmp_path: Path) -> None:
+    """The sequence a `WakeupPauser` read before the looks that found something stays armed: the pause
+    after the next empty look sleeps at once (no arming pause and second look on every message's
+    path), and a publication since then ends that sleep at once (a look would have missed it)."""
+    with chronq.open(tmp_path) as q, chronq.open(tmp_path, readonly=True) as reader:
+        a = q.appender()
+        a.write(b"first")
+        t = reader.tailer()
+        bell = reader.doorbell
+        sleeps: list[bool] = []
+        wait = bell.wait
+
+        def counted(seen: int, timeout: float) -> bool:
+            sleeps.append(wait(seen, timeout))
+            return sleeps[-1]
+
+        bell.wait = counted  # type: ignore[method-assign]
+        p = chronq.WakeupPauser(bell, max_wait=60.0)  # only a ring ends a sleep in the test's time
+        got = []
+        for payload in (b"second", b"third", b"fourth"):
+            while (ex := t.read()) is not None:
+                got.append(ex.bytes())
+                p.reset()
+            a.write(payload)  # after the empty look, before the pause
+            p.pause()
+        assert t.read() is not None and got == [b"first", b"second", b"third"]
+        # the first pause arms (nothing read yet was armed for); each later one slept and was rung
+        assert sleeps == [True, True]
+
+
 def _write(q: chronq.Queue, a: chronq.Appender) -> None:
     a.write(b"w")
 

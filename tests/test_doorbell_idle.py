@@ -18,9 +18,10 @@ import pytest
 
 import chronq
 from chronq import _native
-from chronq.pausers import WATCH_LINGER, WakeupPauser
+from chronq.pausers import DEFAULT_MAX_IDLE_WAIT, WATCH_LINGER, WakeupPauser
 from chronq.rollcycles import FixedClock
 from chronq.tailer import Tailer
+from tests.replication_support import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY = 86_400_000
@@ -260,3 +261,81 @@ def test_a_signal_handler_runs_during_a_wait_for_ever(tmp_path: Path) -> None:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
+
+
+def test_a_wait_woken_by_the_next_excerpt_returns_without_arming_again(tmp_path: Path) -> None:
+    """The usual wake-up (the next excerpt's publication rang) returns after one look: no second arming
+    and reading of the watched words on the wake-up's path. A ring for something else (nothing new to
+    read) arms again and goes back to sleep."""
+    with chronq.open(tmp_path) as q, chronq.open(tmp_path, readonly=True) as reader:
+        a = q.appender()
+        a.write(b"first")
+        t = reader.tailer()
+        assert t.read() is not None
+        arms = [0]
+        sequence = reader.doorbell.sequence
+
+        def counted() -> int:
+            arms[0] += 1
+            return sequence()
+
+        reader.doorbell.sequence = counted  # type: ignore[method-assign]
+        looks = _count_looks(t)
+        th, result = _wait_in_thread(t, 60)
+        wait_until(lambda: looks[0] == 1, 30, "the first look")
+        a.write(b"second")
+        th.join(60)
+        assert result == [True] and arms[0] == 1 and looks[0] == 2
+        ex = t.read()
+        assert ex is not None and ex.bytes() == b"second"
+
+        arms[0] = looks[0] = 0
+        th, result = _wait_in_thread(t, 60)
+        wait_until(lambda: looks[0] == 1, 30, "the first look")
+        q.doorbell.ring()  # nothing new: the sleeper looks, arms again and sleeps
+        wait_until(lambda: looks[0] == 3, 30, "the looks after the ring")
+        a.write(b"third")
+        th.join(60)
+        assert result == [True] and arms[0] == 2
+        ex = t.read()
+        assert ex is not None and ex.bytes() == b"third"
+
+
+def _sleeps_of_this_thread() -> int:
+    """The calling thread's voluntary context switches so far (each futex sleep that ended is one)."""
+    for line in Path("/proc/thread-self/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc/thread-self/status")
+
+
+def test_an_idle_wait_spaces_its_looks_out_and_still_sees_a_non_ringing_appender(tmp_path: Path) -> None:
+    """Each look in C that finds nothing doubles the next sleep, from max_wait (1 ms) up to
+    DEFAULT_MAX_IDLE_WAIT (8 ms): an idle 0.4 s wait sleeps some 55 times, not 400 (a timer wake-up per
+    millisecond is about 2% of a core here). An appender that does not ring is still seen, long after
+    the spacing reached its bound."""
+    assert DEFAULT_MAX_IDLE_WAIT == 0.008
+    with chronq.open(tmp_path) as q, chronq.open(tmp_path, readonly=True) as reader:
+        q.appender().write(b"first")
+        t = reader.tailer()
+        assert t.read() is not None
+        sleeps: list[int] = []
+
+        def idle_wait() -> None:
+            before = _sleeps_of_this_thread()
+            assert t.wait(0.4) is False
+            sleeps.append(_sleeps_of_this_thread() - before)
+
+        th = threading.Thread(target=idle_wait)
+        th.start()
+        th.join(60)
+        assert sleeps and sleeps[0] < 200, sleeps  # 1 ms looks throughout: about 400
+        th, result = _wait_in_thread(t, 60.0)
+        time.sleep(0.1)  # (the spacing at its bound when the appender comes)
+        _append_without_ringing(tmp_path, b"second")
+        th.join(60)
+        assert result == [True]
+        ex = t.read()
+        assert ex is not None and ex.bytes() == b"second"
+    with pytest.raises(ValueError, match="max_idle"):
+        _native.doorbell_watch(bytearray(8), 0, 0, -1, 0.0, 0.002, (), 0.001)

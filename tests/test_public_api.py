@@ -57,7 +57,8 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": [
-        "DEFAULT_MAX_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser", "Pauser", "SleepingPauser",
+        "DEFAULT_MAX_IDLE_WAIT", "DEFAULT_MAX_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser", "Pauser",
+        "SleepingPauser",
         "WakeupPauser",
         "YieldingPauser",
     ],

@@ -6,7 +6,9 @@ the excerpt it waits for comes from another process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -14,10 +16,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import chronq
 import rpc
 from chronq.pausers import WakeupPauser
 from chronq.replication import ReplicatedQueue, last_acknowledged_index
+from chronq.replication.status import Role
 from rpc.aio import AsyncMethodReader
 from tests.procs.qhelp import REPO, child_env
 from tests.replication_support import Host, last_index, wait_until, write_config
@@ -168,8 +173,51 @@ def test_a_sleeping_source_link_idles_on_the_doorbell_and_delivers(tmp_path: Pat
         assert source.stop() == 0
 
 
+@pytest.mark.parametrize("acknowledge", [False, True])
+def test_a_source_link_watches_its_socket_only_where_a_writer_waits_for_acknowledgements(
+        tmp_path: Path, acknowledge: bool) -> None:
+    """A thread watching the link's socket wakes the sleeping source for each frame of its sink, at the
+    cost of a GIL hand-off on every wake-up; only an `acknowledge` queue (a writer waits for the Ack)
+    has one. Without it the source still takes the sink's Acks (at each wake-up and look)."""
+    config = sleeping_links(write_config(tmp_path, hosts=2, acknowledge=acknowledge))
+    with ReplicatedQueue(config, 1) as src, ReplicatedQueue(config, 2), \
+            chronq.open(src.source_path("queue1")) as q:
+        a = q.appender()
+        for i in range(3):
+            index = a.write(b"excerpt %d" % i)
+            wait_until(lambda: any(s.role is Role.SOURCE and s.acknowledged_index == index  # noqa: B023
+                                   for s in src.status()), 30, f"the sink's acknowledgement of {i}")
+        watchers = [t for t in threading.enumerate() if t.name == "chronq-repl-acks"]
+        assert len(watchers) == (1 if acknowledge else 0)
+
+
+def test_a_link_waiting_without_a_spin_makes_one_select_per_frame() -> None:
+    """A sink that does not spin (`busySpinMicros: 0`) sleeps in one `select` with its wait, not a look
+    first and a `select` after: one system call less on each frame's path."""
+    from chronq.replication import protocol as p
+    from chronq.replication._transport import Conn
+
+    sender, receiver = socket.socketpair()
+    with sender, receiver:
+        conn = Conn(receiver, "peer", p.DEFAULT_MAX_FRAME, 30.0)
+        waits: list[float] = []
+        readable = conn._readable
+
+        def counted(wait: float) -> bool:
+            waits.append(wait)
+            if wait > 0:  # the frame comes while the link sleeps
+                sender.sendall(p.encode(p.Heartbeat()))
+            return readable(wait)
+
+        conn._readable = counted  # type: ignore[method-assign]
+        assert conn.poll(30.0) == [p.Heartbeat()]
+        assert len(waits) == 1
+
+
 WAIT_ACK = """
 import sys
+import pytest
+
 import chronq
 from chronq.pausers import WakeupPauser
 from chronq.replication import wait_acknowledged
@@ -204,6 +252,36 @@ def test_wait_acknowledged_sleeps_until_the_acknowledgement(tmp_path: Path) -> N
                     w.kill()
                     w.communicate()
         assert [w.returncode for w in waiters] == [0, 0] and all(int(out) >= index for out in outs)
+
+
+def test_an_asyncio_reader_is_woken_after_cancelled_waits_and_stop_ends_its_thread(tmp_path: Path) -> None:
+    """The waiting thread takes one item per wait armed from its hand-off queue: waits cancelled before
+    or while it served them leave it ready for the next one, which a publication from another process
+    ends; `stop()` ends the thread."""
+    with chronq.open(tmp_path / "q") as q:
+        got = Recording()
+        ar = AsyncMethodReader(rpc.reader(q.tailer(), got, interfaces=[Events]))
+        before = set(threading.enumerate())  # (other tests' readers may leave theirs)
+
+        async def scenario() -> None:
+            for _ in range(3):  # each a wait cancelled (the thread may or may not have taken it)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ar.read_one(), 0.01)
+            assert got.calls == []
+            asleep = asyncio.get_running_loop().run_in_executor(None, asleep_on, q, "the asyncio reader")
+            reading = asyncio.ensure_future(ar.read_one())
+            await asleep
+            await asyncio.get_running_loop().run_in_executor(None, say_from_another_process, tmp_path / "q",
+                                                             "after the cancelled waits")
+            await asyncio.wait_for(reading, 60)
+
+        asyncio.run(scenario())
+        assert got.calls == [("say", ("after the cancelled waits",))]
+        waiting = [t for t in set(threading.enumerate()) - before if t.name == "chronq-aio-doorbell"]
+        ar.stop()
+        for t in waiting:
+            t.join(30)
+        assert waiting and not any(t.is_alive() for t in waiting)
 
 
 def test_an_asyncio_reader_whose_queue_is_closed_fails_instead_of_waiting(tmp_path: Path) -> None:

@@ -255,13 +255,15 @@ static uint64_t load_watched(const Watched *w) {
 #define WATCH_MAX 8
 #define SIGNAL_EVERY 0.1 /* seconds asleep between two runs of Python's signal handlers at most */
 
-/* doorbell_watch(buf, off, seen, epoch, timeout, max_wait, watches): as doorbell_wait, but without
- * returning to Python every max_wait: sleeps on the doorbell for up to max_wait at a time and, on each
- * timeout, compares the watched words, `watches` a tuple of (buffer, offset, width 4|8, expected value
- * read before the caller's last look). True once the doorbell rang or a watched word moved on, False
- * when `timeout` ran out. Python's signal handlers run between sleeps (at least every 0.1 s). */
+/* doorbell_watch(buf, off, seen, epoch, timeout, max_wait, watches[, max_idle]): as doorbell_wait, but
+ * without returning to Python every max_wait: sleeps on the doorbell for up to max_wait at a time and,
+ * on each timeout, compares the watched words, `watches` a tuple of (buffer, offset, width 4|8, expected
+ * value read before the caller's last look). Each look that finds nothing moved doubles the next sleep,
+ * up to max_idle (>= max_wait; default max_wait): a long idle wait costs fewer timer wake-ups. True once the doorbell rang
+ * or a watched word moved on, False when `timeout` ran out. Python's signal handlers run between sleeps
+ * (at least every 0.1 s). */
 PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs_is("doorbell_watch", nargs, 7) < 0) return NULL;
+    if (nargs != 7 && nargs_is("doorbell_watch", nargs, 8) < 0) return NULL;
     unsigned long long seen = PyLong_AsUnsignedLongLong(args[2]);
     if (seen == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     if (seen > DOORBELL_SEQ_MASK) {
@@ -281,6 +283,15 @@ PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     if (!(max_wait > 0.0) || max_wait > 1e9) {
         raise_bad_seconds("doorbell max_wait must be positive and at most 1e9 seconds", args[5]);
         return NULL;
+    }
+    double max_idle = max_wait;
+    if (nargs == 8) {
+        max_idle = PyFloat_AsDouble(args[7]);
+        if (max_idle == -1.0 && PyErr_Occurred()) return NULL;
+        if (!(max_idle >= max_wait) || max_idle > 1e9) {
+            raise_bad_seconds("doorbell max_idle must be at least max_wait and at most 1e9 seconds", args[7]);
+            return NULL;
+        }
     }
     if (!PyTuple_Check(args[6]) || PyTuple_GET_SIZE(args[6]) > WATCH_MAX) {
         PyErr_Format(PyExc_TypeError, "doorbell_watch() watches must be a tuple of at most %d (buffer, offset, width, "
@@ -321,6 +332,7 @@ PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs
         ws[held].expected = width == 4 ? (expected & 0xFFFFFFFFull) : expected;
     }
     double deadline = now_s() + timeout;
+    double step = max_wait; /* the next sleep: doubles at each look that finds nothing, up to max_idle */
     int moved = 0;
     for (;;) {
         double start = now_s(), left = deadline - start;
@@ -336,7 +348,8 @@ PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs
             if (moved) break;
             double l = until - now_s();
             if (l <= 0) break;
-            if (l > max_wait) l = max_wait;
+            if (l > step) l = step;
+            step = step * 2 < max_idle ? step * 2 : max_idle;
             struct timespec ts = {(time_t)l, (long)((l - (double)(time_t)l) * 1e9)};
             if (syscall(SYS_futex, seq_word(w), FUTEX_WAIT, (uint32_t)seen, &ts, NULL, 0) != 0 && errno == EINTR)
                 break; /* a signal: let Python's handlers run */

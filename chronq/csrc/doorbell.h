@@ -63,6 +63,6 @@ PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     {"doorbell_ring", (PyCFunction)(void (*)(void))doorbell_py_ring, METH_FASTCALL,                        \
      "doorbell_ring(buf, off) -> None"},                                                                   \
     {"doorbell_watch", (PyCFunction)(void (*)(void))doorbell_py_watch, METH_FASTCALL,                      \
-     "doorbell_watch(buf, off, seen, epoch, timeout, max_wait, watches) -> bool (True: rung or a watched word moved)"},
+     "doorbell_watch(buf, off, seen, epoch, timeout, max_wait, watches[, max_idle]) -> bool (True: rung or a watched word moved)"},
 
 #endif

@@ -49,8 +49,9 @@ log = logging.getLogger("chronq.replication")
 
 RUN_COUNT = 1 << 20  # documents per Run frame at most (the frame size bounds it first)
 POSITIONS_EVERY = 0.05  # s between looks at the source's replicated named tailers
-# s an idle source sleeps at most on its queue's doorbell (woken at once by an append or an Ack): its
-# look for appenders that do not ring (Java's, an older chronq's)
+# s an idle source sleeps at most on its queue's doorbell (woken at once by an append, or by an Ack where
+# `_AckBell` watches): its look for appenders that do not ring (Java's, an older chronq's) and its sink's
+# frames
 IDLE_POLL = 0.002
 LOOK_EVERY = 0.00005  # s between a busy source's looks for what its sink sent back
 MAX_UNAUTHENTICATED = 16  # connections that have not proved the key yet, at most (more are closed at once)
@@ -218,9 +219,14 @@ class _Stream:
         cfg, stop, conn = self.host.config, self.host.stop, self.conn
         interval = cfg.heartbeat_interval_ms / 1000
         # idle, the source spins `busySpinMicros`, then sleeps on its queue's doorbell: the writer of
-        # the next excerpt wakes it, and so does the sink's next frame (`_AckBell`)
+        # the next excerpt wakes it, and so does the sink's next frame (`_AckBell`) where something
+        # waits for it: a writer waiting for its acknowledgement (`acknowledge`), or datagrams whose
+        # window and recovery the sink's UdpAcks and Naks drive. Elsewhere the sink's frames (Acks for
+        # the status, heartbeats) are taken at each wake-up and at least every IDLE_POLL, and no
+        # watcher thread makes each wake-up wait for the GIL it holds
         idle = WakeupPauser(self.q.doorbell, max_wait=IDLE_POLL, spin=cfg.busy_spin_us / 1e6)
-        bell = _AckBell([conn.sock], self.q.doorbell)
+        watched = self.qc.acknowledge or self.udp is not None
+        bell = _AckBell([conn.sock], self.q.doorbell) if watched else None
         frame, frame_view, head = self.frame, memoryview(self.frame), p.RUN_HEAD.size
         positions_at = look_at = idle_since = 0.0
         idling = False
@@ -284,14 +290,18 @@ class _Stream:
                         continue
                 look_at = now + LOOK_EVERY
                 self._record_sent()
-                bell.sleeping = idling  # before the look at the socket: a frame after it rings
+                if bell is not None:
+                    bell.sleeping = idling  # before the look at the socket: a frame after it rings
                 took = self._take_acks()
-                bell.taken()
+                if bell is not None:
+                    bell.taken()
                 if idling and not took:
                     idle.pause()  # a spin step, or asleep on the doorbell until a ring or IDLE_POLL
-                bell.sleeping = False
+                if bell is not None:
+                    bell.sleeping = False
         finally:
-            bell.close()
+            if bell is not None:
+                bell.close()
             if self.sent_upto != self.recorded:
                 self.table.set_max(LAST_INDEX_REPLICATED, self.sent_upto)
             self.link.set_state(LinkState.DISCONNECTED)

@@ -8,9 +8,9 @@
   (latency_floor.c --futex) and spinning.
 - A reader waiting on an idle queue: its CPU time from /proc over `--idle-seconds`, and how often the
   doorbell rang meanwhile (the sequence word: 0 while nothing is appended) beside its returns to Python
-  ("looks"); `Tailer.wait` and a `WakeupPauser` watching its tailer (their looks made in C, spaced out
-  from `max_wait` to `DEFAULT_MAX_IDLE_WAIT` while nothing moves) beside the same pauser looking every
-  `max_wait`, a `WakeupPauser` whose every look is a Python round trip, today's default SleepingPauser,
+  ("looks"); `Tailer.wait` and a `WakeupPauser` watching its tailer (their looks made in C every
+  `max_wait`, the default, and spaced out from `max_wait` to `SPACED_IDLE_WAIT` while nothing moves),
+  a `WakeupPauser` whose every look is a Python round trip, today's default SleepingPauser,
   and a bare 1 ms timer loop.
 
 Run: ``python benchmarks/bench_wakeup.py [--n 1000000] [--latency-samples 100000] [--idle-seconds 10]``.
@@ -89,11 +89,11 @@ from chronq.doorbell import DOORBELL_KEY
 q = chronq.open(sys.argv[1], readonly=True)
 t = q.tailer().to_end()
 kind = sys.argv[2]
+spaced = chronq.pausers.SPACED_IDLE_WAIT if "spaced" in kind else None  # looks spaced out while idle
 if kind.startswith("wakeup"):  # wakeup-watch: the max_wait looks in C (the pauser watches the tailer)
-    max_wait = float(kind.split(":")[1])  # -fixed: every look after max_wait, not spaced out while idle
+    max_wait = float(kind.split(":")[1])
     pauser = chronq.WakeupPauser(q.doorbell, max_wait=max_wait,
-                                 watch=t if kind.startswith("wakeup-watch") else None,
-                                 max_idle_wait=max_wait if "fixed" in kind else None)
+                                 watch=t if kind.startswith("wakeup-watch") else None, max_idle_wait=spaced)
 else:
     pauser = chronq.SleepingPauser()
 stop = threading.Event()
@@ -104,8 +104,8 @@ while not stop.is_set():
     looks += 1
     if kind == "timer":  # no queue at all: what a 1 ms timer alone costs here
         time.sleep(0.001)
-    elif kind == "tailer-wait":  # looks every max_wait (1 ms) in C; returns to Python every 0.5 s here
-        t.wait(0.5)
+    elif kind.startswith("tailer-wait"):  # looks in C; returns to Python every 0.5 s here
+        t.wait(0.5, max_idle_wait=spaced)
     elif t.read() is None:
         pauser.pause()
     else:
@@ -202,10 +202,11 @@ def idle(seconds: float, tmp: Path) -> None:
         print(f"\n## A reader waiting on an idle queue for {seconds:g} s (load {load()})\n")
         print("| reader | CPU, % of a core | doorbell rings/s | looks/s |\n|---|---:|---:|---:|")
         hz = os.sysconf("SC_CLK_TCK")
-        kinds = (("Tailer.wait (max_wait 1 ms, the looks in C), spaced to 8 ms while idle", "tailer-wait"),
-                 ("WakeupPauser(watch=tailer) (likewise, the default)", "wakeup-watch:0.001"),
-                 ("WakeupPauser(watch=tailer, max_idle_wait=max_wait): a look every 1 ms, in C",
-                  "wakeup-watch-fixed:0.001"),
+        kinds = (("Tailer.wait (a look every 1 ms, in C; the default)", "tailer-wait"),
+                 ("Tailer.wait(max_idle_wait=SPACED_IDLE_WAIT): looks spaced to 8 ms while idle",
+                  "tailer-wait-spaced"),
+                 ("WakeupPauser(watch=tailer) (a look every 1 ms, in C; the default)", "wakeup-watch:0.001"),
+                 ("WakeupPauser(watch=tailer, max_idle_wait=SPACED_IDLE_WAIT)", "wakeup-watch-spaced:0.001"),
                  ("WakeupPauser (max_wait 1 ms, the default; each look a Python round trip)", "wakeup:0.001"),
                  ("WakeupPauser (max_wait 10 ms)", "wakeup:0.01"),
                  ("SleepingPauser (today's default)", "sleeping"),

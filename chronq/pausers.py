@@ -12,17 +12,19 @@ if TYPE_CHECKING:
     from chronq.doorbell import Doorbell
     from chronq.tailer import Tailer
 
-__all__ = ["DEFAULT_MAX_IDLE_WAIT", "DEFAULT_MAX_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser",
+__all__ = ["DEFAULT_MAX_WAIT", "SPACED_IDLE_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser",
            "Pauser", "SleepingPauser", "WakeupPauser", "YieldingPauser"]
 
 #: how long a reader sleeping on a doorbell sleeps at most before it looks anyway: what a queue's
 #: appenders that do not ring (Java, an older chronq, a copy from another host) can cost in latency
 DEFAULT_MAX_WAIT = 0.001
-#: where a reader makes its `max_wait` looks in C (`Tailer.wait`, `WakeupPauser(watch=...)`), the spacing
-#: they grow to while nothing moves (each look that finds nothing doubles it): what appenders that do not
-#: ring cost in latency after a quiet spell, and what keeps an idle reader's timer wake-ups (about 2% of a
-#: core here at one per millisecond) to about 1/8 of that
-DEFAULT_MAX_IDLE_WAIT = 0.008
+#: a `max_idle_wait` to give a reader whose looks are made in C (`Tailer.wait`, `WakeupPauser(watch=...)`)
+#: where idle CPU matters more than appenders that do not ring: its looks then space out while nothing
+#: moves (each that finds nothing doubles the next sleep) up to this, which keeps an idle reader's timer
+#: wake-ups (about 2% of a core on a small VM at one per millisecond) to about 1/8 of that, and is what
+#: such an appender's first excerpt after a quiet spell can wait. Not the default: by default a reader
+#: looks every `max_wait`, so every appender is seen within it.
+SPACED_IDLE_WAIT = 0.008
 #: how long one `WakeupPauser.pause()` given a tailer to `watch` sleeps at most while nothing moves (its
 #: `max_wait` looks are made in C meanwhile): how soon its owner's loop sees a stop flag
 WATCH_LINGER = 0.05
@@ -142,10 +144,11 @@ class WakeupPauser:
     compare, in C and without returning to Python, the words an appender that does not ring must change
     (`Tailer.wait`'s); `pause()` then returns when the doorbell rang, one of them moved, or after
     `WATCH_LINGER` seconds (so its owner's loop sees a stop flag). Only for an owner that waits for
-    nothing but that tailer's next excerpt. Within a pause those looks space out while nothing moves,
-    doubling from `max_wait` up to `max_idle_wait` (None: the larger of `max_wait` and
-    `DEFAULT_MAX_IDLE_WAIT`): an appender that does not ring is then seen within `max_wait` of a pause's
-    start and within `max_idle_wait` later in it.
+    nothing but that tailer's next excerpt. With a `max_idle_wait` above `max_wait` (e.g.
+    `SPACED_IDLE_WAIT`) those looks space out within a pause while nothing moves, doubling from
+    `max_wait` up to it: an idle reader then costs less CPU, and an appender that does not ring is seen
+    within `max_wait` of a pause's start but only within `max_idle_wait` later in it. None (the
+    default) keeps a look every `max_wait`.
     """
 
     def __init__(self, doorbell: Doorbell, *, max_wait: float = DEFAULT_MAX_WAIT, spin: float = 0.0,
@@ -156,7 +159,7 @@ class WakeupPauser:
             raise ValueError(f"max_idle_wait must be at least max_wait ({max_wait!r}), not {max_idle_wait!r}")
         self.doorbell = doorbell
         self.max_wait = max_wait
-        self.max_idle_wait = max(max_wait, DEFAULT_MAX_IDLE_WAIT) if max_idle_wait is None else max_idle_wait
+        self.max_idle_wait = max_wait if max_idle_wait is None else max_idle_wait
         self.spin = spin
         self.watch = watch
         self._since = 0.0

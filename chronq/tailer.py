@@ -14,7 +14,7 @@ from typing_extensions import Buffer, TypeVar
 
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
-from chronq.pausers import DEFAULT_MAX_IDLE_WAIT, DEFAULT_MAX_WAIT, Pauser, SleepingPauser
+from chronq.pausers import DEFAULT_MAX_WAIT, Pauser, SleepingPauser
 from chronq.store import load32, load64, process_alive
 from chronq.table import MOD_COUNT, UNLOCKED, tailer_index_key, tailer_lock_key, tailer_version_key
 
@@ -473,13 +473,17 @@ class Tailer(_native.TailerCore[E], Generic[E]):
             return -1
         return self._queue.count_in(cycle)
 
-    def wait(self, timeout: float | None = None) -> bool:
+    def wait(self, timeout: float | None = None, *, max_idle_wait: float | None = None) -> bool:
         """Sleep on the queue's doorbell until the next excerpt is readable (True) or `timeout` seconds
         pass (False; None waits for ever). Nothing is consumed: the next `read()` returns it. Looks for
         appenders that do not ring in C: it compares `watch_words()` there and returns to Python only
-        when something moved, after `chronq.pausers.DEFAULT_MAX_WAIT` seconds and then at a spacing that
-        doubles while nothing moves, up to `DEFAULT_MAX_IDLE_WAIT` (such an appender's excerpt is seen
-        within 1 ms of the wait's start, within 8 ms after a quiet spell)."""
+        when something moved, every `chronq.pausers.DEFAULT_MAX_WAIT` seconds (so such an appender's
+        excerpt is seen within 1 ms). A `max_idle_wait` above that (e.g. `chronq.pausers.SPACED_IDLE_WAIT`)
+        spaces those looks out while nothing moves, doubling up to it: less CPU for an idle reader, at
+        the price of seeing such an appender's first excerpt after a quiet spell only within it."""
+        if max_idle_wait is not None and not max_idle_wait >= DEFAULT_MAX_WAIT:
+            raise ValueError(f"max_idle_wait must be at least {DEFAULT_MAX_WAIT!r}, not {max_idle_wait!r}")
+        spaced = DEFAULT_MAX_WAIT if max_idle_wait is None else max_idle_wait
         bell = self._queue.doorbell
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -493,7 +497,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
             if words is None:
                 rung = bell.wait(seen, min(left, DEFAULT_MAX_WAIT))
             else:
-                rung = bell.wait_watching(seen, left, DEFAULT_MAX_WAIT, words, DEFAULT_MAX_IDLE_WAIT)
+                rung = bell.wait_watching(seen, left, DEFAULT_MAX_WAIT, words, spaced)
             # rung by the publication of the next excerpt (the usual case): say so at once, without
             # arming again and reading the watched words first (several microseconds of Python on every
             # wake-up's path); a ring for something else, or a watched word that moved, arms and looks

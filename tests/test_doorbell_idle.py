@@ -18,7 +18,7 @@ import pytest
 
 import chronq
 from chronq import _native
-from chronq.pausers import DEFAULT_MAX_IDLE_WAIT, WATCH_LINGER, WakeupPauser
+from chronq.pausers import SPACED_IDLE_WAIT, WATCH_LINGER, WakeupPauser
 from chronq.rollcycles import FixedClock
 from chronq.tailer import Tailer
 from tests.replication_support import wait_until
@@ -310,32 +310,39 @@ def _sleeps_of_this_thread() -> int:
 
 
 def test_an_idle_wait_spaces_its_looks_out_and_still_sees_a_non_ringing_appender(tmp_path: Path) -> None:
-    """Each look in C that finds nothing doubles the next sleep, from max_wait (1 ms) up to
-    DEFAULT_MAX_IDLE_WAIT (8 ms): an idle 0.4 s wait sleeps some 55 times, not 400 (a timer wake-up per
-    millisecond is about 2% of a core here). An appender that does not ring is still seen, long after
-    the spacing reached its bound."""
-    assert DEFAULT_MAX_IDLE_WAIT == 0.008
+    """With `max_idle_wait=SPACED_IDLE_WAIT`, each look in C that finds nothing doubles the next sleep,
+    from max_wait (1 ms) up to 8 ms: an idle 0.4 s wait sleeps some 55 times, not 400 (a timer wake-up
+    per millisecond is about 2% of a core here). An appender that does not ring is still seen, long
+    after the spacing reached its bound."""
+    assert SPACED_IDLE_WAIT == 0.008
     with chronq.open(tmp_path) as q, chronq.open(tmp_path, readonly=True) as reader:
         q.appender().write(b"first")
         t = reader.tailer()
         assert t.read() is not None
         sleeps: list[int] = []
 
-        def idle_wait() -> None:
+        def idle_wait(max_idle_wait: float | None) -> None:
             before = _sleeps_of_this_thread()
-            assert t.wait(0.4) is False
+            assert t.wait(0.4, max_idle_wait=max_idle_wait) is False
             sleeps.append(_sleeps_of_this_thread() - before)
 
-        th = threading.Thread(target=idle_wait)
+        for spacing in (SPACED_IDLE_WAIT, None):  # None, the default: a look every max_wait
+            th = threading.Thread(target=idle_wait, args=(spacing,))
+            th.start()
+            th.join(60)
+        spaced, every = sleeps
+        assert spaced < 200, sleeps  # 1 ms looks throughout: about 400
+        assert every > 2 * spaced, sleeps  # the default keeps looking every max_wait
+        th = threading.Thread(target=lambda: result.append(t.wait(60.0, max_idle_wait=SPACED_IDLE_WAIT)))
+        result: list[bool] = []
         th.start()
-        th.join(60)
-        assert sleeps and sleeps[0] < 200, sleeps  # 1 ms looks throughout: about 400
-        th, result = _wait_in_thread(t, 60.0)
         time.sleep(0.1)  # (the spacing at its bound when the appender comes)
         _append_without_ringing(tmp_path, b"second")
         th.join(60)
         assert result == [True]
         ex = t.read()
         assert ex is not None and ex.bytes() == b"second"
+    with pytest.raises(ValueError, match="max_idle_wait must be at least"):
+        t.wait(0.1, max_idle_wait=0.0001)
     with pytest.raises(ValueError, match="max_idle"):
         _native.doorbell_watch(bytearray(8), 0, 0, -1, 0.0, 0.002, (), 0.001)

@@ -59,7 +59,8 @@ def test_bench_wakeup() -> None:
     rows = ("ringing off (CHRONQ_DOORBELL=0: the baseline)", "ringing on, nobody waiting",
             "ringing on, one reader process asleep on the doorbell",
             "chronq, asleep on the doorbell (pinned)", "chronq, busy-spinning (today; pinned)",
-            "WakeupPauser (max_wait 1 ms, the default", "Tailer.wait (max_wait 1 ms, the looks in C)")
+            "WakeupPauser (max_wait 1 ms, the default", "Tailer.wait (a look every 1 ms, in C; the default)",
+            "Tailer.wait(max_idle_wait=SPACED_IDLE_WAIT): looks spaced to 8 ms while idle")
     assert all(row in out for row in rows), out
     assert re.search(r"\| C floor, futex sleep \(pinned\) \| (\d|n/a)", out), out
     # nothing was appended while the readers waited: the doorbell did not ring

@@ -20,7 +20,9 @@ from chronq.replication import ConfigError, ReplicatedQueue, parse_config, wait_
 from chronq.replication.status import HostStatus, format_status, read_status_file, status_file_path
 from tests.replication_support import (
     KEY,
+    ForkedHost,
     Host,
+    HostForks,
     excerpts,
     first_file_difference,
     free_port,
@@ -188,53 +190,122 @@ def test_a_million_messages_to_three_lossy_sinks(tmp_path: Path) -> None:
     three_sinks(tmp_path, 1_000_000, 5.0)
 
 
+class _Sinks:
+    """The sinks' queues, open in the test, to wait on their doorbells (rung by the sink processes'
+    appends) until they hold what the source holds: no polling sleeps between a round's checks."""
+
+    def __init__(self, folder: Path, sinks: list[int]) -> None:
+        self._folder = folder
+        self.queues = {h: chronq.open(folder / f"sink{h}" / "queue1") for h in sinks}
+
+    def wait_caught_up(self, want: int, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        for h, q in self.queues.items():
+            bell = q.doorbell
+            while True:
+                seen = bell.sequence()  # before the look: an append after it rings
+                if q.last_index == want:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out after {timeout} s waiting for {what}: sink {h} ends "
+                                         f"at {q.last_index}, the source at {want}")
+                bell.wait(seen, min(left, 0.05))  # 0.05 s: a look even without a ring
+
+    def close(self) -> None:
+        for q in self.queues.values():
+            q.close()
+
+
 def kill_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
-    """SIGKILL of the source and of the sinks at random moments while a writer appends and waits for
-    acknowledgements now and then: after every round each sink equals the source, and every index a
-    wait returned is in every sink that was running, with the source's bytes."""
+    """SIGKILL of the source and of the sinks at random moments while a writer appends in bursts and
+    waits for acknowledgements now and then: after every round each sink holds what the source holds
+    and every index a wait returned, with the source's bytes; at the end each sink equals the source
+    byte for byte.
+
+    A round is cheap so that many run: the hosts are forked from a forkserver that imported chronq
+    (`ForkedHost`), restarted together without waiting for them, and the checks wait on the sinks'
+    doorbells. Its kill lands anywhere: in the steady stream (bursts of datagrams, some lost, duplicated
+    or reordered by the relays and asked for again), while the sinks or the source are down (the
+    source's backlog, the sinks' reconnection), and one round in three kills a host again a random
+    moment after its restart (its start-up, handshake, subscription, TCP catch-up or first datagrams);
+    the TEST_SECONDLY cycles roll under all of it."""
     rng = random.Random(seed)
     binds = {h: free_port() for h in (2, 3)}
     rates = {2: 0.001, 3: 0.05}  # the relays' loss; duplicates, reordering and delay at 2% each
     relays = {h: UdpRelay(("127.0.0.1", binds[h]), seed=seed + h, loss=rates[h], duplicate=0.02,
                           reorder=0.02, delay=0.02) for h in binds}
     acknowledged: dict[int, bytes] = {}
+    hosts: dict[int, ForkedHost] = {}
+    sinks: _Sinks | None = None
+    forks = HostForks()
     try:
         cfg = write_udp_config(tmp_path, 2, {h: r.port for h, r in relays.items()}, binds,
                                context=", udpDatagramSize: 1472")
-        hosts = {h: Host(cfg, h) for h in (1, 2, 3)}
+        hosts = {h: ForkedHost(forks, cfg, h, wait=False) for h in (1, 2, 3)}
+        for h in hosts.values():
+            h.wait_running()
         with chronq.open(tmp_path / "source" / "queue1") as q:
             a = q.appender()
+            n = 0
+
+            def burst(count: int) -> int:
+                nonlocal n
+                index = -1
+                for _ in range(count):
+                    index = a.write(b"message %d" % n)
+                    n += 1
+                return index
+
+            burst(1)
+            wait_until(lambda: _caught_up(tmp_path, [2, 3]), 30, "the sinks to start")
+            sinks = _Sinks(tmp_path, [2, 3])
             for r in range(rounds):
                 victims = rng.sample([1, 2, 3], rng.randint(1, 2))
-                kill_after = rng.randint(50, 3000)
-                for i in range(3000):
-                    index = a.write(b"round %d message %d" % (r, i))
-                    if i == kill_after:
-                        for v in victims:
-                            hosts[v].kill()
-                    sinks_up = i < kill_after or not {2, 3} <= set(victims)
-                    if i % 1000 == 999 and 1 not in victims and sinks_up:
-                        try:
-                            wait_acknowledged(q, index, timeout=5)
-                            acknowledged[index] = b"round %d message %d" % (r, i)
-                        except TimeoutError:
-                            pass  # both sinks down: nothing acknowledged
+                for _ in range(rng.randint(0, 6)):  # the steady stream: the kill comes somewhere in it
+                    index = burst(rng.randint(1, 300))
+                    if rng.random() < 0.3:  # every host is up: a sink acknowledges it
+                        wait_acknowledged(q, index, timeout=20)
+                        acknowledged[index] = b"message %d" % (n - 1)
+                    time.sleep(rng.random() * 0.01)
                 for v in victims:
-                    hosts[v] = Host(cfg, v)
-                wait_until(lambda: _caught_up(tmp_path, [2, 3]), 60, f"round {r}: the sinks to catch up")
+                    hosts[v].kill()
+                burst(rng.randint(0, 300))  # while they are down
+                for v in victims:
+                    hosts[v] = ForkedHost(forks, cfg, v, wait=False)
+                if rng.random() < 1 / 3:  # again, a moment after the restart
+                    burst(rng.randint(0, 300))
+                    time.sleep(rng.random() * 0.2)
+                    v = rng.choice(victims)
+                    hosts[v].kill()
+                    hosts[v] = ForkedHost(forks, cfg, v, wait=False)
+                burst(rng.randint(1, 300))
+                want = q.last_index
+                assert want is not None
+                sinks.wait_caught_up(want, 60, f"round {r}: the sinks to catch up")
                 for h in (2, 3):
                     held = dict((i, b) for i, _, b in excerpts(tmp_path / f"sink{h}" / "queue1"))
                     assert all(held.get(i) == b for i, b in acknowledged.items()), f"round {r} sink {h}"
         for h in hosts.values():
+            assert h.alive(), h.text()
             h.stop()
+            assert "Traceback" not in h.text(), h.text()
     finally:
+        if sinks is not None:
+            sinks.close()
+        for h in hosts.values():
+            h.kill()
+        forks.close()
         for rl in relays.values():
             rl.close()
     _check_equal(tmp_path, [2, 3])
+    assert acknowledged
+    assert all(r.counts["forwarded"] > 0 for r in relays.values()) and relays[3].counts["dropped"] > 0
 
 
 def test_kill_rounds_udp(tmp_path: Path) -> None:
-    kill_rounds(tmp_path, 4, seed=25)
+    """20 rounds in the default run (each a fraction of a second: see `kill_rounds`)."""
+    kill_rounds(tmp_path, 20, seed=25)
 
 
 @pytest.mark.slow

@@ -327,11 +327,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     with ReplicatedQueue(cfg, 1) as source, ReplicatedQueue(cfg, 2) as sink, \
             chronq.open(folder / "source" / "queue1") as q:
         a = q.appender()
-        last = 0
-        for i in range(2000):
+        last, i = 0, 0
+        while i < 2000 or not relay.taps:  # many datagrams, not one TCP catch-up run
             last = a.write(b"message %d" % i)
+            i += 1
             if i % 100 == 0:
-                time.sleep(0.002)  # many datagrams, not one TCP catch-up run
+                source.wait_acknowledged("queue1", last, 20)
+            assert i < 100_000, "no datagram went through the relay"
         source.wait_acknowledged("queue1", last, 20)
         yield folder, sink, relay, bind
     relay.close()
@@ -366,6 +368,67 @@ def test_forged_replayed_and_truncated_datagrams_are_dropped_and_counted(cluster
     wait_until(lambda: sum(_sink_counts(sink)) == before + 1, 10, f"the {kind} datagram to be counted")
     assert excerpts(folder / "sink2" / "queue1") == docs  # nothing written from it
     assert first_file_difference(folder / "source" / "queue1", folder / "sink2" / "queue1") is None
+
+
+def test_datagrams_under_another_key_are_dropped_and_counted(tmp_path: Path) -> None:
+    """An attacker on the path, who sees the datagrams but holds no session key, sends the sink what it
+    would take next (the next sequence number, the next index, documents of the right shape) sealed
+    under a key of its own, and replays a earlier session's datagrams once the sink reconnected (its
+    new session has a new key, so they are no duplicates of anything it holds): every one is dropped
+    and counted, nothing is written from it, and the sink then goes on equal to the source."""
+    from chronq.replication._udp import DATAGRAM_HEAD, TAG, DatagramKey
+
+    bind = free_port()
+    with UdpRelay(("127.0.0.1", bind), seed=5, tap=10_000) as relay:
+        cfg = write_udp_config(tmp_path, 1, {2: relay.port}, {2: bind})
+        with ReplicatedQueue(cfg, 1) as source, chronq.open(tmp_path / "source" / "queue1") as q:
+            a = q.appender()
+
+            def stream(first: int) -> int:
+                """300 messages, and more until some went as datagrams (not all in the TCP catch-up)."""
+                last, i, seen = 0, first, len(relay.taps)
+                while i < first + 300 or len(relay.taps) == seen:
+                    last = a.write(b"message %d" % i)
+                    i += 1
+                    if i % 50 == 0:
+                        source.wait_acknowledged("queue1", last, 20)
+                    assert i < first + 100_000, "no datagram went through the relay"
+                return source.wait_acknowledged("queue1", last, 20)
+
+            with ReplicatedQueue(cfg, 2) as sink:
+                stream(0)
+                old_session = list(relay.taps)
+                (link,) = sink.status()
+                assert link.datagrams > 0
+                # the next datagram as the sink expects it, its documents those of a genuine one
+                _, seq, _, count = DATAGRAM_HEAD.unpack_from(old_session[-1], 0)
+                nxt = last_index(tmp_path / "sink2" / "queue1")
+                assert nxt is not None
+                forged = []
+                for key in (bytes(32), os.urandom(32)):
+                    body = bytearray(old_session[-1][:-TAG])
+                    DATAGRAM_HEAD.pack_into(body, 0, 1, seq + 1, nxt + 1, count)
+                    forged.append(DatagramKey(key, encrypt=False).seal(body, len(body)))
+                before, held = link.dropped, excerpts(tmp_path / "sink2" / "queue1")
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    for d in forged:
+                        s.sendto(d, ("127.0.0.1", bind))
+                wait_until(lambda: sink.status()[0].dropped == before + len(forged), 10,
+                           "the datagrams under another key to be counted")
+                assert excerpts(tmp_path / "sink2" / "queue1") == held
+            with ReplicatedQueue(cfg, 2) as sink:  # a new session, a new key
+                stream(100_000)
+                (link,) = sink.status()
+                before, held = link.dropped, excerpts(tmp_path / "sink2" / "queue1")
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    for d in old_session:
+                        s.sendto(d, ("127.0.0.1", bind))
+                wait_until(lambda: sink.status()[0].dropped == before + len(old_session), 10,
+                           "the earlier session's datagrams to be counted")
+                assert sink.status()[0].duplicates == link.duplicates  # refused as forged, not as held
+                assert excerpts(tmp_path / "sink2" / "queue1") == held
+                stream(200_000)
+    _check_equal(tmp_path, [2])
 
 
 def _rss_kib(pid: int) -> int:

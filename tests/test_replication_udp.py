@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 
 import chronq
 from chronq.replication import ConfigError, ReplicatedQueue, parse_config, wait_acknowledged
-from chronq.replication.status import HostStatus, format_status, read_status_file, status_file_path
+from chronq.replication.status import (
+    HostStatus,
+    LinkStatus,
+    format_status,
+    read_status_file,
+    status_file_path,
+)
 from tests.replication_support import (
     KEY,
     ForkedHost,
@@ -313,6 +319,54 @@ def test_kill_rounds_udp(tmp_path: Path) -> None:
 def test_kill_rounds_udp_long(tmp_path: Path, seed: int) -> None:
     """100 rounds in all, in five tests of 20 (each within the slow step's two minutes)."""
     kill_rounds(tmp_path, 20, seed=2025 + seed)
+
+
+def test_a_sink_that_falls_behind_catches_up_over_tcp_and_returns_to_datagrams(tmp_path: Path) -> None:
+    """A sink stopped (SIGSTOP) while its source keeps writing falls further behind than the datagrams
+    its source keeps for it: within the same session the source says where its datagrams end, sends the
+    rest over TCP once the sink holds those, and goes back to datagrams when the sink has caught up. The
+    counts in both hosts' status say which path delivered, and the sink equals the source."""
+    import signal
+
+    bind = free_port()
+    cfg = write_udp_config(tmp_path, 1, binds={2: bind}, acknowledge=False,
+                           context=", udpDatagramSize: 1472, udpWindow: 16")
+    source, sink = Host(cfg, 1), Host(cfg, 2)
+
+    def link(host: int) -> LinkStatus:
+        return read_status_file(status_file_path(cfg, host)).links[0]
+
+    try:
+        with chronq.open(tmp_path / "source" / "queue1") as q:
+            a = q.appender()
+
+            def paced(count: int) -> None:  # a few documents a datagram: the session stays on datagrams
+                for i in range(count):
+                    a.write(b"paced %d" % i)
+                    if i % 4 == 3:
+                        time.sleep(0.001)
+
+            paced(200)
+            wait_until(lambda: _caught_up(tmp_path, [2]) and link(2).datagrams > 0, 20, "datagrams")
+            sink.proc.send_signal(signal.SIGSTOP)
+            try:
+                a.write_many([b"%040d" % i for i in range(50_000)])
+                wait_until(lambda: link(1).catch_ups == 1, 20, "the source to switch to the TCP catch-up")
+            finally:
+                sink.proc.send_signal(signal.SIGCONT)
+            wait_until(lambda: _caught_up(tmp_path, [2]), 30, "the sink to catch up over TCP")
+            wait_until(lambda: link(2).catch_ups == 1 and link(2).tcp_runs > 0, 10, "the sink's status")
+            caught_up = link(2)
+            paced(200)
+            wait_until(lambda: _caught_up(tmp_path, [2]) and link(2).datagrams > caught_up.datagrams, 20,
+                       "datagrams again after the catch-up")
+            after = link(2)
+    finally:
+        source.stop()
+        sink.stop()
+    assert after.tcp_runs == caught_up.tcp_runs and after.catch_ups == 1, (caught_up, after)
+    assert source.text().count(" follows queue1") == 1, source.text()  # one session throughout
+    _check_equal(tmp_path, [2])
 
 
 # --- hostile datagrams -----------------------------------------------------------------------------

@@ -27,8 +27,9 @@ sink's `UdpAck` says they arrived. Flow control: the source never has more than 
 than the source slows its own session only.
 A session starts on TCP (`Run` frames) while the sink's backlog is large (a whole frame at a time, the
 TCP catch-up) and moves to datagrams (`UdpStart`) once it has caught up. A sink that then falls further
-behind than the datagrams kept for it (more documents wait beyond its full window, for
-`FALL_BACK_AFTER`) goes back to the TCP catch-up within its session: the source says where its
+behind than the datagrams kept for it and stops taking them (more documents wait beyond its full window,
+none acknowledged for `FALL_BACK_AFTER`: paused, stalled, swapping) goes back to the TCP catch-up
+within its session, which brings the backlog in whole frames once it goes on: the source says where its
 datagrams end (`UdpStop`), and sends runs over TCP once the sink acknowledged every datagram before
 (the sink writes them first: no gap, no duplicate), until the catch-up is done again (`UdpStart`,
 numbers going on).
@@ -83,8 +84,9 @@ PUMP_BATCH = 16  # datagrams a group member's session sends to the group per ste
 GROUP_KEY_NONCE = b"\xff" * 12  # never a datagram's nonce (their sequence numbers stay below 2**63)
 GROUP_KEY_AAD = b"chronq replication group key"
 CAUGHT_UP = 2  # a TCP run filling less than 1/CAUGHT_UP of a frame: the catch-up is done, datagrams next
-# s a sink stays further behind than the datagrams kept for it (its window full all along) before its
-# session switches to the TCP catch-up: a burst that a sink drains at once stays on datagrams
+# s a sink stays further behind than the datagrams kept for it, its window full and acknowledging none
+# of them, before its session switches to the TCP catch-up: a sink that keeps taking datagrams, however
+# far behind a burst left it, stays on them (the window paces the source as it should)
 FALL_BACK_AFTER = 0.5
 
 
@@ -256,7 +258,8 @@ class UdpSender:
 
     def fall_back(self, waiting: int, now: float) -> None:
         """The window is full and `waiting` documents follow what was read: a sink further behind than
-        the datagrams kept for it (their documents) since `FALL_BACK_AFTER` goes to the TCP catch-up."""
+        the datagrams kept for it (their documents) that acknowledged none of them for
+        `FALL_BACK_AFTER` goes to the TCP catch-up."""
         if not self.live or waiting <= self._kept_docs:
             self._behind_since = None
             return
@@ -322,6 +325,8 @@ class UdpSender:
             if f.next_seq > self.next_seq:
                 raise ProtocolError(f"{self._conn.peer} acknowledged datagram {f.next_seq - 1}, beyond the "
                                     f"last one sent ({self.next_seq - 1})")
+            if f.next_seq > self._acked:  # the sink takes datagrams: no switch to TCP while it does
+                self._behind_since = None
             for seq in range(self._acked, f.next_seq):
                 data, docs = self._kept.pop(seq)
                 self._kept_bytes -= len(data)

@@ -302,10 +302,17 @@ class ForkedHost:
             return
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, sig)
+            signal.pidfd_send_signal(self._pidfd, signal.SIGCONT)  # a paused one ends too
         if not select.select([self._pidfd], [], [], 20)[0]:
             raise AssertionError(f"host {self.host_id} (pid {self.pid}) did not end on {sig.name}")
         os.close(self._pidfd)
         self._pidfd = -1
+
+    def pause(self, paused: bool) -> None:
+        """SIGSTOP (`paused`) or SIGCONT: a host that stops taking anything for a while."""
+        if self._pidfd >= 0:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGSTOP if paused else signal.SIGCONT)
 
     def stop(self) -> None:
         """SIGTERM, and wait until it ended."""

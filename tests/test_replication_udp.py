@@ -223,7 +223,7 @@ class _Sinks:
             q.close()
 
 
-def kill_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
+def kill_rounds(tmp_path: Path, rounds: int, seed: int, pause_rate: float) -> None:
     """SIGKILL of the source and of the sinks at random moments while a writer appends in bursts and
     waits for acknowledgements now and then: after every round each sink holds what the source holds
     and every index a wait returned, with the source's bytes; at the end each sink equals the source
@@ -235,7 +235,11 @@ def kill_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
     or reordered by the relays and asked for again), while the sinks or the source are down (the
     source's backlog, the sinks' reconnection), and one round in three kills a host again a random
     moment after its restart (its start-up, handshake, subscription, TCP catch-up or first datagrams);
-    the TEST_SECONDLY cycles roll under all of it."""
+    a round of `pause_rate` first pauses a sink (SIGSTOP) past `FALL_BACK_AFTER` while the writer goes
+    on, so its session switches to the TCP catch-up and back, and the round's kill may land in that; the
+    TEST_SECONDLY cycles roll under all of it."""
+    from chronq.replication._udp import FALL_BACK_AFTER
+
     rng = random.Random(seed)
     binds = {h: free_port() for h in (2, 3)}
     rates = {2: 0.001, 3: 0.05}  # the relays' loss; duplicates, reordering and delay at 2% each
@@ -246,8 +250,9 @@ def kill_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
     sinks: _Sinks | None = None
     forks = HostForks()
     try:
+        # a window of 64 datagrams: a paused sink is soon further behind than its datagrams kept
         cfg = write_udp_config(tmp_path, 2, {h: r.port for h, r in relays.items()}, binds,
-                               context=", udpDatagramSize: 1472")
+                               context=", udpDatagramSize: 1472, udpWindow: 64")
         hosts = {h: ForkedHost(forks, cfg, h, wait=False) for h in (1, 2, 3)}
         for h in hosts.values():
             h.wait_running()
@@ -264,10 +269,18 @@ def kill_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
                 return index
 
             burst(1)
+            pauses = 0
             wait_until(lambda: _caught_up(tmp_path, [2, 3]), 30, "the sinks to start")
             sinks = _Sinks(tmp_path, [2, 3])
             for r in range(rounds):
                 victims = rng.sample([1, 2, 3], rng.randint(1, 2))
+                if rng.random() < pause_rate:  # a sink stops taking datagrams: to the TCP catch-up
+                    pauses += 1
+                    paused = hosts[rng.choice([2, 3])]
+                    paused.pause(True)
+                    burst(rng.randint(15_000, 25_000))  # more than twice its full window holds
+                    time.sleep(FALL_BACK_AFTER + 0.3)
+                    paused.pause(False)
                 for _ in range(rng.randint(0, 6)):  # the steady stream: the kill comes somewhere in it
                     index = burst(rng.randint(1, 300))
                     if rng.random() < 0.3:  # every host is up: a sink acknowledges it
@@ -307,18 +320,20 @@ def kill_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
     _check_equal(tmp_path, [2, 3])
     assert acknowledged
     assert all(r.counts["forwarded"] > 0 for r in relays.values()) and relays[3].counts["dropped"] > 0
+    switches = sum(log.read_text().count(": TCP catch-up after datagram") for log in tmp_path.glob("host1-*"))
+    assert switches >= 1 or not pauses, "no paused sink went to the TCP catch-up"
 
 
 def test_kill_rounds_udp(tmp_path: Path) -> None:
     """20 rounds in the default run (each a fraction of a second: see `kill_rounds`)."""
-    kill_rounds(tmp_path, 20, seed=25)
+    kill_rounds(tmp_path, 20, seed=25, pause_rate=0.1)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(5))
 def test_kill_rounds_udp_long(tmp_path: Path, seed: int) -> None:
     """100 rounds in all, in five tests of 20 (each within the slow step's two minutes)."""
-    kill_rounds(tmp_path, 20, seed=2025 + seed)
+    kill_rounds(tmp_path, 20, seed=2025 + seed, pause_rate=0.25)
 
 
 def test_a_sink_that_falls_behind_catches_up_over_tcp_and_returns_to_datagrams(tmp_path: Path) -> None:

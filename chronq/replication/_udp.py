@@ -48,6 +48,7 @@ within the window.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import select
@@ -72,6 +73,8 @@ from chronq.replication.status import DatagramCounts
 
 __all__ = ["DATAGRAM_HEAD", "DATAGRAM_VERSION", "TAG", "DatagramKey", "GroupMember", "GroupSender",
            "UdpReceiver", "UdpSender"]
+
+log = logging.getLogger("chronq.replication")
 
 DATAGRAM_VERSION = 1
 DATAGRAM_HEAD = struct.Struct(">BQqI")  # version, sequence, first index, documents
@@ -266,6 +269,9 @@ class UdpSender:
         if self._behind_since is None:
             self._behind_since = now
         elif now - self._behind_since >= FALL_BACK_AFTER:
+            log.info("replication: %s is %d documents behind, no datagram taken in %.1f s: TCP catch-up "
+                     "after datagram %d", self._conn.peer, waiting, now - self._behind_since,
+                     self.next_seq - 1)
             self._conn.send(p.UdpStop(self.next_seq))
             self.live = False
             self._behind_since = None

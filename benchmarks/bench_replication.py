@@ -310,6 +310,73 @@ def path_steps(n: int) -> list[tuple[str, float]]:
     return out
 
 
+def udp_steps(n: int, size: int) -> tuple[int, float, list[tuple[str, float]]]:
+    """What each step of a datagram's path costs in Python (us per datagram of `size` bytes, in this
+    process, without waiting), with the code `chronq.replication._udp` runs: where a small datagram's time
+    goes. Returns (messages per datagram, the AES-GCM tag alone, the steps)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    import chronq
+    from chronq.replication import protocol as p
+    from chronq.replication._udp import DATAGRAM_HEAD, DATAGRAM_VERSION, TAG, DatagramKey
+    from chronq.replication.sink import Position, SinkWriter
+    from chronq.replication.source import SourceReader
+
+    out = []
+    with tempfile.TemporaryDirectory() as d, chronq.open(Path(d) / "src", roll_cycle="DAILY") as q:
+        q.appender().write_many([bytes(MSG)] * (n * size // (MSG + 4) + 1))
+        reader, buf = SourceReader(q, Position(None)), bytearray(size)
+        runs = []
+        t = time.perf_counter_ns()
+        for _ in range(n):
+            _, _, end, first = reader.read_run(buf, DATAGRAM_HEAD.size, size - TAG, 1 << 20)
+            runs.append((bytes(buf[:end]), end, first))
+        out.append(("source read_run", (time.perf_counter_ns() - t) / n / 1000))
+        reader.close()
+        per_datagram = (runs[0][1] - DATAGRAM_HEAD.size) // (MSG + 4)
+        key = DatagramKey(bytes(range(32)), encrypt=False)  # the pre-shared key's: authenticated, in clear
+        t = time.perf_counter_ns()
+        sealed = []
+        for seq, (data, end, first) in enumerate(runs):
+            b = bytearray(data)
+            DATAGRAM_HEAD.pack_into(b, 0, DATAGRAM_VERSION, seq, first, per_datagram)
+            sealed.append(key.seal(b, end))
+        out.append(("source head + tag", (time.perf_counter_ns() - t) / n / 1000))
+        aead, nonce = AESGCM(bytes(range(32))), bytes(12)
+        t = time.perf_counter_ns()
+        for data in sealed:
+            aead.encrypt(nonce, b"", data)
+        crypto = (time.perf_counter_ns() - t) / n / 1000  # the GMAC alone, each side (not in the sum)
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with rx, tx:
+            rx.bind(("127.0.0.1", 0))
+            tx.connect(rx.getsockname())
+            view, sent, got = memoryview(bytearray(65536)), 0, 0
+            for i in range(0, n, 64):  # in steps the receiving socket's buffer holds
+                t = time.perf_counter_ns()
+                for data in sealed[i:i + 64]:
+                    tx.send(data)
+                sent += time.perf_counter_ns() - t
+                t = time.perf_counter_ns()
+                for _ in sealed[i:i + 64]:
+                    rx.recv_into(view)
+                got += time.perf_counter_ns() - t
+            view.release()
+        out += [("source send", sent / n / 1000), ("sink recv_into", got / n / 1000)]
+        t = time.perf_counter_ns()
+        opened = [key.open(data) for data in sealed]
+        out.append(("sink check + copy", (time.perf_counter_ns() - t) / n / 1000))
+        with SinkWriter(Path(d) / "sink", q.roll_cycle, q.epoch, source_host=1) as writer:
+            t = time.perf_counter_ns()
+            for o in opened:
+                assert o is not None
+                r = p.Run(o[1], o[2], o[3])
+                writer.write_run(r.first_index, r.count, r.data)
+            out.append(("sink write_run", (time.perf_counter_ns() - t) / n / 1000))
+    return per_datagram, crypto, out
+
+
 def _pacer(sleeping: bool) -> Callable[[int], int]:
     """`pace(due)`: wait until `due` (perf_counter_ns) and return the time then. Sleeping, with the
     timer slack at 1 us (a late wake-up sends the messages then due at once); else spinning, yielding
@@ -690,7 +757,8 @@ def _row(case: str, figure: float, target: str, floor: float | None, met: bool, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: runs in under a minute")
-    ap.add_argument("--cases", default="plain,ack,tls,lag,steps,rss", help="comma-separated subset")
+    ap.add_argument("--cases", default="plain,ack,tls,lag,steps,udp-steps,rss",
+                    help="comma-separated subset")
     ap.add_argument("--n", type=int, help="messages per throughput case (5,000,000; quick 1,000,000)")
     ap.add_argument("--rate", default="100000,10000",
                     help="msg/s of the lag case, comma-separated (the target is at 100,000; 10,000 shows "
@@ -783,6 +851,13 @@ def main() -> None:
     if "steps" in cases:
         for step, us in path_steps(min(n, 200_000)):
             rows.append(f"{'step: ' + step + ' (us)':<40}{us:>14.2f}")
+    if "udp-steps" in cases:
+        per, crypto, steps = udp_steps(min(n // 30 + 1, 20_000), 1472)
+        for step, us in steps:  # per datagram of 1,472 bytes
+            rows.append(f"{'udp step: ' + step + ' (us)':<40}{us:>14.2f}")
+        rows.append(f"{'udp step: AES-GCM tag alone (us)':<40}{crypto:>14.2f}")
+        total = sum(us for _, us in steps)
+        rows.append(f"{f'udp steps: all, {per} messages (us)':<40}{total:>14.2f}")
     if "rss" in cases:
         count = backlog // (MSG + 4)
         with tempfile.TemporaryDirectory() as d:

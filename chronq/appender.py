@@ -526,11 +526,9 @@ class Appender(_native.AppenderCore):
                 return
             now = time.monotonic()
             if now > check_dead_at:
-                holder = _native.load64(buf, off)
-                if holder != UNLOCKED and table.lock_owner(holder).dead:
-                    if _native.cas64(buf, off, holder, UNLOCKED):
-                        dead = table.lock_owner(holder).description
-                        warnings.warn(f"{table.path}: took over the write lock held by {dead}", stacklevel=2)
+                dead = table.release_dead_lock(WRITE_LOCK)
+                if dead is not None:
+                    warnings.warn(f"{table.path}: took over the write lock held by {dead}", stacklevel=2)
                     deadline = time.monotonic() + q.lock_timeout
                     continue
                 check_dead_at = now + DEAD_HOLDER_GRACE

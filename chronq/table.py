@@ -613,6 +613,21 @@ class TableStore:
             if ident is not None:
                 self.cas(_writer_keys(held[0])[0], _pack_identity(ident)[0], UNLOCKED)
 
+    def release_dead_lock(self, key: str) -> str | None:
+        """Release the lock at `key` (a pid word, as the write lock) if its holder is proven dead
+        (`lock_owner`): the holder's description, None if it is free, alive or cannot be told. A holder
+        that died mid-write never releases its lock itself; a writer waiting for it calls this after a
+        grace period, and the one writer a queue has (a replication sink restarting after a SIGKILL)
+        at once, so it does not wait the grace out first."""
+        off = self.acquire(key, UNLOCKED)
+        holder = load64(self.buffer, off)
+        if holder == UNLOCKED:
+            return None
+        owner = self.lock_owner(holder)
+        if owner.dead and cas64(self.buffer, off, holder, UNLOCKED):
+            return owner.description
+        return None
+
     def lock_owner(self, value: int) -> LockOwner:
         """Whether the process whose pid is the lock value `value` is proven dead.
 

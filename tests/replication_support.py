@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -15,7 +18,7 @@ from pathlib import Path
 import chronq
 from chronq.replication import protocol as p
 from chronq.tailer import Tailer
-from tests.procs.qhelp import child_env
+from tests.procs.qhelp import REPO, child_env
 
 Doc = tuple[int, bool, bytes]
 KEY = "a pre-shared key of the test cluster, long enough"
@@ -241,6 +244,109 @@ class Host:
         self.proc.wait(20)
 
 
+class HostForks:
+    """A fork server of `chronq replicate` hosts (`tests/procs/host_forks.py`): one interpreter start-up
+    and one import of chronq's replication, then a fork per host started."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.procs.host_forks"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=child_env(), cwd=REPO)
+        assert self.proc.stdout is not None and self.proc.stdout.readline() == "ready\n"
+
+    def fork(self, config: Path, host_id: int, log: Path) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{config}\t{host_id}\t{log}\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        self.proc.wait(20)
+        self.proc.stdout.close()
+
+
+class ForkedHost:
+    """A `chronq replicate CONFIG --host-id N` host as `Host`, but forked by a `HostForks`: a start costs a
+    fork, not an interpreter start-up and its imports, so kill loops can restart hosts by the hundred.
+    A real process all the same, of its own pid: SIGKILLed by `kill`, SIGTERMed by `stop`, followed
+    through a pidfd (it is the fork server's child, not this process's)."""
+
+    def __init__(self, forks: HostForks, config: Path, host_id: int, wait: bool = True) -> None:
+        """`wait`: until it says it is running (else the caller checks it got there by its effects)."""
+        self.host_id = host_id
+        self.log = config.parent / f"host{host_id}-{time.monotonic_ns()}.log"
+        self.pid = forks.fork(config, host_id, self.log)
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except ProcessLookupError:  # dead and reaped already
+            self._pidfd = -1
+        if wait:
+            self.wait_running()
+
+    def alive(self) -> bool:
+        return self._pidfd >= 0 and not select.select([self._pidfd], [], [], 0)[0]
+
+    def wait_running(self) -> None:
+        wait_until(lambda: "running" in self.text() or not self.alive(), 20, f"host {self.host_id}")
+        assert self.alive(), self.text()
+
+    def text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except FileNotFoundError:  # not forked yet
+            return ""
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self._pidfd < 0:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, sig)
+            signal.pidfd_send_signal(self._pidfd, signal.SIGCONT)  # a paused one ends too
+        if not select.select([self._pidfd], [], [], 20)[0]:
+            raise AssertionError(f"host {self.host_id} (pid {self.pid}) did not end on {sig.name}")
+        os.close(self._pidfd)
+        self._pidfd = -1
+
+    def pause(self, paused: bool) -> None:
+        """SIGSTOP (`paused`) or SIGCONT: a host that stops taking anything for a while."""
+        if self._pidfd >= 0:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGSTOP if paused else signal.SIGCONT)
+
+    def stop(self) -> None:
+        """SIGTERM, and wait until it ended."""
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+
+def _data_extents(fd_a: int, fd_b: int, size: int) -> list[tuple[int, int]]:
+    """The ranges of `size` bytes where either file holds data (SEEK_DATA/SEEK_HOLE), in order and
+    merged; the whole file where the file system cannot tell."""
+    extents = []
+    for fd in (fd_a, fd_b):
+        at = 0
+        while at < size:
+            try:
+                start = os.lseek(fd, at, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # nothing but a hole from here on
+                    break
+                return [(0, size)]
+            end = min(size, os.lseek(fd, start, os.SEEK_HOLE))
+            extents.append((start, end))
+            at = end
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(extents):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
 def first_file_difference(source: Path, sink: Path) -> str | None:
     """None if every cycle file of `sink` equals the source's byte for byte (names, sizes and bytes), else
     where they first differ.
@@ -258,16 +364,23 @@ def first_file_difference(source: Path, sink: Path) -> str | None:
         return f"cycle files {cycle_files(sink)} in the sink, {names} in the source"
     for name in names:
         with open(source / name, "rb") as a, open(sink / name, "rb") as b:
-            offset = 0
-            while True:
-                x, y = a.read(1 << 20), b.read(1 << 20)
-                if x != y:
-                    n = min(len(x), len(y))
-                    i = next((i for i in range(n) if x[i] != y[i]), n)
-                    return (f"{name}: first difference at offset {offset + i} (source {x[i:i + 16].hex()}, "
-                            f"sink {y[i:i + 16].hex()}); sizes {os.path.getsize(source / name)} and "
-                            f"{os.path.getsize(sink / name)}")
-                if not x:
-                    break
-                offset += len(x)
+            sizes = os.fstat(a.fileno()).st_size, os.fstat(b.fileno()).st_size
+            if sizes[0] != sizes[1]:
+                return f"{name}: sizes {sizes[0]} in the source and {sizes[1]} in the sink"
+            # a cycle file is mostly a sparse tail of tens of MB: only what either side holds data in
+            # is read (a hole reads as zeros, so the rest is equal)
+            for start, end in _data_extents(a.fileno(), b.fileno(), sizes[0]):
+                a.seek(start)
+                b.seek(start)
+                offset = start
+                while offset < end:
+                    x, y = a.read(min(1 << 20, end - offset)), b.read(min(1 << 20, end - offset))
+                    if x != y:
+                        n = min(len(x), len(y))
+                        i = next((i for i in range(n) if x[i] != y[i]), n)
+                        return (f"{name}: first difference at offset {offset + i} (source "
+                                f"{x[i:i + 16].hex()}, sink {y[i:i + 16].hex()})")
+                    if not x:
+                        break
+                    offset += len(x)
     return None

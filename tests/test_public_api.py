@@ -93,7 +93,7 @@ EXPORTS: dict[str, list[str]] = {
         "Ack", "Auth", "Challenge", "DEFAULT_MAX_FRAME", "Error", "Excerpts", "Frame", "FrameAuth",
         "FrameDecoder", "Heartbeat", "Hello", "MAX_HOST_ID", "MAX_MAX_FRAME", "NONCE_SIZE", "QueueCodec",
         "QueueInfo", "RUN_HEAD", "RUN_META", "Run", "Subscribe", "TailerPositions", "VERSION", "encode",
-        "proof", "run_head", "Datagram", "Nak", "UdpAck", "UdpGroup", "UdpPosition", "UdpStart",
+        "proof", "run_head", "Datagram", "Nak", "UdpAck", "UdpGroup", "UdpPosition", "UdpStart", "UdpStop",
         "UdpSubscribe",
     ],
     "chronq.replication.sink": [

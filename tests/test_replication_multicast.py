@@ -132,13 +132,23 @@ def _config(folder: Path, tls: bool) -> Path:
 
 
 FORGE = """
-import socket, sys
+import os, socket, sys
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(sys.argv[1]))
 head = bytes([1]) + (10**9).to_bytes(8, "big") + (0).to_bytes(8, "big") + (3).to_bytes(4, "big")
 s.sendto(head + bytes(200), (sys.argv[2], int(sys.argv[3])))  # a well-formed head, a wrong tag
 s.sendto(b"\\x01forged", (sys.argv[2], int(sys.argv[3])))
+# authentic under a group key of the attacker's own, the documents in clear and encrypted: no sink's key
+for seq, encrypt in ((int(sys.argv[4]), False), (int(sys.argv[4]) + 1, True)):
+    head = bytes([1]) + seq.to_bytes(8, "big") + (0).to_bytes(8, "big") + (1).to_bytes(4, "big")
+    body = (8).to_bytes(4, "little") + b"forgery!"
+    nonce, aead = bytes(4) + seq.to_bytes(8, "big"), AESGCM(os.urandom(32))
+    sealed = head + aead.encrypt(nonce, body, head) if encrypt else \
+        head + body + aead.encrypt(nonce, b"", head + body)
+    s.sendto(sealed, (sys.argv[2], int(sys.argv[3])))
 """
+FORGED = 4  # datagrams FORGE sends
 
 
 @pytest.mark.parametrize("tls", [False, True])
@@ -169,9 +179,13 @@ def test_multicast_to_three_sinks_in_namespaces(tmp_path: Path, lab: Lab, tls: b
         wait_until(lambda: _caught_up(tmp_path, list(SINKS)), 60, "the sinks to catch up")
         time.sleep(0.3)  # status files of after the catch-up (written every heartbeat interval)
         before = {h: read_status_file(status_file_path(cfg, h)).links[0].dropped for h in SINKS}
-        _in(lab.router, sys.executable, "-c", FORGE, f"{SINK_NET}.{ROUTER}", GROUP[0], str(GROUP[1]))
-        wait_until(lambda: all(read_status_file(status_file_path(cfg, h)).links[0].dropped >= before[h] + 2
-                               for h in SINKS), 10, "every sink to count the forged datagrams")
+        # about the group's next sequence number (in clear in every datagram an attacker sees)
+        nxt = max(read_status_file(status_file_path(cfg, h)).links[0].datagrams for h in SINKS)
+        _in(lab.router, sys.executable, "-c", FORGE, f"{SINK_NET}.{ROUTER}", GROUP[0], str(GROUP[1]),
+            str(nxt))
+        wait_until(lambda: all(read_status_file(status_file_path(cfg, h)).links[0].dropped
+                               >= before[h] + FORGED for h in SINKS), 10,
+                   "every sink to count the forged datagrams")
         sinks = {h: read_status_file(status_file_path(cfg, h)).links[0] for h in SINKS}
         sources = read_status_file(status_file_path(cfg, 1)).links
     finally:
@@ -193,3 +207,75 @@ def test_multicast_to_three_sinks_in_namespaces(tmp_path: Path, lab: Lab, tls: b
     assert max(sent) - (1 if tls else 0) <= seen < sum(sent), (sent, counts)
     assert sum(s.retransmitted for s in sinks.values()) > 0
     assert all(s.datagrams > 0 for s in sinks.values())
+
+
+def test_a_nak_is_answered_after_the_codec_frame_its_datagram_needs(tmp_path: Path) -> None:
+    """Two sinks' sessions share a group on a zstd queue, whose first datagram needs the codec frame each
+    session sends over its own link (so the group keeps it back and every sink asks for it). One
+    session drives the group past what the other has looked at; that other's sink, having seen a later
+    datagram, asks for the first at once: the answer must wait until its session has looked at it and
+    sent the codec frame, or the sink would hold a zstd document before it knows the codec (it refuses
+    that, and the session ends). Real sockets, a real group sender on the loopback interface and a real
+    queue; the test plays the sinks and takes the steps `_Stream` takes (read, codec frames, send)."""
+    import socket
+
+    from chronq.codecs import Codec
+    from chronq.replication import protocol as p
+    from chronq.replication._transport import Conn, Link
+    from chronq.replication._udp import GroupMember, GroupSender
+    from chronq.replication.config import UdpCfg
+    from chronq.replication.errors import ReplicationError
+    from chronq.replication.sink import Position
+    from chronq.replication.source import CodecState, SourceReader
+    from chronq.replication.status import Role
+    from tests.replication_support import RawPeer, free_port
+
+    max_frame = 1 << 20
+    path = tmp_path / "queue1"
+    with chronq.open(path) as q:
+        try:
+            group = GroupSender(UdpCfg(), ("239.7.0.2", free_port()), "127.0.0.1", path, max_frame)
+        except ReplicationError as e:  # no multicast route on this loopback: said, not failed
+            skip_unless_strict(f"cannot send to a multicast group on 127.0.0.1 here: {e}")
+        sessions = []
+        try:
+            for h in (2, 3):
+                ours, theirs = socket.socketpair()
+                conn = Conn(ours, f"sink{h}", max_frame, 5.0)
+                member = GroupMember(group, conn, p.UdpSubscribe(free_port(), 1 << 20, bytes(32)),
+                                     Link("queue1", Role.SOURCE, f"sink{h}", h), 0.1)
+                reader = SourceReader(q, Position(None, 0))
+                with member.joining(True) as ready:  # both at the (empty) queue's end: they join
+                    assert ready
+                    member.join(-1)
+                sessions.append((member, reader, CodecState(q, max_frame - 64), conn, RawPeer(theirs)))
+            assert [type(s[4].next()) for s in sessions for _ in range(2)] == [p.UdpGroup, p.UdpStart] * 2
+
+            def step(member: GroupMember, reader: SourceReader, codec: CodecState, conn: Conn) -> None:
+                """One of `_Stream`'s steps on a live session."""
+                docs, data, end, first = member.read(reader, bytearray(max_frame), 256)
+                news = codec.news(data)
+                for value, dict_id, dictionary in news:
+                    conn.send(p.QueueCodec(value, dict_id, dictionary))
+                member.send(first, docs, end, over_tcp=bool(news))
+
+            q.appender(Codec("zstd")).write(b"the first document, which needs the codec" * 4)
+            first, second = sessions
+            step(*first[:4])  # it drives the group: datagram 0, kept back (it needs the codec frame)
+            assert group.next_seq == 1 and 0 in group.kept
+            assert type(first[4].next()) is p.QueueCodec
+            member, _, _, _, peer = second
+            assert member.handle(p.Nak(0, 1))  # its sink asks before its session looked at the group
+            step(*second[:4])
+            frames = []
+            second[3].sock.shutdown(socket.SHUT_WR)
+            while (f := peer.next()) is not None:
+                frames.append(type(f))
+            assert frames == [p.QueueCodec, p.Datagram], frames
+        finally:
+            for member, reader, _, conn, peer in sessions:
+                member.close()
+                reader.close()
+                conn.sock.close()
+                peer.close()
+            group.close()

@@ -30,6 +30,7 @@ from chronq.replication.protocol import (
     UdpGroup,
     UdpPosition,
     UdpStart,
+    UdpStop,
     UdpSubscribe,
     encode,
 )
@@ -70,6 +71,7 @@ frames: st.SearchStrategy[Frame] = st.one_of(
     st.just(UdpStart()),
     st.builds(UdpPosition, st.integers(0, (1 << 63) - 1)),
     st.builds(UdpAck, st.integers(0, (1 << 63) - 1)),
+    st.builds(UdpStop, st.integers(0, (1 << 63) - 1)),
     st.builds(Nak, st.integers(0, (1 << 63) - 1), st.integers(1, (1 << 32) - 1)),
     st.builds(Datagram, st.binary(max_size=200)),
     st.builds(UdpGroup, st.integers(0, (1 << 63) - 1), st.sampled_from([bytes(32), bytes(range(48))])),

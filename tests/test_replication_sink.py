@@ -332,3 +332,34 @@ def test_what_a_dead_write_left_past_the_end_is_cleared(tmp_path: Path) -> None:
         replicate(src, tmp_path / "sink").close()
     assert first_file_difference(tmp_path / "src", tmp_path / "sink") is None
     assert all_documents(tmp_path / "sink") == all_documents(tmp_path / "src")
+
+
+def test_a_restarted_sink_takes_its_killed_writers_lock_over_at_once(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """A sink killed mid-write leaves the queue's write lock held by its dead pid: the next sink on the
+    queue, its one writer, releases it as it opens (logged), instead of an appender waiting
+    DEAD_HOLDER_GRACE of contention first (a second per restart: a kill loop's most part)."""
+    import os
+    import warnings
+
+    from chronq.table import UNLOCKED, WRITE_LOCK
+
+    with make_source(tmp_path / "src") as src:
+        docs = SourceReader(src, Position(None)).read_batch(20, 1 << 30)
+        with SinkWriter(tmp_path / "sink", src.roll_cycle, src.epoch, source_host=1) as w:
+            w.write_all(docs[:10])
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)  # a pid proven dead: the killed sink's
+        with chronq.open(tmp_path / "sink") as q:
+            assert q.table is not None
+            q.table.set(WRITE_LOCK, pid)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the appender's own take-over (after its grace) warns
+            with caplog.at_level("WARNING", "chronq.replication"), \
+                    SinkWriter(tmp_path / "sink", src.roll_cycle, src.epoch, source_host=1) as w:
+                w.write_all(docs[10:])
+                assert w.queue.table is not None and w.queue.table.get(WRITE_LOCK) == UNLOCKED
+    assert f"took over the write lock held by dead process {pid}" in caplog.text
+    assert excerpts(tmp_path / "sink") == excerpts(tmp_path / "src")[:20]

@@ -17,10 +17,18 @@ from hypothesis import strategies as st
 
 import chronq
 from chronq.replication import ConfigError, ReplicatedQueue, parse_config, wait_acknowledged
-from chronq.replication.status import HostStatus, format_status, read_status_file, status_file_path
+from chronq.replication.status import (
+    HostStatus,
+    LinkStatus,
+    format_status,
+    read_status_file,
+    status_file_path,
+)
 from tests.replication_support import (
     KEY,
+    ForkedHost,
     Host,
+    HostForks,
     excerpts,
     first_file_difference,
     free_port,
@@ -188,60 +196,192 @@ def test_a_million_messages_to_three_lossy_sinks(tmp_path: Path) -> None:
     three_sinks(tmp_path, 1_000_000, 5.0)
 
 
-def kill_rounds(tmp_path: Path, rounds: int, seed: int) -> None:
-    """SIGKILL of the source and of the sinks at random moments while a writer appends and waits for
-    acknowledgements now and then: after every round each sink equals the source, and every index a
-    wait returned is in every sink that was running, with the source's bytes."""
+class _Sinks:
+    """The sinks' queues, open in the test, to wait on their doorbells (rung by the sink processes'
+    appends) until they hold what the source holds: no polling sleeps between a round's checks."""
+
+    def __init__(self, folder: Path, sinks: list[int]) -> None:
+        self._folder = folder
+        self.queues = {h: chronq.open(folder / f"sink{h}" / "queue1") for h in sinks}
+
+    def wait_caught_up(self, want: int, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        for h, q in self.queues.items():
+            bell = q.doorbell
+            while True:
+                seen = bell.sequence()  # before the look: an append after it rings
+                if q.last_index == want:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out after {timeout} s waiting for {what}: sink {h} ends "
+                                         f"at {q.last_index}, the source at {want}")
+                bell.wait(seen, min(left, 0.05))  # 0.05 s: a look even without a ring
+
+    def close(self) -> None:
+        for q in self.queues.values():
+            q.close()
+
+
+def kill_rounds(tmp_path: Path, rounds: int, seed: int, pause_rate: float) -> None:
+    """SIGKILL of the source and of the sinks at random moments while a writer appends in bursts and
+    waits for acknowledgements now and then: after every round each sink holds what the source holds
+    and every index a wait returned, with the source's bytes; at the end each sink equals the source
+    byte for byte.
+
+    A round is cheap so that many run: the hosts are forked from a forkserver that imported chronq
+    (`ForkedHost`), restarted together without waiting for them, and the checks wait on the sinks'
+    doorbells. Its kill lands anywhere: in the steady stream (bursts of datagrams, some lost, duplicated
+    or reordered by the relays and asked for again), while the sinks or the source are down (the
+    source's backlog, the sinks' reconnection), and one round in three kills a host again a random
+    moment after its restart (its start-up, handshake, subscription, TCP catch-up or first datagrams);
+    a round of `pause_rate` first pauses a sink (SIGSTOP) past `FALL_BACK_AFTER` while the writer goes
+    on, so its session switches to the TCP catch-up and back, and the round's kill may land in that; the
+    TEST_SECONDLY cycles roll under all of it."""
+    from chronq.replication._udp import FALL_BACK_AFTER
+
     rng = random.Random(seed)
     binds = {h: free_port() for h in (2, 3)}
     rates = {2: 0.001, 3: 0.05}  # the relays' loss; duplicates, reordering and delay at 2% each
     relays = {h: UdpRelay(("127.0.0.1", binds[h]), seed=seed + h, loss=rates[h], duplicate=0.02,
                           reorder=0.02, delay=0.02) for h in binds}
     acknowledged: dict[int, bytes] = {}
+    hosts: dict[int, ForkedHost] = {}
+    sinks: _Sinks | None = None
+    forks = HostForks()
     try:
+        # a window of 64 datagrams: a paused sink is soon further behind than its datagrams kept
         cfg = write_udp_config(tmp_path, 2, {h: r.port for h, r in relays.items()}, binds,
-                               context=", udpDatagramSize: 1472")
-        hosts = {h: Host(cfg, h) for h in (1, 2, 3)}
+                               context=", udpDatagramSize: 1472, udpWindow: 64")
+        hosts = {h: ForkedHost(forks, cfg, h, wait=False) for h in (1, 2, 3)}
+        for h in hosts.values():
+            h.wait_running()
         with chronq.open(tmp_path / "source" / "queue1") as q:
             a = q.appender()
+            n = 0
+
+            def burst(count: int) -> int:
+                nonlocal n
+                index = -1
+                for _ in range(count):
+                    index = a.write(b"message %d" % n)
+                    n += 1
+                return index
+
+            burst(1)
+            pauses = 0
+            wait_until(lambda: _caught_up(tmp_path, [2, 3]), 30, "the sinks to start")
+            sinks = _Sinks(tmp_path, [2, 3])
             for r in range(rounds):
                 victims = rng.sample([1, 2, 3], rng.randint(1, 2))
-                kill_after = rng.randint(50, 3000)
-                for i in range(3000):
-                    index = a.write(b"round %d message %d" % (r, i))
-                    if i == kill_after:
-                        for v in victims:
-                            hosts[v].kill()
-                    sinks_up = i < kill_after or not {2, 3} <= set(victims)
-                    if i % 1000 == 999 and 1 not in victims and sinks_up:
-                        try:
-                            wait_acknowledged(q, index, timeout=5)
-                            acknowledged[index] = b"round %d message %d" % (r, i)
-                        except TimeoutError:
-                            pass  # both sinks down: nothing acknowledged
+                if rng.random() < pause_rate:  # a sink stops taking datagrams: to the TCP catch-up
+                    pauses += 1
+                    paused = hosts[rng.choice([2, 3])]
+                    paused.pause(True)
+                    burst(rng.randint(15_000, 25_000))  # more than twice its full window holds
+                    time.sleep(FALL_BACK_AFTER + 0.3)
+                    paused.pause(False)
+                for _ in range(rng.randint(0, 6)):  # the steady stream: the kill comes somewhere in it
+                    index = burst(rng.randint(1, 300))
+                    if rng.random() < 0.3:  # every host is up: a sink acknowledges it
+                        wait_acknowledged(q, index, timeout=20)
+                        acknowledged[index] = b"message %d" % (n - 1)
+                    time.sleep(rng.random() * 0.01)
                 for v in victims:
-                    hosts[v] = Host(cfg, v)
-                wait_until(lambda: _caught_up(tmp_path, [2, 3]), 60, f"round {r}: the sinks to catch up")
+                    hosts[v].kill()
+                burst(rng.randint(0, 300))  # while they are down
+                for v in victims:
+                    hosts[v] = ForkedHost(forks, cfg, v, wait=False)
+                if rng.random() < 1 / 3:  # again, a moment after the restart
+                    burst(rng.randint(0, 300))
+                    time.sleep(rng.random() * 0.2)
+                    v = rng.choice(victims)
+                    hosts[v].kill()
+                    hosts[v] = ForkedHost(forks, cfg, v, wait=False)
+                burst(rng.randint(1, 300))
+                want = q.last_index
+                assert want is not None
+                sinks.wait_caught_up(want, 60, f"round {r}: the sinks to catch up")
                 for h in (2, 3):
                     held = dict((i, b) for i, _, b in excerpts(tmp_path / f"sink{h}" / "queue1"))
                     assert all(held.get(i) == b for i, b in acknowledged.items()), f"round {r} sink {h}"
         for h in hosts.values():
+            assert h.alive(), h.text()
             h.stop()
+            assert "Traceback" not in h.text(), h.text()
     finally:
+        if sinks is not None:
+            sinks.close()
+        for h in hosts.values():
+            h.kill()
+        forks.close()
         for rl in relays.values():
             rl.close()
     _check_equal(tmp_path, [2, 3])
+    assert acknowledged
+    assert all(r.counts["forwarded"] > 0 for r in relays.values()) and relays[3].counts["dropped"] > 0
+    switches = sum(log.read_text().count(": TCP catch-up after datagram") for log in tmp_path.glob("host1-*"))
+    assert switches >= 1 or not pauses, "no paused sink went to the TCP catch-up"
 
 
 def test_kill_rounds_udp(tmp_path: Path) -> None:
-    kill_rounds(tmp_path, 4, seed=25)
+    """20 rounds in the default run (each a fraction of a second: see `kill_rounds`)."""
+    kill_rounds(tmp_path, 20, seed=25, pause_rate=0.1)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(5))
 def test_kill_rounds_udp_long(tmp_path: Path, seed: int) -> None:
     """100 rounds in all, in five tests of 20 (each within the slow step's two minutes)."""
-    kill_rounds(tmp_path, 20, seed=2025 + seed)
+    kill_rounds(tmp_path, 20, seed=2025 + seed, pause_rate=0.25)
+
+
+def test_a_sink_that_falls_behind_catches_up_over_tcp_and_returns_to_datagrams(tmp_path: Path) -> None:
+    """A sink stopped (SIGSTOP) while its source keeps writing falls further behind than the datagrams
+    its source keeps for it: within the same session the source says where its datagrams end, sends the
+    rest over TCP once the sink holds those, and goes back to datagrams when the sink has caught up. The
+    counts in both hosts' status say which path delivered, and the sink equals the source."""
+    import signal
+
+    bind = free_port()
+    cfg = write_udp_config(tmp_path, 1, binds={2: bind}, acknowledge=False,
+                           context=", udpDatagramSize: 1472, udpWindow: 16")
+    source, sink = Host(cfg, 1), Host(cfg, 2)
+
+    def link(host: int) -> LinkStatus:
+        return read_status_file(status_file_path(cfg, host)).links[0]
+
+    try:
+        with chronq.open(tmp_path / "source" / "queue1") as q:
+            a = q.appender()
+
+            def paced(count: int) -> None:  # a few documents a datagram: the session stays on datagrams
+                for i in range(count):
+                    a.write(b"paced %d" % i)
+                    if i % 4 == 3:
+                        time.sleep(0.001)
+
+            paced(200)
+            wait_until(lambda: _caught_up(tmp_path, [2]) and link(2).datagrams > 0, 20, "datagrams")
+            sink.proc.send_signal(signal.SIGSTOP)
+            try:
+                a.write_many([b"%040d" % i for i in range(50_000)])
+                wait_until(lambda: link(1).catch_ups == 1, 20, "the source to switch to the TCP catch-up")
+            finally:
+                sink.proc.send_signal(signal.SIGCONT)
+            wait_until(lambda: _caught_up(tmp_path, [2]), 30, "the sink to catch up over TCP")
+            wait_until(lambda: link(2).catch_ups == 1 and link(2).tcp_runs > 0, 10, "the sink's status")
+            caught_up = link(2)
+            paced(200)
+            wait_until(lambda: _caught_up(tmp_path, [2]) and link(2).datagrams > caught_up.datagrams, 20,
+                       "datagrams again after the catch-up")
+            after = link(2)
+    finally:
+        source.stop()
+        sink.stop()
+    assert after.tcp_runs == caught_up.tcp_runs and after.catch_ups == 1, (caught_up, after)
+    assert source.text().count(" follows queue1") == 1, source.text()  # one session throughout
+    _check_equal(tmp_path, [2])
 
 
 # --- hostile datagrams -----------------------------------------------------------------------------
@@ -256,11 +396,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     with ReplicatedQueue(cfg, 1) as source, ReplicatedQueue(cfg, 2) as sink, \
             chronq.open(folder / "source" / "queue1") as q:
         a = q.appender()
-        last = 0
-        for i in range(2000):
+        last, i = 0, 0
+        while i < 2000 or not relay.taps:  # many datagrams, not one TCP catch-up run
             last = a.write(b"message %d" % i)
+            i += 1
             if i % 100 == 0:
-                time.sleep(0.002)  # many datagrams, not one TCP catch-up run
+                source.wait_acknowledged("queue1", last, 20)
+            assert i < 100_000, "no datagram went through the relay"
         source.wait_acknowledged("queue1", last, 20)
         yield folder, sink, relay, bind
     relay.close()
@@ -295,6 +437,67 @@ def test_forged_replayed_and_truncated_datagrams_are_dropped_and_counted(cluster
     wait_until(lambda: sum(_sink_counts(sink)) == before + 1, 10, f"the {kind} datagram to be counted")
     assert excerpts(folder / "sink2" / "queue1") == docs  # nothing written from it
     assert first_file_difference(folder / "source" / "queue1", folder / "sink2" / "queue1") is None
+
+
+def test_datagrams_under_another_key_are_dropped_and_counted(tmp_path: Path) -> None:
+    """An attacker on the path, who sees the datagrams but holds no session key, sends the sink what it
+    would take next (the next sequence number, the next index, documents of the right shape) sealed
+    under a key of its own, and replays a earlier session's datagrams once the sink reconnected (its
+    new session has a new key, so they are no duplicates of anything it holds): every one is dropped
+    and counted, nothing is written from it, and the sink then goes on equal to the source."""
+    from chronq.replication._udp import DATAGRAM_HEAD, TAG, DatagramKey
+
+    bind = free_port()
+    with UdpRelay(("127.0.0.1", bind), seed=5, tap=10_000) as relay:
+        cfg = write_udp_config(tmp_path, 1, {2: relay.port}, {2: bind})
+        with ReplicatedQueue(cfg, 1) as source, chronq.open(tmp_path / "source" / "queue1") as q:
+            a = q.appender()
+
+            def stream(first: int) -> int:
+                """300 messages, and more until some went as datagrams (not all in the TCP catch-up)."""
+                last, i, seen = 0, first, len(relay.taps)
+                while i < first + 300 or len(relay.taps) == seen:
+                    last = a.write(b"message %d" % i)
+                    i += 1
+                    if i % 50 == 0:
+                        source.wait_acknowledged("queue1", last, 20)
+                    assert i < first + 100_000, "no datagram went through the relay"
+                return source.wait_acknowledged("queue1", last, 20)
+
+            with ReplicatedQueue(cfg, 2) as sink:
+                stream(0)
+                old_session = list(relay.taps)
+                (link,) = sink.status()
+                assert link.datagrams > 0
+                # the next datagram as the sink expects it, its documents those of a genuine one
+                _, seq, _, count = DATAGRAM_HEAD.unpack_from(old_session[-1], 0)
+                nxt = last_index(tmp_path / "sink2" / "queue1")
+                assert nxt is not None
+                forged = []
+                for key in (bytes(32), os.urandom(32)):
+                    body = bytearray(old_session[-1][:-TAG])
+                    DATAGRAM_HEAD.pack_into(body, 0, 1, seq + 1, nxt + 1, count)
+                    forged.append(DatagramKey(key, encrypt=False).seal(body, len(body)))
+                before, held = link.dropped, excerpts(tmp_path / "sink2" / "queue1")
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    for d in forged:
+                        s.sendto(d, ("127.0.0.1", bind))
+                wait_until(lambda: sink.status()[0].dropped == before + len(forged), 10,
+                           "the datagrams under another key to be counted")
+                assert excerpts(tmp_path / "sink2" / "queue1") == held
+            with ReplicatedQueue(cfg, 2) as sink:  # a new session, a new key
+                stream(100_000)
+                (link,) = sink.status()
+                before, held = link.dropped, excerpts(tmp_path / "sink2" / "queue1")
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    for d in old_session:
+                        s.sendto(d, ("127.0.0.1", bind))
+                wait_until(lambda: sink.status()[0].dropped == before + len(old_session), 10,
+                           "the earlier session's datagrams to be counted")
+                assert sink.status()[0].duplicates == link.duplicates  # refused as forged, not as held
+                assert excerpts(tmp_path / "sink2" / "queue1") == held
+                stream(200_000)
+    _check_equal(tmp_path, [2])
 
 
 def _rss_kib(pid: int) -> int:

@@ -42,7 +42,7 @@ from chronq.table import (
 )
 from chronq.tailer import Tailer
 
-__all__ = ["ACCEPT_PAUSE", "IDLE_POLL", "LOOK_EVERY", "MAX_UNAUTHENTICATED",
+__all__ = ["ACCEPT_PAUSE", "FALL_BACK_LOOK", "IDLE_POLL", "LOOK_EVERY", "MAX_UNAUTHENTICATED",
            "POSITIONS_EVERY", "RUN_COUNT", "SourceEndpoint", "messages_after"]
 
 log = logging.getLogger("chronq.replication")
@@ -54,6 +54,7 @@ POSITIONS_EVERY = 0.05  # s between looks at the source's replicated named taile
 # frames
 IDLE_POLL = 0.002
 LOOK_EVERY = 0.00005  # s between a busy source's looks for what its sink sent back
+FALL_BACK_LOOK = 0.01  # s between a UDP source's looks at how far behind a sink with a full window is
 MAX_UNAUTHENTICATED = 16  # connections that have not proved the key yet, at most (more are closed at once)
 ACCEPT_PAUSE = 0.1  # s the listener pauses after accept failed (out of descriptors, say)
 
@@ -228,7 +229,7 @@ class _Stream:
         watched = self.qc.acknowledge or self.udp is not None
         bell = _AckBell([conn.sock], self.q.doorbell) if watched else None
         frame, frame_view, head = self.frame, memoryview(self.frame), p.RUN_HEAD.size
-        positions_at = look_at = idle_since = 0.0
+        positions_at = look_at = idle_since = fall_back_at = 0.0
         idling = False
         try:
             while not stop.is_set():
@@ -240,7 +241,14 @@ class _Stream:
                     snap = _tailer_positions(self.table)
                     positions_at = now + POSITIONS_EVERY
                 udp = self.udp
-                if udp is None or not udp.live:
+                if udp is not None and not udp.can_send():
+                    # the sink's window is full (or, after a switch to TCP, datagrams are unacknowledged):
+                    # wait for its UdpAck; a sink that stays further behind goes to the TCP catch-up
+                    docs = data = end = first = 0
+                    if udp.live and now >= fall_back_at:
+                        fall_back_at = now + FALL_BACK_LOOK
+                        udp.fall_back(messages_after(self.q, self.reader.next_index - 1), now)
+                elif udp is None or not udp.live:
                     # a multicast group is joined when this read finds nothing and the group has read
                     # all too (`GroupMember.joining`); a session of its own starts below
                     with udp.joining(idling) if udp is not None else contextlib.nullcontext(False) as ready:
@@ -248,10 +256,8 @@ class _Stream:
                         if ready and not docs:
                             assert udp is not None
                             udp.join(self.sent_upto)
-                elif udp.can_send():  # else the sink's window is full: wait for its UdpAck
-                    docs, data, end, first = udp.read(self.reader, frame, RUN_COUNT)
                 else:
-                    docs = data = end = first = 0
+                    docs, data, end, first = udp.read(self.reader, frame, RUN_COUNT)
                 if docs:
                     if self.sent_upto == self.recorded:  # the oldest unrecorded read: the lag counts from it
                         self.read_at = time.time()
@@ -263,8 +269,10 @@ class _Stream:
                     else:
                         p.run_head(frame, end, first, docs)
                         conn.send_bytes(frame_view[:end])
-                        if udp is not None and end < len(frame) // CAUGHT_UP:
-                            udp.start()  # the catch-up over TCP is done
+                        if udp is not None:
+                            udp.sent_run()
+                            if end < len(frame) // CAUGHT_UP:
+                                udp.start()  # the catch-up over TCP is done
                     if data:
                         self.sent_upto = self.ackable = first + data - 1
                     idling = False

@@ -246,7 +246,8 @@ class Link:
                                   self.replicated, self.acknowledged, lag_messages, max(0.0, lag), self.error)
             return LinkStatus(self.queue, self.role, self.peer, self.peer_host_id, state,
                               self.replicated, self.acknowledged, lag_messages, max(0.0, lag), self.error,
-                              "udp", d.datagrams, d.retransmitted, d.dropped, d.duplicates, d.loss_rate)
+                              "udp", d.datagrams, d.retransmitted, d.dropped, d.duplicates, d.loss_rate,
+                              d.catch_ups, d.tcp_runs)
 
 
 class Links:

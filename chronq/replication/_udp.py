@@ -26,7 +26,13 @@ sink's `UdpAck` says they arrived. Flow control: the source never has more than 
 `UdpSubscribe`) unacknowledged by the sink, so whatever a sink may ask for is kept, and a sink slower
 than the source slows its own session only.
 A session starts on TCP (`Run` frames) while the sink's backlog is large (a whole frame at a time, the
-TCP catch-up) and moves to datagrams (`UdpStart`) once it has caught up.
+TCP catch-up) and moves to datagrams (`UdpStart`) once it has caught up. A sink that then falls further
+behind than the datagrams kept for it and stops taking them (more documents wait beyond its full window,
+none acknowledged for `FALL_BACK_AFTER`: paused, stalled, swapping) goes back to the TCP catch-up
+within its session, which brings the backlog in whole frames once it goes on: the source says where its
+datagrams end (`UdpStop`), and sends runs over TCP once the sink acknowledged every datagram before
+(the sink writes them first: no gap, no duplicate), until the catch-up is done again (`UdpStart`,
+numbers going on).
 
 With a `udpGroup` (multicast) the queue's datagrams are the group's (`GroupSender`), not a session's:
 one reader, one send per datagram whatever the number of sinks, sequence numbers per group. Every sink
@@ -42,6 +48,7 @@ within the window.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import select
@@ -67,6 +74,8 @@ from chronq.replication.status import DatagramCounts
 __all__ = ["DATAGRAM_HEAD", "DATAGRAM_VERSION", "TAG", "DatagramKey", "GroupMember", "GroupSender",
            "UdpReceiver", "UdpSender"]
 
+log = logging.getLogger("chronq.replication")
+
 DATAGRAM_VERSION = 1
 DATAGRAM_HEAD = struct.Struct(">BQqI")  # version, sequence, first index, documents
 TAG = 16
@@ -78,6 +87,10 @@ PUMP_BATCH = 16  # datagrams a group member's session sends to the group per ste
 GROUP_KEY_NONCE = b"\xff" * 12  # never a datagram's nonce (their sequence numbers stay below 2**63)
 GROUP_KEY_AAD = b"chronq replication group key"
 CAUGHT_UP = 2  # a TCP run filling less than 1/CAUGHT_UP of a frame: the catch-up is done, datagrams next
+# s a sink stays further behind than the datagrams kept for it, its window full and acknowledging none
+# of them, before its session switches to the TCP catch-up: a sink that keeps taking datagrams, however
+# far behind a burst left it, stays on them (the window paces the source as it should)
+FALL_BACK_AFTER = 0.5
 
 
 def _nonce(seq: int) -> bytes:
@@ -211,10 +224,11 @@ class UdpSender:
         self.live = False  # datagrams (after UdpStart), else TCP runs (the catch-up)
         self.next_seq = 0
         self._acked = 0  # the sink holds every datagram before this one
-        self._kept: dict[int, bytes] = {}
-        self._kept_bytes = 0
+        self._kept: dict[int, tuple[bytes, int]] = {}  # datagram, its documents
+        self._kept_bytes = self._kept_docs = 0
         self._told = 0  # the last position said
         self._sent_at = 0.0
+        self._behind_since: float | None = None  # the window full, more waiting than it holds, since
 
     @contextlib.contextmanager
     def joining(self, idle: bool) -> Iterator[bool]:
@@ -229,15 +243,43 @@ class UdpSender:
         return -1
 
     def start(self) -> None:
-        """The catch-up over TCP is done: runs go as datagrams from now on."""
-        if not self.live:
+        """The catch-up over TCP is done: runs go as datagrams from now on (after a `fall_back`, once the
+        sink acknowledged the datagrams before it)."""
+        if not self.live and self._acked == self.next_seq:
             self._conn.send(p.UdpStart())
             self.live = True
+            self._behind_since = None
 
     def can_send(self) -> bool:
-        """Whether the window (datagrams and bytes unacknowledged by the sink) has room for one more."""
+        """Whether a run may go now: as a datagram if the window (datagrams and bytes unacknowledged by
+        the sink) has room; over TCP once the sink acknowledged every datagram (after a `fall_back` it
+        must write them before any run)."""
+        if not self.live:
+            return self._acked == self.next_seq
         return (self.next_seq - self._acked < self._cfg.window
                 and self._kept_bytes + len(self._buf) <= self._in_flight)
+
+    def fall_back(self, waiting: int, now: float) -> None:
+        """The window is full and `waiting` documents follow what was read: a sink further behind than
+        the datagrams kept for it (their documents) that acknowledged none of them for
+        `FALL_BACK_AFTER` goes to the TCP catch-up."""
+        if not self.live or waiting <= self._kept_docs:
+            self._behind_since = None
+            return
+        if self._behind_since is None:
+            self._behind_since = now
+        elif now - self._behind_since >= FALL_BACK_AFTER:
+            log.info("replication: %s is %d documents behind, no datagram taken in %.1f s: TCP catch-up "
+                     "after datagram %d", self._conn.peer, waiting, now - self._behind_since,
+                     self.next_seq - 1)
+            self._conn.send(p.UdpStop(self.next_seq))
+            self.live = False
+            self._behind_since = None
+            self.counts.catch_ups += 1
+
+    def sent_run(self) -> None:
+        """A run went over TCP (the catch-up)."""
+        self.counts.tcp_runs += 1
 
     def read(self, reader: SourceReader, big: bytearray, max_count: int) -> tuple[int, int, int, int]:
         """The next run into a datagram: (documents, data documents, end, first index), as
@@ -258,8 +300,9 @@ class UdpSender:
         seq = self.next_seq
         DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
         data = self._key.seal(buf, end)
-        self._kept[seq] = data
+        self._kept[seq] = data, docs
         self._kept_bytes += len(data)
+        self._kept_docs += docs
         self.next_seq = seq + 1
         if over_tcp or buf is not self._buf:
             self._conn.send(p.Datagram(data))
@@ -288,8 +331,12 @@ class UdpSender:
             if f.next_seq > self.next_seq:
                 raise ProtocolError(f"{self._conn.peer} acknowledged datagram {f.next_seq - 1}, beyond the "
                                     f"last one sent ({self.next_seq - 1})")
+            if f.next_seq > self._acked:  # the sink takes datagrams: no switch to TCP while it does
+                self._behind_since = None
             for seq in range(self._acked, f.next_seq):
-                self._kept_bytes -= len(self._kept.pop(seq))
+                data, docs = self._kept.pop(seq)
+                self._kept_bytes -= len(data)
+                self._kept_docs -= docs
             self._acked = max(self._acked, f.next_seq)
             return True
         if isinstance(f, p.Nak):
@@ -297,7 +344,7 @@ class UdpSender:
                 raise ProtocolError(f"{self._conn.peer} asked for datagrams up to {f.first + f.count - 1}, "
                                     f"beyond the last one sent ({self.next_seq - 1})")
             for seq in range(max(f.first, self._acked), f.first + f.count):
-                self._conn.send(p.Datagram(self._kept[seq]))
+                self._conn.send(p.Datagram(self._kept[seq][0]))
                 self.counts.retransmitted += 1
             return True
         return False
@@ -484,6 +531,13 @@ class GroupMember:
     def can_send(self) -> bool:
         return True
 
+    def fall_back(self, waiting: int, now: float) -> None:
+        """A group member never waits for its own window (`can_send`): the group waits for its slowest."""
+
+    def sent_run(self) -> None:
+        """A run went over TCP (the catch-up before the sink joins the group)."""
+        self.counts.tcp_runs += 1
+
     def read(self, reader: SourceReader, big: bytearray, max_count: int) -> tuple[int, int, int, int]:
         """Drive the group one step and say what it sent since this session last looked: (datagrams,
         data documents, 0, the first of them), for the session's bookkeeping."""
@@ -610,6 +664,7 @@ class UdpReceiver:
         self._ahead: dict[int, tuple[int, int, bytes]] = {}
         self._asked: set[int] = set()
         self._acked, self._acked_at = 0, 0.0
+        self._stop_at: int | None = None  # the source's UdpStop: its datagrams end before this one
 
     def subscription(self) -> p.UdpSubscribe:
         """What the sink tells the source before its Subscribe: its port (and key, inside TLS)."""
@@ -669,8 +724,21 @@ class UdpReceiver:
                         raise ProtocolError(f"{self._conn.peer} sent UdpStart twice, or before its UdpGroup")
                     self.live = True
                     self._release(out)
-                elif isinstance(f, p.Run) and self.live:
-                    raise ProtocolError(f"{self._conn.peer} sent a Run over TCP after UdpStart")
+                elif isinstance(f, p.UdpStop):
+                    if not self.live or self._stop_at is not None or f.next_seq < self.expected \
+                            or any(seq >= f.next_seq for seq in self._ahead):
+                        raise ProtocolError(f"{self._conn.peer} sent UdpStop at datagram {f.next_seq} "
+                                            f"(this sink expects {self.expected}, "
+                                            f"{'on datagrams' if self.live else 'on TCP'})")
+                    self._stop_at = f.next_seq
+                    self._high = max(self._high, f.next_seq)
+                    self.counts.catch_ups += 1
+                    self._release(out)
+                elif isinstance(f, p.Run):
+                    if self.live:
+                        raise ProtocolError(f"{self._conn.peer} sent a Run over TCP while sending datagrams")
+                    self.counts.tcp_runs += 1
+                    out.append(f)
                 else:
                     out.append(f)
         self._release(out)
@@ -690,8 +758,8 @@ class UdpReceiver:
         if seq < self.expected or seq in self._ahead:
             counts.duplicates += 1
             return
-        if seq >= self.expected + self._cfg.window:  # beyond what may be held: asked for again later
-            counts.dropped += 1
+        if seq >= self.expected + self._cfg.window or (self._stop_at is not None and seq >= self._stop_at):
+            counts.dropped += 1  # beyond what may be held (asked for again later), or after the datagrams
             return
         counts.datagrams += 1
         self._ahead[seq] = (first, count, docs)
@@ -707,6 +775,9 @@ class UdpReceiver:
             self._asked.discard(seq)
             seq += 1
         self.expected = seq
+        if seq == self._stop_at:  # every datagram before the UdpStop written: the TCP catch-up follows
+            self.live = False
+            self._stop_at = None
 
     def _ask(self) -> None:
         """A Nak for every datagram missing before the highest known, within the window, asked once."""

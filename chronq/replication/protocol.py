@@ -79,6 +79,7 @@ __all__ = [
     "UdpGroup",
     "UdpPosition",
     "UdpStart",
+    "UdpStop",
     "UdpSubscribe",
     "encode",
     "proof",
@@ -214,6 +215,15 @@ class UdpStart:
 
 
 @dataclass(frozen=True)
+class UdpStop:
+    """Source: the datagrams end before `next_seq`; the runs after them come over TCP again (a sink
+    further behind than the datagrams kept for it: the TCP catch-up), once the sink acknowledged every
+    datagram before `next_seq`, until a UdpStart (numbers going on from `next_seq`)."""
+
+    next_seq: int
+
+
+@dataclass(frozen=True)
 class UdpPosition:
     """Source: every datagram before `next_seq` was sent (a sink that lacks one asks for it: a lost
     tail is noticed too). Sent when the source goes quiet and every heartbeat interval."""
@@ -258,12 +268,12 @@ class Datagram:
 
 Frame = (Hello | Challenge | Auth | QueueInfo | Subscribe | Excerpts | Heartbeat | Ack | Error
          | TailerPositions | Run | QueueCodec | UdpSubscribe | UdpStart | UdpPosition | UdpAck | Nak
-         | Datagram | UdpGroup)
+         | Datagram | UdpGroup | UdpStop)
 
 _TYPES: dict[type, int] = {Hello: 1, Challenge: 2, Auth: 3, QueueInfo: 4, Subscribe: 5, Excerpts: 6,
                            Heartbeat: 7, Ack: 8, Error: 9, TailerPositions: 10, Run: 11,
                            QueueCodec: 12, UdpSubscribe: 13, UdpStart: 14, UdpPosition: 15, UdpAck: 16,
-                           Nak: 17, Datagram: 18, UdpGroup: 19}
+                           Nak: 17, Datagram: 18, UdpGroup: 19, UdpStop: 20}
 
 
 def proof(key: bytes, role: bytes, first: bytes, second: bytes, queue: str) -> bytes:
@@ -379,7 +389,7 @@ def encode(frame: Frame, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
         body = struct.pack(">HIB", frame.port, frame.buffer, len(frame.key)) + frame.key
     elif isinstance(frame, UdpStart):
         body = b""
-    elif isinstance(frame, (UdpPosition, UdpAck)):
+    elif isinstance(frame, (UdpPosition, UdpAck, UdpStop)):
         body = struct.pack(">q", frame.next_seq)
     elif isinstance(frame, Nak):
         body = struct.pack(">qI", frame.first, frame.count)
@@ -536,11 +546,11 @@ def _decode(kind: int, b: _Body) -> Frame:
         frame = UdpSubscribe(port, buffer, b.take(n))
     elif kind == 14:
         frame = UdpStart()
-    elif kind in (15, 16):
+    elif kind in (15, 16, 20):
         (seq,) = b.unpack(">q")
         if seq < 0:
             raise ProtocolError(f"negative datagram sequence {seq}")
-        frame = UdpPosition(seq) if kind == 15 else UdpAck(seq)
+        frame = UdpPosition(seq) if kind == 15 else UdpAck(seq) if kind == 16 else UdpStop(seq)
     elif kind == 17:
         first, count = b.unpack(">qI")
         if first < 0 or count < 1:

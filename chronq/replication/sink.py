@@ -31,7 +31,7 @@ from chronq.errors import ChronqError
 from chronq.replication.errors import ReplicationError
 from chronq.rollcycles import RollCycle, by_format
 from chronq.store import Document, StoreLayout, documents, index_doc, stop_header
-from chronq.table import REPLICATION_SINK
+from chronq.table import REPLICATION_SINK, WRITE_LOCK
 from chronq.tailer import Tailer
 
 __all__ = [
@@ -325,6 +325,10 @@ class SinkWriter:
             if mark:
                 table.set(REPLICATION_SINK, source_host)
             self._clock.set_cycle(max(self.queue.fresh_cycles(), default=0))
+            # a sink killed mid-write left its lock held: its restart, the one writer a sink has, takes
+            # it over at once (an appender would wait a grace period first, each restart of a kill)
+            if mark and (dead := table.release_dead_lock(WRITE_LOCK)) is not None:
+                log.warning("replication: %s: took over the write lock held by %s", self.path, dead)
             # not Queue.appender(): that refuses sinks, and this is the one writer a sink has
             self._appender = Appender(self.queue)
             # before appending, under the write lock (a source being back-filled may have local appenders)

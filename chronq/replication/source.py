@@ -54,6 +54,11 @@ class SourceReader:
             if not is_store_document(ex.payload):
                 skipped += 1
 
+    @property
+    def next_index(self) -> int:
+        """The index of the next document this reader reads (0 before the queue's first cycle)."""
+        return int(self._tailer.index)
+
     def read_batch(self, max_count: int, max_bytes: int) -> list[Excerpt]:
         """Up to `max_count` documents (at least one if any is ready) totalling about `max_bytes`."""
         out: list[Excerpt] = []

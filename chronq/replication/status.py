@@ -52,12 +52,16 @@ class DatagramCounts:
     again (asked for by the sink: lost, or late). On a sink: authentic datagrams taken, those asked for
     again (`retransmitted`), and those dropped: failing their check (forged, altered, truncated, of
     another session or sender) or beyond the window (`dropped`), or already held (`duplicates`:
-    duplicated or replayed)."""
+    duplicated or replayed). On both: `catch_ups`, the times a session switched from datagrams to the
+    TCP catch-up (a sink further behind than the datagrams kept for it) and `tcp_runs`, the runs sent
+    (source) or written (sink) over TCP, at a session's start or in such a catch-up."""
 
     datagrams: int = 0
     retransmitted: int = 0
     dropped: int = 0
     duplicates: int = 0
+    catch_ups: int = 0
+    tcp_runs: int = 0
 
     @property
     def loss_rate(self) -> float:
@@ -94,6 +98,8 @@ class LinkStatus:
     dropped: int = 0
     duplicates: int = 0
     loss_rate: float = 0.0
+    catch_ups: int = 0
+    tcp_runs: int = 0
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,7 @@ def format_status(status: HostStatus) -> str:
         lines.append("(no links yet)")
     lines += [f"{s.queue} ({s.role}, host {s.peer_host_id}): {s.error}" for s in status.links if s.error]
     lines += [f"{s.queue} ({s.role}, host {s.peer_host_id}): udp: {s.datagrams} datagrams, {s.retransmitted} "
-              f"retransmitted ({s.loss_rate:.2%} loss), {s.dropped} dropped, {s.duplicates} duplicates"
+              f"retransmitted ({s.loss_rate:.2%} loss), {s.dropped} dropped, {s.duplicates} duplicates; "
+              f"{s.tcp_runs} runs over TCP, {s.catch_ups} switches to the TCP catch-up"
               for s in status.links if s.transport == "udp"]
     return "\n".join(lines)

@@ -202,10 +202,10 @@ class ForkServer:
             time.sleep(0.001)
         return pid
 
-    def kill(self, pid: int) -> None:
-        """SIGKILL the child and wait until it is gone."""
+    def kill(self, pid: int) -> int:
+        """SIGKILL the child and wait until it is gone; how it ended (minus the signal that killed it)."""
         os.kill(pid, signal.SIGKILL)
-        self._ask("reap", str(pid))
+        return self._ask("reap", str(pid))
 
     def close(self) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -231,8 +231,10 @@ def kill_loop(tmp_path: Path, rounds: int, seed: int = SEED) -> None:
             args = ["set", str(queue), value_key] if r % 3 == 2 else ["add", str(queue), f"r{r}", "100000"]
             pid = server.start(out, *args)
             time.sleep(rng.uniform(0, 0.15))
-            server.kill(pid)
+            ended = server.kill(pid)
             lines = out.read_text().splitlines()
+            # killed, or done (an adder refused a key): not dead of an exception of its own
+            assert ended in (-signal.SIGKILL, 0), f"round {r}: {args[0]} exited with {ended}: {lines[-3:]}"
             if args[0] == "set":
                 done = [int(x) for x in lines if x.isdigit()]
                 with TableStore.open(queue / TABLE_STORE_FILE, readonly=True) as table:

@@ -440,13 +440,14 @@ def replay_rss(mb: int, tmp: Path) -> list[tuple[str, int, int, int, int]]:
 
 
 CONTENDED_WRITERS = 4  # default of --writers
-CONTENDED_ROUNDS = 3  # plain and double-buffered rounds alternate, so both see the same machine
+CONTENDED_ROUNDS = 3  # default of --contended-rounds: plain and double-buffered rounds alternate, so both
+# see the same machine
 
 
 FIELDS = ("symbol", "side", "price", "qty", "venue", "account", "tag", "note")
 
 
-def lock_hold_parts(n: int, tmp: Path) -> list[tuple[str, float]]:
+def lock_hold_parts(n: int, tmp: Path, rounds: int = CONTENDED_ROUNDS) -> list[tuple[str, float]]:
     """Where the time of a contended writer's block goes, one writer alone (ns per document): building
     the 8-field body, the `writing_document` block around a body already built, and `write(bytes)`.
     Plain, the lock is held for the first two; double-buffered and busy, only for the third."""
@@ -463,7 +464,7 @@ def lock_hold_parts(n: int, tmp: Path) -> list[tuple[str, float]]:
     best = [float("inf")] * 3
     with chronq.open(tmp / "lock-hold") as q:
         a = q.appender()
-        for _ in range(CONTENDED_ROUNDS):
+        for _ in range(rounds):
             t0 = time.perf_counter_ns()
             for i in range(n):
                 body(Writer(), i)
@@ -482,12 +483,13 @@ def lock_hold_parts(n: int, tmp: Path) -> list[tuple[str, float]]:
             (f"write({len(data)} B bytes): the lock held by a double-buffered document", best[2])]
 
 
-def contended(per_thread: int, tmp: Path, writers: int) -> list[tuple[str, list[int], float]]:
+def contended(per_thread: int, tmp: Path, writers: int,
+              rounds: int = CONTENDED_ROUNDS) -> list[tuple[str, list[int], float]]:
     """4 threads appending `writing_document`s whose bodies are built in pieces (8 wire fields), with
     the write lock held while the body is built (plain) or only while it is copied in when another
     writer holds the lock (double buffering). Per mode: every block's latency in ns, messages/s."""
     out: dict[bool, tuple[list[int], float]] = {False: ([], 0.0), True: ([], 0.0)}
-    for r in range(CONTENDED_ROUNDS):
+    for r in range(rounds):
         for double in (False, True):
             path = tmp / f"contended-{r}-{int(double)}"
             lat: list[list[int]] = [[] for _ in range(writers)]
@@ -555,12 +557,13 @@ with open(out, "wb") as f:
 """
 
 
-def contended_processes(per_process: int, tmp: Path, writers: int) -> list[tuple[str, list[int], float]]:
+def contended_processes(per_process: int, tmp: Path, writers: int,
+                        rounds: int = CONTENDED_ROUNDS) -> list[tuple[str, list[int], float]]:
     """As `contended`, with processes (truly parallel: no GIL between them)."""
     import array
 
     out: dict[bool, tuple[list[int], float]] = {False: ([], 0.0), True: ([], 0.0)}
-    for r in range(CONTENDED_ROUNDS):
+    for r in range(rounds):
         for double in (False, True):
             path = tmp / f"contended-p-{r}-{int(double)}"
             chronq.open(path).close()
@@ -606,6 +609,9 @@ def main() -> None:
     p.add_argument("--only", default="", help="comma list of the sections to run (the others are skipped)")
     p.add_argument("--writers", type=lambda v: [int(x) for x in v.split(",")], default=[CONTENDED_WRITERS],
                    help="contended section: comma list of writer counts (threads and processes each)")
+    p.add_argument("--contended-rounds", type=int, default=CONTENDED_ROUNDS,
+                   help="contended section: rounds of each mode (each process round waits 1 s for its "
+                        "writers to start together)")
     args = p.parse_args()
     skip = set(args.skip.split(","))
     if args.only:
@@ -637,13 +643,14 @@ def main() -> None:
         if "contended" not in skip:
             per = max(200, args.n // 100)
             print(f"\n## Writers contending for the write lock ({per:,} documents each, 8 fields built "
-                  f"piecewise; {CONTENDED_ROUNDS} alternating rounds; load before: "
+                  f"piecewise; {args.contended_rounds} alternating rounds; load before: "
                   f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)\n")
             print("| writers | p50 | p99 | p99 / plain's | p99.9 | max | documents/s (best round) |")
             print("|---|---:|---:|---:|---:|---:|---:|")
             rows = []
             for w in args.writers:
-                rows += contended(per, tmp, w) + contended_processes(per, tmp, w)
+                rows += (contended(per, tmp, w, args.contended_rounds)
+                         + contended_processes(per, tmp, w, args.contended_rounds))
             plain_p99 = 0
             for name, samples, best in rows:
                 samples.sort()
@@ -657,7 +664,7 @@ def main() -> None:
                   "documents/s is all documents over the slowest writer's summed block time; "
                   f"load after: {os.getloadavg()[0]:.1f})\n")
             print("| one writer alone: where a block's time goes | ns per document |\n|---|---:|")
-            for name, ns in lock_hold_parts(max(2000, per), tmp):
+            for name, ns in lock_hold_parts(max(2000, per), tmp, args.contended_rounds):
                 print(f"| {name} | {ns:,.0f} |")
         if "latency" not in skip:
             print(

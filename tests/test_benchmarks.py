@@ -40,7 +40,8 @@ def test_bench_wire() -> None:
 
 
 def test_bench_queue() -> None:
-    out = run("bench_queue.py", "--n", "20000", "--latency-samples", "2000", "--replay-mb", "8")
+    out = run("bench_queue.py", "--n", "5000", "--contended-rounds", "1", "--latency-samples", "2000",
+              "--replay-mb", "8")
     rows = ("append 40 B, Python loop", "move_to_index + read", "one CPU each (pinned)", "plain iteration",
             "processes, double buffer")
     assert all(row in out for row in rows), out
@@ -55,7 +56,7 @@ def test_bench_queue() -> None:
 
 
 def test_bench_wakeup() -> None:
-    out = run("bench_wakeup.py", "--n", "20000", "--latency-samples", "2000", "--idle-seconds", "0.3")
+    out = run("bench_wakeup.py", "--n", "5000", "--latency-samples", "2000", "--idle-seconds", "0.1")
     rows = ("ringing off (CHRONQ_DOORBELL=0: the baseline)", "ringing on, nobody waiting",
             "ringing on, one reader process asleep on the doorbell",
             "chronq, asleep on the doorbell (pinned)", "chronq, busy-spinning (today; pinned)",

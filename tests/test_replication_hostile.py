@@ -219,13 +219,23 @@ def _tree(root: Path, skip: Path) -> set[Path]:
 
 
 def test_a_hostile_authenticated_source_cannot_make_a_sink_hold_a_gap_a_duplicate_or_a_forgery(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fault injection: a source that holds the key sends hypothesis-generated QueueInfo, Run, Excerpts
     and Ack frames built around a genuine history G (indexes in G carry G's bytes, every other index
     b"forged"). After every session the sink holds a prefix of G, nothing else, and only today's cycle
     file, and nothing was written outside its folder; once the hostile sessions stop, a genuine one
-    brings it to all of G."""
+    brings it to all of G.
+
+    Most sessions end refused before the sink subscribes, and such a session is one the sink backs off
+    from (doubling up to RETRY_MAX, 2 s): waited out before each next session, that back-off was almost
+    all of this test's minute. Its ceiling is held at its floor here, so every session starts after
+    RETRY_MIN; what the sink does with each session is the same (the back-off's reset is
+    tests/test_replication_faults.py's)."""
     from hypothesis import HealthCheck, example, given, settings
+
+    from chronq.replication import _sink_side
+
+    monkeypatch.setattr(_sink_side, "RETRY_MAX", _sink_side.RETRY_MIN)
 
     config = write_config(tmp_path, hosts=2, roll_cycle="FAST_DAILY")
     sink_path = tmp_path / "sink2" / "queue1"

@@ -10,6 +10,12 @@ argv: set queue_dir key
     stores 1, 2, 3, ... into ``key`` as fast as it can, printing each value once stored.
 argv: fill dir
     writes a file ``dir/filler`` until the disk refuses (ENOSPC); prints its size.
+argv: serve
+    a fork server for the kill loops: each stdin line ``out<TAB>add|set<TAB>args...`` forks a child that
+    runs that mode with its stdout in the file ``out``, and prints the child's pid; ``reap<TAB>pid``
+    waits for that child and prints how it ended (the exit status, or minus the signal that killed it,
+    as `subprocess` reports it). A child starts with chronq already imported: a new interpreter per
+    round was most of a kill loop's time, and the child is killed just the same.
 """
 
 from __future__ import annotations
@@ -78,12 +84,41 @@ def fill(directory: str) -> None:
     print(size, flush=True)
 
 
-if __name__ == "__main__":
-    mode = sys.argv[1]
+def serve() -> None:
+    for line in sys.stdin:
+        out, *argv = line.rstrip("\n").split("\t")
+        if out == "reap":
+            _, status = os.waitpid(int(argv[0]), 0)
+            print(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status), flush=True)
+            continue
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(fd, 1)
+                os.close(fd)
+                sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115  (the child's whole life)
+                run(argv)
+                code = 0
+            finally:
+                sys.stdout.flush()
+                os._exit(code)  # not the server's exit handlers
+        print(pid, flush=True)
+
+
+def run(argv: list[str]) -> None:
+    mode = argv[0]
     if mode == "add":
-        step = sys.argv[5] if len(sys.argv) > 5 else None
-        add(sys.argv[2], sys.argv[3], int(sys.argv[4]), step, int(sys.argv[6]) if step else 0)
+        step = argv[4] if len(argv) > 4 else None
+        add(argv[1], argv[2], int(argv[3]), step, int(argv[5]) if step else 0)
     elif mode == "set":
-        set_loop(sys.argv[2], sys.argv[3])
+        set_loop(argv[1], argv[2])
+    elif mode == "serve":
+        serve()
     else:
-        fill(sys.argv[2])
+        fill(argv[1])
+
+
+if __name__ == "__main__":
+    run(sys.argv[1:])

@@ -174,29 +174,38 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* doorbell_wait(buf, off, seen, epoch, timeout): sleep while the sequence is `seen` (and, epoch >= 0,
- * the epoch is `epoch`) for at most `timeout` seconds. True once either moved on, False on timeout. */
 /* ValueError naming the argument's value as Python prints it (PyErr_Format has no %g: 3.12+ refuse it) */
 static void raise_bad_seconds(const char *what, PyObject *value) {
     PyErr_Format(PyExc_ValueError, "%s, not %R", what, value);
 }
 
+/* the (seen, epoch, timeout) at args[2..4] both waits take; -1 with an exception set if one is bad */
+static int wait_args(PyObject *const *args, unsigned long long *seen, long long *epoch, double *timeout) {
+    *seen = PyLong_AsUnsignedLongLong(args[2]);
+    if (*seen == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    if (*seen > DOORBELL_SEQ_MASK) {
+        PyErr_SetString(PyExc_OverflowError, "a doorbell sequence is 32 bits");
+        return -1;
+    }
+    *epoch = PyLong_AsLongLong(args[3]);
+    if (*epoch == -1 && PyErr_Occurred()) return -1;
+    *timeout = PyFloat_AsDouble(args[4]);
+    if (*timeout == -1.0 && PyErr_Occurred()) return -1;
+    if (!(*timeout >= 0.0) || *timeout > 1e9) {
+        raise_bad_seconds("doorbell wait timeout must be between 0 and 1e9 seconds", args[4]);
+        return -1;
+    }
+    return 0;
+}
+
+/* doorbell_wait(buf, off, seen, epoch, timeout): sleep while the sequence is `seen` (and, epoch >= 0,
+ * the epoch is `epoch`) for at most `timeout` seconds. True once either moved on, False on timeout. */
 PyObject *doorbell_py_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs_is("doorbell_wait", nargs, 5) < 0) return NULL;
-    unsigned long long seen = PyLong_AsUnsignedLongLong(args[2]);
-    if (seen == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    if (seen > DOORBELL_SEQ_MASK) {
-        PyErr_SetString(PyExc_OverflowError, "a doorbell sequence is 32 bits");
-        return NULL;
-    }
-    long long epoch = PyLong_AsLongLong(args[3]);
-    if (epoch == -1 && PyErr_Occurred()) return NULL;
-    double timeout = PyFloat_AsDouble(args[4]);
-    if (timeout == -1.0 && PyErr_Occurred()) return NULL;
-    if (!(timeout >= 0.0) || timeout > 1e9) {
-        raise_bad_seconds("doorbell wait timeout must be between 0 and 1e9 seconds", args[4]);
-        return NULL;
-    }
+    unsigned long long seen;
+    long long epoch;
+    double timeout;
+    if (wait_args(args, &seen, &epoch, &timeout) < 0) return NULL;
     Py_buffer view; /* held while asleep: the mapping cannot be closed under us */
     uint64_t *w = word_at(args, &view, 0);
     if (!w) return NULL;
@@ -259,25 +268,15 @@ static uint64_t load_watched(const Watched *w) {
  * without returning to Python every max_wait: sleeps on the doorbell for up to max_wait at a time and,
  * on each timeout, compares the watched words, `watches` a tuple of (buffer, offset, width 4|8, expected
  * value read before the caller's last look). Each look that finds nothing moved doubles the next sleep,
- * up to max_idle (>= max_wait; default max_wait): a long idle wait costs fewer timer wake-ups. True once the doorbell rang
- * or a watched word moved on, False when `timeout` ran out. Python's signal handlers run between sleeps
+ * up to max_idle (>= max_wait; default max_wait): a long idle wait costs fewer timer wake-ups. True once
+ * the doorbell rang or a watched word moved on, False when `timeout` ran out. Python's signal handlers run between sleeps
  * (at least every 0.1 s). */
 PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7 && nargs_is("doorbell_watch", nargs, 8) < 0) return NULL;
-    unsigned long long seen = PyLong_AsUnsignedLongLong(args[2]);
-    if (seen == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
-    if (seen > DOORBELL_SEQ_MASK) {
-        PyErr_SetString(PyExc_OverflowError, "a doorbell sequence is 32 bits");
-        return NULL;
-    }
-    long long epoch = PyLong_AsLongLong(args[3]);
-    if (epoch == -1 && PyErr_Occurred()) return NULL;
-    double timeout = PyFloat_AsDouble(args[4]);
-    if (timeout == -1.0 && PyErr_Occurred()) return NULL;
-    if (!(timeout >= 0.0) || timeout > 1e9) {
-        raise_bad_seconds("doorbell wait timeout must be between 0 and 1e9 seconds", args[4]);
-        return NULL;
-    }
+    unsigned long long seen;
+    long long epoch;
+    double timeout;
+    if (wait_args(args, &seen, &epoch, &timeout) < 0) return NULL;
     double max_wait = PyFloat_AsDouble(args[5]);
     if (max_wait == -1.0 && PyErr_Occurred()) return NULL;
     if (!(max_wait > 0.0) || max_wait > 1e9) {

@@ -185,7 +185,8 @@ class Output:
     """What the handler factory gets to build its writers on: the output queue's appender, gated.
 
     While the service replays to rebuild state, or follows a primary as a standby, `enabled` is False
-    and writes are dropped.
+    and writes are dropped. In a `Service`, what a poll writes is published when the poll ends, all
+    of it together (so a message may write any number of outputs and stay exactly-once across a crash).
     """
 
     def __init__(self, appender: Appender | None, source_id: int) -> None:
@@ -196,12 +197,57 @@ class Output:
         self.written = 0
 
     def write(self, data: Buffer) -> int | None:
-        """The index written, or None: dropped while replaying."""
+        """The index written, or None: dropped while replaying, or kept by the service to be published
+        with the rest of what its poll writes when the poll ends."""
         if self.enabled and self._write is not None:
             self.written += 1
             return self._write(data)  # type: ignore[no-any-return]
         self.dropped += 1
         return None
+
+
+class _Pending:
+    """The documents one `Service.poll` writes to the output, kept until the poll ends and then published
+    together (`publish`): a process killed mid-poll (between two outputs of one message, or between a
+    message's output and the record of how far) leaves none of them, so the output never claims a message
+    answered that was answered only in part. They are kept aside rather than written inside an open
+    `atomic()` block, so the output's write lock is held only while they are copied in, not while the
+    handler runs: a process killed in its handler leaves no lock for the next writer to take over."""
+
+    __slots__ = ("docs",)
+
+    def __init__(self) -> None:
+        self.docs: list[tuple[bool, bytes]] = []  # (metadata, document) in the order written
+
+    def write(self, data: Buffer) -> None:
+        self.docs.append((False, bytes(data)))  # (a copy: the caller may reuse its buffer)
+
+    def write_meta(self, data: Buffer) -> None:
+        self.docs.append((True, bytes(data)))
+
+    def publish(self, appender: Appender) -> None:
+        """Write the kept documents; more than one in one `atomic()` block, so all or none are seen."""
+        docs = self.docs
+        if not docs:
+            return
+        self.docs = []
+        if len(docs) == 1:  # one document is all or nothing by itself
+            meta, data = docs[0]
+            (appender.write_meta if meta else appender.write)(data)
+            return
+        write, write_meta = appender.write, appender.write_meta
+        with appender.atomic():
+            for meta, data in docs:
+                (write_meta if meta else write)(data)
+
+
+class _MetaWriter:
+    """`write(bytes)` for the service log's generated writer: metadata documents kept in `_Pending`."""
+
+    __slots__ = ("write",)
+
+    def __init__(self, pending: _Pending) -> None:
+        self.write = pending.write_meta
 
 
 class _Sink:
@@ -364,7 +410,12 @@ class Service:
         self.output = output
         self.source_id = source_id
         self.standby = standby
-        self.out = Output(None if standby else output.appender(), source_id)
+        # everything the service writes to its output goes through `_pending`, published by `_publish`
+        self._pending = _Pending()
+        self._appender: Appender | None = None if standby else output.appender()
+        self.out = Output(None, source_id)
+        if not standby:
+            self.out._write = self._pending.write
         self.handler = handler_factory(self.out)
         self.inputs: list[_Input] = []
         for sid, q in pairs:
@@ -607,6 +658,7 @@ class Service:
         if not self.out.enabled:
             raise ChronqError("a service writes snapshots only while live (not replaying or standby)")
         self._mark_all()
+        self._publish()  # the output reflects everything the snapshot does before the snapshot exists
         out_last = self.output.last_index
         positions = [InputPosition(inp.source_id, inp.through) for inp in self.inputs]
         state = self.handler.snapshot_state()
@@ -664,8 +716,13 @@ class Service:
     # -- the service log ------------------------------------------------------------------------------
     def _service_log(self) -> ServiceLog:
         if self._log is None:
-            self._log = writer(_Sink(self.output.appender().write_meta), ServiceLog, source_id=0)
+            self._log = writer(_MetaWriter(self._pending), ServiceLog, source_id=0)
         return self._log
+
+    def _publish(self) -> None:
+        """Publish what the poll wrote to the output (see `_Pending`)."""
+        if self._pending.docs and self._appender is not None:
+            self._pending.publish(self._appender)
 
     def _mark_all(self) -> None:
         """Record how far the input last consumed was, unless its last message's output says so."""
@@ -697,24 +754,32 @@ class Service:
             return self._replay()
         if not self.out.enabled:
             self._go_live()
-        if len(self.inputs) == 1:
-            inp, out = self.inputs[0], self.out
-            written = out.written
-            got = inp.reader.read_many(self.batch) if self.batch > 1 else int(inp.reader.read_one())
-            if not got:
-                inp.behind_since = None  # caught up
+        # What the poll writes (each message's outputs, dead letters, the records of how far) is kept
+        # and published when it ends, all or nothing (see `_Pending`); a poll that raises publishes none.
+        try:
+            if len(self.inputs) == 1:
+                inp, out = self.inputs[0], self.out
+                written = out.written
+                got = inp.reader.read_many(self.batch) if self.batch > 1 else int(inp.reader.read_one())
+                if not got:
+                    inp.behind_since = None  # caught up
+                else:
+                    # one message that wrote: its output's history reflects it (a batch: maybe not its last)
+                    self._run = None if got == 1 and out.written != written else inp
             else:
-                # one message that wrote: its output's history reflects it (a batch: maybe not its last)
-                self._run = None if got == 1 and out.written != written else inp
-        else:
-            got = self._poll_several()
-        if got:
-            self.processed += got
-            self._since_snapshot += got
-        elif self._run is not None:
-            self._mark_all()  # idle: record how far, so that a standby and the status can see it
-        if self._snapshot_due():
-            self.snapshot()
+                got = self._poll_several()
+            if got:
+                self.processed += got
+                self._since_snapshot += got
+            elif self._run is not None:
+                self._mark_all()  # idle: record how far, so that a standby and the status can see it
+            if self._snapshot_due():
+                self.snapshot()  # (publishes the poll's documents first)
+            else:
+                self._publish()
+        except BaseException:
+            self._pending.docs.clear()
+            raise
         return bool(got)
 
     def _poll_several(self) -> int:
@@ -820,6 +885,7 @@ class Service:
             self._mark_all()
             if self.snapshots is not None and self._since_snapshot:
                 self.snapshot()
+            self._publish()
         self._state = "stopped"
 
     def stop(self) -> None:
@@ -840,7 +906,8 @@ class Service:
                 raise ChronqError(f"{self._by_source[sid].queue.path}: the output reflects index "
                                   f"{through:#x} of source {sid}, which this input does not have")
         self.standby = False
-        self.out._write = self.output.appender().write
+        self._appender = self.output.appender()
+        self.out._write = self._pending.write
         self._go_live()
 
     # -- status ---------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import rpc
 from chronq.retention import Policy, holds, retain
 from chronq.rollcycles import FixedClock
 from rpc.aio import AsyncMethodReader
-from tests.service_support import SERVICE_ID, Events, State, Summer, model, payloads, reflected
+from tests.service_support import SERVICE_ID, Events, State, Summer, Totals, model, payloads, reflected
 from wire import WireError
 from wire import binary as _binary
 
@@ -152,6 +152,74 @@ def _kill_loop(tmp_path: Path, kills: int) -> None:
         finally:
             _end(p)
         _check(out, ins)
+
+
+_TWICE_CHILD = """
+import sys
+from pathlib import Path
+import chronq, rpc
+from tests.service_support import Twice
+d, batch = Path(sys.argv[1]), int(sys.argv[2])
+ins = {sid: chronq.open(d / f"in{sid}", source_id=sid) for sid in map(int, sys.argv[3:])}
+with chronq.open(d / "out", source_id=9) as out:
+    rpc.Service(ins, out, Twice, 9, start=rpc.Start.ALL, batch=batch).run(until_idle=True)
+"""
+
+
+@pytest.mark.parametrize(("sources", "batch", "poison"), [
+    ((3,), 1, False),  # one message per poll
+    ((3,), 16, True),  # one poll: messages 0-4 answered, a dead letter recorded, then the kill in message 5
+    ((3, 4), 1, False),  # two inputs, in turn: the output's history interleaves them
+], ids=["one-message", "batch-with-dead-letter", "two-inputs"])
+def test_a_service_killed_between_two_outputs_of_one_message_answers_it_whole_after_restart(
+    tmp_path: Path, sources: tuple[int, ...], batch: int, poison: bool,
+) -> None:
+    """What one poll writes is published together: a SIGKILL between the two answers of the message
+    "kill" leaves none of that poll's documents (answers, dead letter), so the restart answers the
+    message again, whole, and records the dead letter once (before: its first answer alone survived
+    and the restart took the message for answered, its second answer lost for ever)."""
+    from tests.service_support import Twice
+
+    ins = {sid: chronq.open(tmp_path / f"in{sid}", source_id=sid) for sid in sources}
+    try:
+        for sid, q in ins.items():
+            w = rpc.writer(q, Events)
+            for i in range(9):
+                if poison and i == 3:
+                    q.appender().write(GARBAGE)
+                w.add("kill" if i == 5 and sid == sources[-1] else "k", 100 * sid + i)
+        child = subprocess.run([sys.executable, "-c", _TWICE_CHILD, str(tmp_path), str(batch),
+                                *map(str, sources)], cwd=ROOT, env={**ENV, "KILL_BETWEEN": "1"},
+                               capture_output=True, text=True, timeout=120)
+        assert child.returncode == -signal.SIGKILL, child.stderr
+        with chronq.open(tmp_path / "out", source_id=9) as out:
+            if batch > 1:
+                assert out.last_index is None  # the killed poll held every document: none was published
+            rpc.Service(ins, out, Twice, 9).run(until_idle=True)  # Start.MISSED
+            found: list[tuple[int, int]] = []
+
+            class Got(Totals):
+                def total(self, key: str, value: int, count: int) -> None:
+                    found.append((value, count))
+
+            reader = rpc.MethodReader(out.tailer(), Got())
+            while reader.read_one():
+                pass
+            t, letters = out.tailer(), 0
+            while (ex := t.read(True)) is not None:
+                letters += ex.metadata and b"deadLetter" in bytes(ex.payload)
+    finally:
+        for q in ins.values():
+            q.close()
+    assert letters == (1 if poison else 0)
+    # every message answered once, whole: its two answers side by side (the interleaving of two inputs
+    # after the restart is the restarted service's own)
+    answers = [(found[k][0], found[k][1], found[k + 1]) for k in range(0, len(found), 2)]
+    assert all(count == 1 and second == (value, 2) for value, count, second in answers)
+    values = [v for v, _, _ in answers]
+    assert sorted(values) == [100 * sid + i for sid in sources for i in range(9)]
+    if len(sources) == 1:
+        assert values == sorted(values)
 
 
 def test_service_killed_with_sigkill_reflects_every_input_once(tmp_path: Path) -> None:

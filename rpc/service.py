@@ -217,13 +217,13 @@ class _Pending:
     __slots__ = ("docs",)
 
     def __init__(self) -> None:
-        self.docs: list[tuple[bool, bytes]] = []  # (metadata, document) in the order written
+        self.docs: list[bytes] = []  # in the order written; a metadata document is a `_Meta`
 
     def write(self, data: Buffer) -> None:
-        self.docs.append((False, bytes(data)))  # (a copy: the caller may reuse its buffer)
+        self.docs.append(bytes(data))  # (a copy: the caller may reuse its buffer)
 
     def write_meta(self, data: Buffer) -> None:
-        self.docs.append((True, bytes(data)))
+        self.docs.append(_Meta(data))
 
     def publish(self, appender: Appender) -> None:
         """Write the kept documents; more than one in one `atomic()` block, so all or none are seen."""
@@ -231,14 +231,19 @@ class _Pending:
         if not docs:
             return
         self.docs = []
-        if len(docs) == 1:  # one document is all or nothing by itself
-            meta, data = docs[0]
-            (appender.write_meta if meta else appender.write)(data)
-            return
         write, write_meta = appender.write, appender.write_meta
+        if len(docs) == 1:  # one document is all or nothing by itself
+            (write_meta if type(docs[0]) is _Meta else write)(docs[0])
+            return
         with appender.atomic():
-            for meta, data in docs:
-                (write_meta if meta else write)(data)
+            for doc in docs:
+                (write_meta if type(doc) is _Meta else write)(doc)
+
+
+class _Meta(bytes):
+    """A metadata document kept in `_Pending` (data documents are plain bytes)."""
+
+    __slots__ = ()
 
 
 class _MetaWriter:

@@ -214,36 +214,59 @@ class _Pending:
     `atomic()` block, so the output's write lock is held only while they are copied in, not while the
     handler runs: a process killed in its handler leaves no lock for the next writer to take over."""
 
-    __slots__ = ("docs",)
+    __slots__ = ("docs", "meta")
 
     def __init__(self) -> None:
         self.docs: list[bytes] = []  # in the order written; a metadata document is a `_Meta`
-
-    def write(self, data: Buffer) -> None:
-        self.docs.append(bytes(data))  # (a copy: the caller may reuse its buffer)
+        self.meta = 0  # how many of them are
 
     def write_meta(self, data: Buffer) -> None:
         self.docs.append(_Meta(data))
+        self.meta += 1
 
     def publish(self, appender: Appender) -> None:
         """Write the kept documents; more than one in one `atomic()` block, so all or none are seen."""
         docs = self.docs
-        if not docs:
-            return
-        self.docs = []
-        write, write_meta = appender.write, appender.write_meta
-        if len(docs) == 1:  # one document is all or nothing by itself
-            (write_meta if type(docs[0]) is _Meta else write)(docs[0])
-            return
-        with appender.atomic():
-            for doc in docs:
-                (write_meta if type(doc) is _Meta else write)(doc)
+        try:
+            if len(docs) == 1:  # one document is all or nothing by itself
+                (appender.write_meta if self.meta else appender.write)(docs[0])
+            elif docs:
+                with appender.atomic():
+                    if not self.meta:
+                        appender.write_many(docs)  # (one C call)
+                    else:
+                        write, write_meta = appender.write, appender.write_meta
+                        for doc in docs:
+                            (write_meta if type(doc) is _Meta else write)(doc)
+        finally:
+            self.clear()
+
+    def clear(self) -> None:
+        self.docs.clear()  # (in place: the service's `_KeptOutput` appends to this list)
+        self.meta = 0
 
 
 class _Meta(bytes):
     """A metadata document kept in `_Pending` (data documents are plain bytes)."""
 
     __slots__ = ()
+
+
+class _KeptOutput(Output):
+    """A service's `Output`: while live, what the handler writes is kept (a copy: the caller may reuse
+    its buffer) in the poll's `_Pending`, to be published when the poll ends; `write` returns None."""
+
+    def __init__(self, source_id: int) -> None:
+        super().__init__(None, source_id)
+        self.keep: Callable[[bytes], None] | None = None  # (None: a standby's, dropping everything)
+
+    def write(self, data: Buffer) -> int | None:
+        if self.enabled and self.keep is not None:
+            self.written += 1
+            self.keep(bytes(data))
+            return None
+        self.dropped += 1
+        return None
 
 
 class _MetaWriter:
@@ -418,9 +441,9 @@ class Service:
         # everything the service writes to its output goes through `_pending`, published by `_publish`
         self._pending = _Pending()
         self._appender: Appender | None = None if standby else output.appender()
-        self.out = Output(None, source_id)
+        self.out = _KeptOutput(source_id)
         if not standby:
-            self.out._write = self._pending.write
+            self.out.keep = self._pending.docs.append
         self.handler = handler_factory(self.out)
         self.inputs: list[_Input] = []
         for sid, q in pairs:
@@ -783,7 +806,7 @@ class Service:
             else:
                 self._publish()
         except BaseException:
-            self._pending.docs.clear()
+            self._pending.clear()
             raise
         return bool(got)
 
@@ -912,7 +935,7 @@ class Service:
                                   f"{through:#x} of source {sid}, which this input does not have")
         self.standby = False
         self._appender = self.output.appender()
-        self.out._write = self._pending.write
+        self.out.keep = self._pending.docs.append
         self._go_live()
 
     # -- status ---------------------------------------------------------------------------------------

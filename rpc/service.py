@@ -495,6 +495,7 @@ class Service:
         self._held_output = self._last_output = -1  # output indexes of the same snapshots
         self._state = "running"
         self._error: str | None = None
+        self._failed: str | None = None  # why a poll raised (what it wrote was dropped: see `poll`)
         self._position(start)
         if snapshots is not None and not standby:
             self._hold(initial=True)
@@ -685,6 +686,8 @@ class Service:
             raise TypeError(f"{type(self.handler).__name__} is not Snapshottable")
         if not self.out.enabled:
             raise ChronqError("a service writes snapshots only while live (not replaying or standby)")
+        if self._failed is not None:
+            self._refuse()
         self._mark_all()
         self._publish()  # the output reflects everything the snapshot does before the snapshot exists
         out_last = self.output.last_index
@@ -780,6 +783,8 @@ class Service:
         """Handle what is ready (up to `batch` messages of one input); False if nothing was."""
         if self._plan or self.standby:
             return self._replay()
+        if self._failed is not None:
+            self._refuse()
         if not self.out.enabled:
             self._go_live()
         # What the poll writes (each message's outputs, dead letters, the records of how far) is kept
@@ -805,10 +810,18 @@ class Service:
                 self.snapshot()  # (publishes the poll's documents first)
             else:
                 self._publish()
-        except BaseException:
+        except BaseException as e:
+            # its messages were read but their outputs dropped: going on (or recording how far at stop)
+            # would tell a restart that they were answered; only a restart answers them again
             self._pending.clear()
+            self._failed = f"{type(e).__name__}: {e}"
             raise
         return bool(got)
+
+    def _refuse(self) -> None:
+        raise ChronqError(f"{self.output.path}: a poll of service {self.source_id} failed ({self._failed}) "
+                          "and what it wrote was dropped; start the service again (Start.MISSED) to "
+                          "answer those messages")
 
     def _poll_several(self) -> int:
         """Up to `batch` messages of the next input that has one, round robin. Moving to another input
@@ -909,7 +922,7 @@ class Service:
         return self.processed - n0
 
     def _finish(self) -> None:
-        if self.out.enabled:
+        if self.out.enabled and self._failed is None:
             self._mark_all()
             if self.snapshots is not None and self._since_snapshot:
                 self.snapshot()

@@ -27,6 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import chronq
 import rpc
+from chronq.errors import ChronqError
 from chronq.retention import Policy, holds, retain
 from chronq.rollcycles import FixedClock
 from rpc.aio import AsyncMethodReader
@@ -220,6 +221,46 @@ def test_a_service_killed_between_two_outputs_of_one_message_answers_it_whole_af
     assert sorted(values) == [100 * sid + i for sid in sources for i in range(9)]
     if len(sources) == 1:
         assert values == sorted(values)
+
+
+def test_a_poll_that_raises_publishes_nothing_and_the_service_goes_no_further(tmp_path: Path) -> None:
+    """A handler that raises between two outputs, in a batch: the poll publishes nothing (not the earlier
+    messages' answers, not the half answer), the service refuses to poll again or to record at stop how
+    far it read (either would tell a restart those messages were answered), and a restart answers all."""
+    from tests.service_support import Twice
+
+    class Boom(Twice):
+        def add(self, key: str, amount: int) -> None:
+            self.out.total(key, amount, 1)
+            if key == "boom":
+                raise ValueError("boom")
+            self.out.total(key, amount, 2)
+
+    with chronq.open(tmp_path / "in", source_id=3) as q, chronq.open(tmp_path / "out", source_id=9) as out:
+        w = rpc.writer(q, Events)
+        for i in range(9):
+            w.add("boom" if i == 5 else "k", i)
+        svc = rpc.Service(q, out, Boom, 9, start=rpc.Start.ALL, batch=16)
+        with pytest.raises(ValueError, match="boom"):
+            svc.run(until_idle=True)
+        assert out.last_index is None and svc.status().state == "failed"
+        with pytest.raises(ChronqError, match="failed \\(ValueError: boom\\) and what it wrote was dropped"):
+            svc.poll()
+        svc.stop()
+        svc.run()
+        t = out.tailer()
+        assert t.read(True) is None  # nothing at all: no record of how far either
+        rpc.Service(q, out, Twice, 9).run(until_idle=True)  # Start.MISSED
+        found: list[tuple[int, int]] = []
+
+        class Got(Totals):
+            def total(self, key: str, value: int, count: int) -> None:
+                found.append((value, count))
+
+        reader = rpc.MethodReader(out.tailer(), Got())
+        while reader.read_one():
+            pass
+    assert found == [(i, n) for i in range(9) for n in (1, 2)]
 
 
 def test_service_killed_with_sigkill_reflects_every_input_once(tmp_path: Path) -> None:

@@ -496,6 +496,7 @@ class Service:
         self._state = "running"
         self._error: str | None = None
         self._failed: str | None = None  # why a poll raised (what it wrote was dropped: see `poll`)
+        self._waiting: tuple[int, int] | None = None  # (source, index) the replay waits for (logged once)
         self._position(start)
         if snapshots is not None and not standby:
             self._hold(initial=True)
@@ -875,9 +876,8 @@ class Service:
             return True
         ex = t.read()
         if ex is None:
-            if not self.standby:  # the output names a message the input does not have
-                raise ChronqError(f"{inp.queue.path}: the output {self.output.path} reflects index "
-                                  f"{through:#x} of source {sid}, which the input does not have")
+            if not self.standby:
+                self._wait_for(sid, through)
             return False
         if ex.metadata:
             return True
@@ -935,21 +935,36 @@ class Service:
 
     def promote(self) -> None:
         """Turn a standby into the primary: consume what the (now final) output reflects, then go live
-        writing to it. Call it after the output queue was promoted (it must accept appends), from the
-        thread that runs the service, or with the service not running."""
+        writing to it (input that the output reflects but the input does not have yet is waited for,
+        state "replaying": see `_wait_for`). Call it after the output queue was promoted (it must accept
+        appends), from the thread that runs the service, or with the service not running."""
         if not self.standby:
             return
         while self._read_output(None):
             pass
-        while self._plan:
-            sid, through = self._plan[0]
-            if not self._replay() and self._plan and self._plan[0] == (sid, through):
-                raise ChronqError(f"{self._by_source[sid].queue.path}: the output reflects index "
-                                  f"{through:#x} of source {sid}, which this input does not have")
+        while self._plan and self._replay():
+            pass
         self.standby = False
         self._appender = self.output.appender()
         self.out.keep = self._pending.docs.append
-        self._go_live()
+        if not self._plan:
+            self._go_live()
+            return
+        # the output reflects input this input does not have yet: waits for it (see `_wait_for`)
+        self._state = "replaying"
+        self._wait_for(*self._plan[0])
+
+    def _wait_for(self, sid: int, through: int) -> None:
+        """The output reflects input message `through` of `sid`, which the input does not have: a
+        promoted standby whose replicated output ran ahead of its replicated input when the primary
+        died (each queue is replicated on its own). Its upstream service or writer, now on this host,
+        appends it again (handlers are deterministic), so the service waits for it and consumes it with
+        outputs suppressed, as it replays, and goes live after it (no output lost, none repeated)."""
+        if self._waiting != (sid, through):
+            self._waiting = (sid, through)
+            log.warning("service %d: the output %s reflects index %#x of source %d, which %s does not "
+                        "have yet: waiting for it", self.source_id, self.output.path, through, sid,
+                        self._by_source[sid].queue.path)
 
     # -- status ---------------------------------------------------------------------------------------
     def status(self) -> ServiceStatus:

@@ -311,6 +311,34 @@ def test_standby_follows_a_killed_primary_and_promote_loses_and_repeats_nothing(
         assert standby.handler.state == model(docs, reflected(out, docs)[0])[0]  # type: ignore[attr-defined]
 
 
+def test_a_promoted_standby_whose_input_lags_its_output_waits_for_that_input(tmp_path: Path) -> None:
+    """Each queue is replicated on its own: when the primary dies, a standby's copy of its output may
+    reflect input messages its copy of the input never received. Promoted, it waits for them (their
+    writer or upstream service appends them again), consumes them silently and goes on; before, promote()
+    raised, and a runner's restarts of the service failed the same way until it was left down."""
+    clock = FixedClock(1_705_312_800_000)
+    amounts = [3 * i for i in range(10)]  # (multiples of 3: Summer answers every one)
+    with chronq.open(tmp_path / "a", source_id=1, clock=clock) as a, \
+            chronq.open(tmp_path / "copy", source_id=1, clock=clock) as copy, \
+            chronq.open(tmp_path / "out", source_id=SID, clock=clock) as out:
+        _append(a, amounts, "x")
+        _append(copy, amounts[:6], "x")  # the replicated input: 4 messages behind when the primary died
+        rpc.Service(a, out, Summer, SERVICE_ID, start=rpc.Start.ALL).run(until_idle=True)  # the primary
+        written = out.last_index
+        standby = rpc.Service(copy, out, Summer, SERVICE_ID, standby=True)
+        standby.run(until_idle=True)
+        standby.promote()
+        assert standby.status().state == "replaying"
+        standby.run(until_idle=True)
+        assert out.last_index == written  # waiting: nothing written
+        _append(copy, amounts[6:], "x")  # appended again, as the primary had them
+        _append(copy, [30], "x")  # and one the primary never saw
+        standby.run(until_idle=True)
+        assert standby.status().state == "running"
+        assert len(_check(out, {1: copy})) == 11  # each once, the last one answered live
+        assert standby.handler.state == State({"x": sum(amounts) + 30}, 11)  # type: ignore[attr-defined]
+
+
 # -- poison messages ----------------------------------------------------------------------------------
 def test_poison_message_goes_to_the_dead_letter_hook_and_replay_skips_it(tmp_path: Path) -> None:
     with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "out", source_id=SID) as out:

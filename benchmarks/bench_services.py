@@ -1,7 +1,7 @@
 """rpc.Service: hop latency, throughput and restart time, each beside its baseline measured in the same run.
 
     python benchmarks/bench_services.py [--samples 100000] [--rate 100000] [--n 2000000]
-                                        [--restart-n 1000000] [--snapshot-every 100000]
+                                        [--promotions 20] [--restart-n 1000000] [--snapshot-every 100000]
 
 * Hop latency: a writer appends `ping(stamp)` at `--rate` messages/s; a service in another process
   (trivial handler: it answers `ping(stamp)` on its output; a busy-spinning pauser) and the writer,
@@ -10,6 +10,10 @@
 * Throughput: one service with the trivial handler over `--n` waiting messages (`batch=1024`: the
   native `read_many` path), beside a raw loop over the same queue (read + append of the same bytes)
   and the reader alone.
+* Promotion: a standby (its own process, following the output a primary wrote, as a replicated copy
+  would be followed) is promoted while input the dead primary never answered waits; the time from
+  `Service.promote()` returning to the first new output being readable in another process (the
+  issue's target: 100 ms), and how long `promote()` itself took. `--promotions` rounds.
 * Restart: a service that processed `--restart-n` messages with a snapshot every `--snapshot-every`
   restarts; the time until it is ready (replay done) with snapshots, and without (replaying the
   whole input). `--restart-n 10000000` is the issue's size (minutes to prepare, several GB of disk).
@@ -74,6 +78,73 @@ with chronq.open(sys.argv[1], source_id=1) as ins, chronq.open(sys.argv[2], sour
     sys.stdout.write("ready\n"); sys.stdout.flush()
     svc.run()
 """
+
+
+STANDBY_CHILD = r"""
+import signal, sys, threading, time
+sys.path.insert(0, sys.argv[3])
+import chronq, rpc
+from bench_services import Echo
+asked = threading.Event()
+signal.signal(signal.SIGUSR1, lambda *_: asked.set())
+with chronq.open(sys.argv[1], source_id=1) as ins, chronq.open(sys.argv[2], source_id=2) as outs:
+    svc = rpc.Service(ins, outs, Echo, 2, standby=True)
+    svc.run(until_idle=True)
+    sys.stdout.write("ready\n"); sys.stdout.flush()
+    pauser = svc.pauser
+    while True:
+        if asked.is_set() and svc.standby:
+            t0 = time.monotonic_ns()
+            svc.promote()
+            t1 = time.monotonic_ns()
+            sys.stdout.write(f"promoted {t0} {t1}\n"); sys.stdout.flush()
+        if svc.poll():
+            pauser.reset()
+        else:
+            pauser.pause()
+"""
+
+
+def promotion(tmp: Path, rounds: int, answered: int = 10_000, waiting: int = 100) -> list[tuple[int, int]]:
+    """Per round: (ns from `promote()` returning to the first new output readable here, ns `promote()`
+    took). A primary answered `answered` messages and died with `waiting` more unanswered; the standby
+    (a process of its own, caught up with the output) is promoted by SIGUSR1."""
+    import signal
+
+    got = []
+    for r in range(rounds):
+        ins_path, outs_path = tmp / f"pr-in{r}", tmp / f"pr-out{r}"
+        with chronq.open(ins_path, source_id=1) as ins, chronq.open(outs_path, source_id=2) as outs:
+            w = rpc.writer(ins, Ping)
+            for i in range(answered):
+                w.ping(i)
+            primary = rpc.Service(ins, outs, Echo, 2, start=rpc.Start.ALL, batch=1024)
+            primary.run(until_idle=True)
+            del primary  # (killed, not stopped)
+            child = subprocess.Popen([sys.executable, "-c", STANDBY_CHILD, str(ins_path), str(outs_path),
+                                      str(Path(__file__).parent)], stdout=subprocess.PIPE, text=True)
+            assert child.stdout is not None
+            try:
+                if child.stdout.readline().strip() != "ready":
+                    raise RuntimeError("the standby did not start")
+                for i in range(waiting):  # what the dead primary never answered
+                    w.ping(i)
+                t = outs.tailer().to_end()
+                child.send_signal(signal.SIGUSR1)
+                deadline = time.monotonic() + 30
+                while t.read() is None:  # (spinning here, not reading the child's pipe first)
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("no new output 30 s after the promotion was asked for")
+                seen = time.monotonic_ns()
+                line = child.stdout.readline().split()
+                if not line or line[0] != "promoted":
+                    raise RuntimeError(f"the standby did not promote: {line}")
+                t0, t1 = int(line[1]), int(line[2])  # (time.monotonic_ns: one clock for every process)
+            finally:
+                child.kill()
+                child.communicate()
+        got.append((seen - t1, t1 - t0))
+    return got
 
 
 def load() -> str:
@@ -204,7 +275,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2_000_000)
     ap.add_argument("--restart-n", type=int, default=1_000_000)
     ap.add_argument("--snapshot-every", type=int, default=100_000)
-    ap.add_argument("--parts", default="hop,throughput,restart", help="which tables (comma-separated)")
+    ap.add_argument("--promotions", type=int, default=20)
+    ap.add_argument("--parts", default="hop,throughput,promotion,restart",
+                    help="which tables (comma-separated)")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as d:
@@ -217,6 +290,15 @@ def main() -> None:
             for name, rate in rows:
                 target = "  (target 1,500,000)" if name.startswith("service") else ""
                 print(f"{name:<52} {rate:>12,.0f} msg/s {rate / rows[-1][1]:>5.2f}x raw{target}")
+            print()
+        if "promotion" in parts:
+            print(f"promotion of a standby, {args.promotions} rounds; {load()}")
+            print(f"{'':<52} {'p50 ms':>8} {'worst ms':>9}")
+            rounds = promotion(tmp, args.promotions)
+            for name, col in (("promote() returns -> first new output (target 100)", 0),
+                              ("promote() itself", 1)):
+                ms = sorted(x[col] / 1e6 for x in rounds)
+                print(f"{name:<52} {ms[len(ms) // 2]:>8.2f} {ms[-1]:>9.2f}")
             print()
         if "restart" in parts:
             every = args.snapshot_every

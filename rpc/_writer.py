@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rpc import _codec
-from rpc._history import history_prefix
+from rpc._history import current_get, first_hop
 from rpc._interface import MethodSpec, describe
 from wire import WireType
 
@@ -27,7 +27,7 @@ Clock = Callable[[], int]
 _classes: dict[tuple[type, str, WireType], type] = {}
 # names the generated code uses
 _RESERVED = frozenset(
-    {"self", "b_", "s_", "e_", "bytearray", "_seq_end", "_history_prefix", "_argument_error"}
+    {"self", "b_", "s_", "e_", "p_", "bytearray", "_seq_end", "_current_get", "_first_hop", "_argument_error"}
 )
 
 
@@ -91,7 +91,8 @@ def _chained(proto: type, wire: WireType) -> Callable[[Write, bytearray], object
 def _generate(proto: type, mode: str, wire: WireType) -> type:
     spec = describe(proto)
     cls_name = f"{proto.__name__}Writer" if mode != "chain" else f"{proto.__name__}ChainedWriter"
-    namespace: dict[str, Any] = {"_seq_end": _codec.seq_end, "_history_prefix": history_prefix}
+    namespace: dict[str, Any] = {"_seq_end": _codec.seq_end, "_current_get": current_get,
+                                 "_first_hop": first_hop}
     lines = [
         f"class {cls_name}:",
         f'    """Generated method writer for {proto.__module__}.{proto.__qualname__} ({mode})."""',
@@ -177,7 +178,9 @@ def _body_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any], a
     if mode == "plain":
         body.append(f"        b_ = bytearray(_E_{m.name})")
     elif mode == "history":
-        body.append("        b_ = _history_prefix(self._start())")
+        # (`_history.history_prefix`, inlined: the history of the message being handled, if any)
+        body.append("        p_ = _current_get()")
+        body.append("        b_ = _first_hop(self._start()) if p_ is None else p_.prefix(self._start())")
         body.append(f"        b_ += _E_{m.name}")
     else:
         body.append("        b_ = self._start")

@@ -185,7 +185,8 @@ class Output:
     """What the handler factory gets to build its writers on: the output queue's appender, gated.
 
     While the service replays to rebuild state, or follows a primary as a standby, `enabled` is False
-    and writes are dropped.
+    and writes are dropped. In a `Service`, what a poll writes is published when the poll ends, all
+    of it together (so a message may write any number of outputs and stay exactly-once across a crash).
     """
 
     def __init__(self, appender: Appender | None, source_id: int) -> None:
@@ -196,12 +197,85 @@ class Output:
         self.written = 0
 
     def write(self, data: Buffer) -> int | None:
-        """The index written, or None: dropped while replaying."""
+        """The index written, or None: dropped while replaying, or kept by the service to be published
+        with the rest of what its poll writes when the poll ends."""
         if self.enabled and self._write is not None:
             self.written += 1
             return self._write(data)  # type: ignore[no-any-return]
         self.dropped += 1
         return None
+
+
+class _Pending:
+    """The documents one `Service.poll` writes to the output, kept until the poll ends and then published
+    together (`publish`): a process killed mid-poll (between two outputs of one message, or between a
+    message's output and the record of how far) leaves none of them, so the output never claims a message
+    answered that was answered only in part. They are kept aside rather than written inside an open
+    `atomic()` block, so the output's write lock is held only while they are copied in, not while the
+    handler runs: a process killed in its handler leaves no lock for the next writer to take over."""
+
+    __slots__ = ("docs", "meta")
+
+    def __init__(self) -> None:
+        self.docs: list[bytes] = []  # in the order written; a metadata document is a `_Meta`
+        self.meta = 0  # how many of them are
+
+    def write_meta(self, data: Buffer) -> None:
+        self.docs.append(_Meta(data))
+        self.meta += 1
+
+    def publish(self, appender: Appender) -> None:
+        """Write the kept documents; more than one in one `atomic()` block, so all or none are seen."""
+        docs = self.docs
+        try:
+            if len(docs) == 1:  # one document is all or nothing by itself
+                (appender.write_meta if self.meta else appender.write)(docs[0])
+            elif docs:
+                with appender.atomic():
+                    if not self.meta:
+                        appender.write_many(docs)  # (one C call)
+                    else:
+                        write, write_meta = appender.write, appender.write_meta
+                        for doc in docs:
+                            (write_meta if type(doc) is _Meta else write)(doc)
+        finally:
+            self.clear()
+
+    def clear(self) -> None:
+        self.docs.clear()  # (in place: the service's `_KeptOutput` appends to this list)
+        self.meta = 0
+
+
+class _Meta(bytes):
+    """A metadata document kept in `_Pending` (data documents are plain bytes)."""
+
+    __slots__ = ()
+
+
+class _KeptOutput(Output):
+    """A service's `Output`: while live, what the handler writes is kept (a copy: the caller may reuse
+    its buffer) in the poll's `_Pending`, to be published when the poll ends; `write` returns None."""
+
+    def __init__(self, source_id: int) -> None:
+        super().__init__(None, source_id)
+        self.keep: Callable[[bytes], None] | None = None  # (None: a standby's, dropping everything)
+
+    def write(self, data: Buffer) -> int | None:
+        if self.enabled and self.keep is not None:
+            self.written += 1
+            self.keep(bytes(data))
+            return None
+        self.dropped += 1
+        return None
+
+
+class _MetaWriter:
+    """`write(bytes)` for the service log's generated writer: metadata documents kept in `_Pending`."""
+
+    __slots__ = ("write",)
+
+    def __init__(self, pending: _Pending) -> None:
+        self.write = pending.write_meta
 
 
 class _Sink:
@@ -364,7 +438,12 @@ class Service:
         self.output = output
         self.source_id = source_id
         self.standby = standby
-        self.out = Output(None if standby else output.appender(), source_id)
+        # everything the service writes to its output goes through `_pending`, published by `_publish`
+        self._pending = _Pending()
+        self._appender: Appender | None = None if standby else output.appender()
+        self.out = _KeptOutput(source_id)
+        if not standby:
+            self.out.keep = self._pending.docs.append
         self.handler = handler_factory(self.out)
         self.inputs: list[_Input] = []
         for sid, q in pairs:
@@ -416,6 +495,8 @@ class Service:
         self._held_output = self._last_output = -1  # output indexes of the same snapshots
         self._state = "running"
         self._error: str | None = None
+        self._failed: str | None = None  # why a poll raised (what it wrote was dropped: see `poll`)
+        self._waiting: tuple[int, int] | None = None  # (source, index) the replay waits for (logged once)
         self._position(start)
         if snapshots is not None and not standby:
             self._hold(initial=True)
@@ -606,7 +687,10 @@ class Service:
             raise TypeError(f"{type(self.handler).__name__} is not Snapshottable")
         if not self.out.enabled:
             raise ChronqError("a service writes snapshots only while live (not replaying or standby)")
+        if self._failed is not None:
+            self._refuse()
         self._mark_all()
+        self._publish()  # the output reflects everything the snapshot does before the snapshot exists
         out_last = self.output.last_index
         positions = [InputPosition(inp.source_id, inp.through) for inp in self.inputs]
         state = self.handler.snapshot_state()
@@ -664,8 +748,13 @@ class Service:
     # -- the service log ------------------------------------------------------------------------------
     def _service_log(self) -> ServiceLog:
         if self._log is None:
-            self._log = writer(_Sink(self.output.appender().write_meta), ServiceLog, source_id=0)
+            self._log = writer(_MetaWriter(self._pending), ServiceLog, source_id=0)
         return self._log
+
+    def _publish(self) -> None:
+        """Publish what the poll wrote to the output (see `_Pending`)."""
+        if self._pending.docs and self._appender is not None:
+            self._pending.publish(self._appender)
 
     def _mark_all(self) -> None:
         """Record how far the input last consumed was, unless its last message's output says so."""
@@ -695,27 +784,45 @@ class Service:
         """Handle what is ready (up to `batch` messages of one input); False if nothing was."""
         if self._plan or self.standby:
             return self._replay()
+        if self._failed is not None:
+            self._refuse()
         if not self.out.enabled:
             self._go_live()
-        if len(self.inputs) == 1:
-            inp, out = self.inputs[0], self.out
-            written = out.written
-            got = inp.reader.read_many(self.batch) if self.batch > 1 else int(inp.reader.read_one())
-            if not got:
-                inp.behind_since = None  # caught up
+        # What the poll writes (each message's outputs, dead letters, the records of how far) is kept
+        # and published when it ends, all or nothing (see `_Pending`); a poll that raises publishes none.
+        try:
+            if len(self.inputs) == 1:
+                inp, out = self.inputs[0], self.out
+                written = out.written
+                got = inp.reader.read_many(self.batch) if self.batch > 1 else int(inp.reader.read_one())
+                if not got:
+                    inp.behind_since = None  # caught up
+                else:
+                    # one message that wrote: its output's history reflects it (a batch: maybe not its last)
+                    self._run = None if got == 1 and out.written != written else inp
             else:
-                # one message that wrote: its output's history reflects it (a batch: maybe not its last)
-                self._run = None if got == 1 and out.written != written else inp
-        else:
-            got = self._poll_several()
-        if got:
-            self.processed += got
-            self._since_snapshot += got
-        elif self._run is not None:
-            self._mark_all()  # idle: record how far, so that a standby and the status can see it
-        if self._snapshot_due():
-            self.snapshot()
+                got = self._poll_several()
+            if got:
+                self.processed += got
+                self._since_snapshot += got
+            elif self._run is not None:
+                self._mark_all()  # idle: record how far, so that a standby and the status can see it
+            if self._snapshot_due():
+                self.snapshot()  # (publishes the poll's documents first)
+            else:
+                self._publish()
+        except BaseException as e:
+            # its messages were read but their outputs dropped: going on (or recording how far at stop)
+            # would tell a restart that they were answered; only a restart answers them again
+            self._pending.clear()
+            self._failed = f"{type(e).__name__}: {e}"
+            raise
         return bool(got)
+
+    def _refuse(self) -> None:
+        raise ChronqError(f"{self.output.path}: a poll of service {self.source_id} failed ({self._failed}) "
+                          "and what it wrote was dropped; start the service again (Start.MISSED) to "
+                          "answer those messages")
 
     def _poll_several(self) -> int:
         """Up to `batch` messages of the next input that has one, round robin. Moving to another input
@@ -769,9 +876,8 @@ class Service:
             return True
         ex = t.read()
         if ex is None:
-            if not self.standby:  # the output names a message the input does not have
-                raise ChronqError(f"{inp.queue.path}: the output {self.output.path} reflects index "
-                                  f"{through:#x} of source {sid}, which the input does not have")
+            if not self.standby:
+                self._wait_for(sid, through)
             return False
         if ex.metadata:
             return True
@@ -816,10 +922,11 @@ class Service:
         return self.processed - n0
 
     def _finish(self) -> None:
-        if self.out.enabled:
+        if self.out.enabled and self._failed is None:
             self._mark_all()
             if self.snapshots is not None and self._since_snapshot:
                 self.snapshot()
+            self._publish()
         self._state = "stopped"
 
     def stop(self) -> None:
@@ -828,20 +935,36 @@ class Service:
 
     def promote(self) -> None:
         """Turn a standby into the primary: consume what the (now final) output reflects, then go live
-        writing to it. Call it after the output queue was promoted (it must accept appends), from the
-        thread that runs the service, or with the service not running."""
+        writing to it (input that the output reflects but the input does not have yet is waited for,
+        state "replaying": see `_wait_for`). Call it after the output queue was promoted (it must accept
+        appends), from the thread that runs the service, or with the service not running."""
         if not self.standby:
             return
         while self._read_output(None):
             pass
-        while self._plan:
-            sid, through = self._plan[0]
-            if not self._replay() and self._plan and self._plan[0] == (sid, through):
-                raise ChronqError(f"{self._by_source[sid].queue.path}: the output reflects index "
-                                  f"{through:#x} of source {sid}, which this input does not have")
+        while self._plan and self._replay():
+            pass
         self.standby = False
-        self.out._write = self.output.appender().write
-        self._go_live()
+        self._appender = self.output.appender()
+        self.out.keep = self._pending.docs.append
+        if not self._plan:
+            self._go_live()
+            return
+        # the output reflects input this input does not have yet: waits for it (see `_wait_for`)
+        self._state = "replaying"
+        self._wait_for(*self._plan[0])
+
+    def _wait_for(self, sid: int, through: int) -> None:
+        """The output reflects input message `through` of `sid`, which the input does not have: a
+        promoted standby whose replicated output ran ahead of its replicated input when the primary
+        died (each queue is replicated on its own). Its upstream service or writer, now on this host,
+        appends it again (handlers are deterministic), so the service waits for it and consumes it with
+        outputs suppressed, as it replays, and goes live after it (no output lost, none repeated)."""
+        if self._waiting != (sid, through):
+            self._waiting = (sid, through)
+            log.warning("service %d: the output %s reflects index %#x of source %d, which %s does not "
+                        "have yet: waiting for it", self.source_id, self.output.path, through, sid,
+                        self._by_source[sid].queue.path)
 
     # -- status ---------------------------------------------------------------------------------------
     def status(self) -> ServiceStatus:

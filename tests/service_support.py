@@ -13,6 +13,8 @@ printing ``ready`` once it is positioned.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import sys
 from typing import Any, Protocol
 
@@ -68,6 +70,20 @@ class _Marks(ServiceLog):
 
     def deadLetter(self, service: int, source: int, index: int, error: str) -> None:
         self.found.append((source, index))
+
+
+class Twice(Events):
+    """Answers every message with two outputs (count 1, then 2); with KILL_BETWEEN set in the
+    environment, SIGKILLs its own process between the two answers to the key "kill"."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = rpc.writer(out, Totals)
+
+    def add(self, key: str, amount: int) -> None:
+        self.out.total(key, amount, 1)
+        if key == "kill" and os.environ.get("KILL_BETWEEN"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.out.total(key, amount, 2)
 
 
 def payloads(inputs: dict[int, chronq.Queue]) -> dict[int, dict[int, bytes]]:

@@ -27,10 +27,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import chronq
 import rpc
+from chronq.errors import ChronqError
 from chronq.retention import Policy, holds, retain
 from chronq.rollcycles import FixedClock
 from rpc.aio import AsyncMethodReader
-from tests.service_support import SERVICE_ID, Events, State, Summer, model, payloads, reflected
+from tests.service_support import SERVICE_ID, Events, State, Summer, Totals, model, payloads, reflected
 from wire import WireError
 from wire import binary as _binary
 
@@ -154,6 +155,114 @@ def _kill_loop(tmp_path: Path, kills: int) -> None:
         _check(out, ins)
 
 
+_TWICE_CHILD = """
+import sys
+from pathlib import Path
+import chronq, rpc
+from tests.service_support import Twice
+d, batch = Path(sys.argv[1]), int(sys.argv[2])
+ins = {sid: chronq.open(d / f"in{sid}", source_id=sid) for sid in map(int, sys.argv[3:])}
+with chronq.open(d / "out", source_id=9) as out:
+    rpc.Service(ins, out, Twice, 9, start=rpc.Start.ALL, batch=batch).run(until_idle=True)
+"""
+
+
+@pytest.mark.parametrize(("sources", "batch", "poison"), [
+    ((3,), 1, False),  # one message per poll
+    ((3,), 16, True),  # one poll: messages 0-4 answered, a dead letter recorded, then the kill in message 5
+    ((3, 4), 1, False),  # two inputs, in turn: the output's history interleaves them
+], ids=["one-message", "batch-with-dead-letter", "two-inputs"])
+def test_a_service_killed_between_two_outputs_of_one_message_answers_it_whole_after_restart(
+    tmp_path: Path, sources: tuple[int, ...], batch: int, poison: bool,
+) -> None:
+    """What one poll writes is published together: a SIGKILL between the two answers of the message
+    "kill" leaves none of that poll's documents (answers, dead letter), so the restart answers the
+    message again, whole, and records the dead letter once (before: its first answer alone survived
+    and the restart took the message for answered, its second answer lost for ever)."""
+    from tests.service_support import Twice
+
+    ins = {sid: chronq.open(tmp_path / f"in{sid}", source_id=sid) for sid in sources}
+    try:
+        for sid, q in ins.items():
+            w = rpc.writer(q, Events)
+            for i in range(9):
+                if poison and i == 3:
+                    q.appender().write(GARBAGE)
+                w.add("kill" if i == 5 and sid == sources[-1] else "k", 100 * sid + i)
+        child = subprocess.run([sys.executable, "-c", _TWICE_CHILD, str(tmp_path), str(batch),
+                                *map(str, sources)], cwd=ROOT, env={**ENV, "KILL_BETWEEN": "1"},
+                               capture_output=True, text=True, timeout=120)
+        assert child.returncode == -signal.SIGKILL, child.stderr
+        with chronq.open(tmp_path / "out", source_id=9) as out:
+            if batch > 1:
+                assert out.last_index is None  # the killed poll held every document: none was published
+            rpc.Service(ins, out, Twice, 9).run(until_idle=True)  # Start.MISSED
+            found: list[tuple[int, int]] = []
+
+            class Got(Totals):
+                def total(self, key: str, value: int, count: int) -> None:
+                    found.append((value, count))
+
+            reader = rpc.MethodReader(out.tailer(), Got())
+            while reader.read_one():
+                pass
+            t, letters = out.tailer(), 0
+            while (ex := t.read(True)) is not None:
+                letters += ex.metadata and b"deadLetter" in bytes(ex.payload)
+    finally:
+        for q in ins.values():
+            q.close()
+    assert letters == (1 if poison else 0)
+    # every message answered once, whole: its two answers side by side (the interleaving of two inputs
+    # after the restart is the restarted service's own)
+    answers = [(found[k][0], found[k][1], found[k + 1]) for k in range(0, len(found), 2)]
+    assert all(count == 1 and second == (value, 2) for value, count, second in answers)
+    values = [v for v, _, _ in answers]
+    assert sorted(values) == [100 * sid + i for sid in sources for i in range(9)]
+    if len(sources) == 1:
+        assert values == sorted(values)
+
+
+def test_a_poll_that_raises_publishes_nothing_and_the_service_goes_no_further(tmp_path: Path) -> None:
+    """A handler that raises between two outputs, in a batch: the poll publishes nothing (not the earlier
+    messages' answers, not the half answer), the service refuses to poll again or to record at stop how
+    far it read (either would tell a restart those messages were answered), and a restart answers all."""
+    from tests.service_support import Twice
+
+    class Boom(Twice):
+        def add(self, key: str, amount: int) -> None:
+            self.out.total(key, amount, 1)
+            if key == "boom":
+                raise ValueError("boom")
+            self.out.total(key, amount, 2)
+
+    with chronq.open(tmp_path / "in", source_id=3) as q, chronq.open(tmp_path / "out", source_id=9) as out:
+        w = rpc.writer(q, Events)
+        for i in range(9):
+            w.add("boom" if i == 5 else "k", i)
+        svc = rpc.Service(q, out, Boom, 9, start=rpc.Start.ALL, batch=16)
+        with pytest.raises(ValueError, match="boom"):
+            svc.run(until_idle=True)
+        assert out.last_index is None and svc.status().state == "failed"
+        with pytest.raises(ChronqError, match="failed \\(ValueError: boom\\) and what it wrote was dropped"):
+            svc.poll()
+        svc.stop()
+        svc.run()
+        t = out.tailer()
+        assert t.read(True) is None  # nothing at all: no record of how far either
+        rpc.Service(q, out, Twice, 9).run(until_idle=True)  # Start.MISSED
+        found: list[tuple[int, int]] = []
+
+        class Got(Totals):
+            def total(self, key: str, value: int, count: int) -> None:
+                found.append((value, count))
+
+        reader = rpc.MethodReader(out.tailer(), Got())
+        while reader.read_one():
+            pass
+    assert found == [(i, n) for i in range(9) for n in (1, 2)]
+
+
 def test_service_killed_with_sigkill_reflects_every_input_once(tmp_path: Path) -> None:
     _kill_loop(tmp_path, 5)
 
@@ -200,6 +309,34 @@ def test_standby_follows_a_killed_primary_and_promote_loses_and_repeats_nothing(
         _check(out, ins)
         docs = payloads(ins)
         assert standby.handler.state == model(docs, reflected(out, docs)[0])[0]  # type: ignore[attr-defined]
+
+
+def test_a_promoted_standby_whose_input_lags_its_output_waits_for_that_input(tmp_path: Path) -> None:
+    """Each queue is replicated on its own: when the primary dies, a standby's copy of its output may
+    reflect input messages its copy of the input never received. Promoted, it waits for them (their
+    writer or upstream service appends them again), consumes them silently and goes on; before, promote()
+    raised, and a runner's restarts of the service failed the same way until it was left down."""
+    clock = FixedClock(1_705_312_800_000)
+    amounts = [3 * i for i in range(10)]  # (multiples of 3: Summer answers every one)
+    with chronq.open(tmp_path / "a", source_id=1, clock=clock) as a, \
+            chronq.open(tmp_path / "copy", source_id=1, clock=clock) as copy, \
+            chronq.open(tmp_path / "out", source_id=SID, clock=clock) as out:
+        _append(a, amounts, "x")
+        _append(copy, amounts[:6], "x")  # the replicated input: 4 messages behind when the primary died
+        rpc.Service(a, out, Summer, SERVICE_ID, start=rpc.Start.ALL).run(until_idle=True)  # the primary
+        written = out.last_index
+        standby = rpc.Service(copy, out, Summer, SERVICE_ID, standby=True)
+        standby.run(until_idle=True)
+        standby.promote()
+        assert standby.status().state == "replaying"
+        standby.run(until_idle=True)
+        assert out.last_index == written  # waiting: nothing written
+        _append(copy, amounts[6:], "x")  # appended again, as the primary had them
+        _append(copy, [30], "x")  # and one the primary never saw
+        standby.run(until_idle=True)
+        assert standby.status().state == "running"
+        assert len(_check(out, {1: copy})) == 11  # each once, the last one answered live
+        assert standby.handler.state == State({"x": sum(amounts) + 30}, 11)  # type: ignore[attr-defined]
 
 
 # -- poison messages ----------------------------------------------------------------------------------

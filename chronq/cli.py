@@ -409,8 +409,11 @@ def _replicate_run(config: Path, host_id: int, status: bool, promote: bool) -> N
         signal.signal(sig, lambda *_: done.set())
     with ReplicatedQueue(config, host_id, status_file=status_file_path(config, host_id),
                          promote=promote) as rq:
-        print(f"chronq replicate: host {host_id} running" +
-              (f", source listening on {rq.address[0]}:{rq.address[1]}" if rq.address else ""), flush=True)
+        # one write of the whole line: other commands in the same terminal (the documented example
+        # appends beside it) must not land between the text and its newline, as with print() unbuffered
+        sys.stdout.write(f"chronq replicate: host {host_id} running" +
+                         (f", source listening on {rq.address[0]}:{rq.address[1]}" if rq.address else "") + "\n")
+        sys.stdout.flush()
         while not done.wait(0.5):
             pass
 

@@ -411,8 +411,8 @@ def _replicate_run(config: Path, host_id: int, status: bool, promote: bool) -> N
                          promote=promote) as rq:
         # one write of the whole line: other commands in the same terminal (the documented example
         # appends beside it) must not land between the text and its newline, as with print() unbuffered
-        sys.stdout.write(f"chronq replicate: host {host_id} running" +
-                         (f", source listening on {rq.address[0]}:{rq.address[1]}" if rq.address else "") + "\n")
+        where = f", source listening on {rq.address[0]}:{rq.address[1]}" if rq.address else ""
+        sys.stdout.write(f"chronq replicate: host {host_id} running{where}\n")
         sys.stdout.flush()
         while not done.wait(0.5):
             pass

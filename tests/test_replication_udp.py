@@ -464,6 +464,16 @@ def test_datagrams_under_another_key_are_dropped_and_counted(tmp_path: Path) -> 
                     assert i < first + 100_000, "no datagram went through the relay"
                 return source.wait_acknowledged("queue1", last, 20)
 
+            def send_refused(sink: ReplicatedQueue, datagrams: list[bytes], what: str) -> None:
+                """Send `datagrams` straight to the sink's port: each is dropped and counted, none written."""
+                before, held = sink.status()[0].dropped, excerpts(tmp_path / "sink2" / "queue1")
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    for d in datagrams:
+                        s.sendto(d, ("127.0.0.1", bind))
+                wait_until(lambda: sink.status()[0].dropped == before + len(datagrams), 10,
+                           f"{what} to be counted")
+                assert excerpts(tmp_path / "sink2" / "queue1") == held
+
             with ReplicatedQueue(cfg, 2) as sink:
                 stream(0)
                 old_session = list(relay.taps)
@@ -478,24 +488,12 @@ def test_datagrams_under_another_key_are_dropped_and_counted(tmp_path: Path) -> 
                     body = bytearray(old_session[-1][:-TAG])
                     DATAGRAM_HEAD.pack_into(body, 0, 1, seq + 1, nxt + 1, count)
                     forged.append(DatagramKey(key, encrypt=False).seal(body, len(body)))
-                before, held = link.dropped, excerpts(tmp_path / "sink2" / "queue1")
-                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                    for d in forged:
-                        s.sendto(d, ("127.0.0.1", bind))
-                wait_until(lambda: sink.status()[0].dropped == before + len(forged), 10,
-                           "the datagrams under another key to be counted")
-                assert excerpts(tmp_path / "sink2" / "queue1") == held
+                send_refused(sink, forged, "the datagrams under another key")
             with ReplicatedQueue(cfg, 2) as sink:  # a new session, a new key
                 stream(100_000)
                 (link,) = sink.status()
-                before, held = link.dropped, excerpts(tmp_path / "sink2" / "queue1")
-                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                    for d in old_session:
-                        s.sendto(d, ("127.0.0.1", bind))
-                wait_until(lambda: sink.status()[0].dropped == before + len(old_session), 10,
-                           "the earlier session's datagrams to be counted")
+                send_refused(sink, old_session, "the earlier session's datagrams")
                 assert sink.status()[0].duplicates == link.duplicates  # refused as forged, not as held
-                assert excerpts(tmp_path / "sink2" / "queue1") == held
                 stream(200_000)
     _check_equal(tmp_path, [2])
 

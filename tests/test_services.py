@@ -167,6 +167,20 @@ with chronq.open(d / "out", source_id=9) as out:
 """
 
 
+def _totals(out: chronq.Queue) -> list[tuple[int, int]]:
+    """(value, count) of every `total` call in the output queue, in order."""
+    found: list[tuple[int, int]] = []
+
+    class Got(Totals):
+        def total(self, key: str, value: int, count: int) -> None:
+            found.append((value, count))
+
+    reader = rpc.MethodReader(out.tailer(), Got())
+    while reader.read_one():
+        pass
+    return found
+
+
 @pytest.mark.parametrize(("sources", "batch", "poison"), [
     ((3,), 1, False),  # one message per poll
     ((3,), 16, True),  # one poll: messages 0-4 answered, a dead letter recorded, then the kill in message 5
@@ -197,15 +211,7 @@ def test_a_service_killed_between_two_outputs_of_one_message_answers_it_whole_af
             if batch > 1:
                 assert out.last_index is None  # the killed poll held every document: none was published
             rpc.Service(ins, out, Twice, 9).run(until_idle=True)  # Start.MISSED
-            found: list[tuple[int, int]] = []
-
-            class Got(Totals):
-                def total(self, key: str, value: int, count: int) -> None:
-                    found.append((value, count))
-
-            reader = rpc.MethodReader(out.tailer(), Got())
-            while reader.read_one():
-                pass
+            found = _totals(out)
             t, letters = out.tailer(), 0
             while (ex := t.read(True)) is not None:
                 letters += ex.metadata and b"deadLetter" in bytes(ex.payload)
@@ -251,15 +257,7 @@ def test_a_poll_that_raises_publishes_nothing_and_the_service_goes_no_further(tm
         t = out.tailer()
         assert t.read(True) is None  # nothing at all: no record of how far either
         rpc.Service(q, out, Twice, 9).run(until_idle=True)  # Start.MISSED
-        found: list[tuple[int, int]] = []
-
-        class Got(Totals):
-            def total(self, key: str, value: int, count: int) -> None:
-                found.append((value, count))
-
-        reader = rpc.MethodReader(out.tailer(), Got())
-        while reader.read_one():
-            pass
+        found = _totals(out)
     assert found == [(i, n) for i in range(9) for n in (1, 2)]
 
 

@@ -370,7 +370,10 @@ def test_a_sink_that_falls_behind_catches_up_over_tcp_and_returns_to_datagrams(t
             finally:
                 sink.proc.send_signal(signal.SIGCONT)
             wait_until(lambda: _caught_up(tmp_path, [2]), 30, "the sink to catch up over TCP")
-            wait_until(lambda: link(2).catch_ups == 1 and link(2).tcp_runs > 0, 10, "the sink's status")
+            last = last_index(tmp_path / "source" / "queue1")
+            # the status file is replaced every heartbeat: wait for the one written after the last run
+            wait_until(lambda: link(2).replicated_index == last and link(2).catch_ups == 1
+                       and link(2).tcp_runs > 0, 10, "the sink's status")
             caught_up = link(2)
             paced(200)
             wait_until(lambda: _caught_up(tmp_path, [2]) and link(2).datagrams > caught_up.datagrams, 20,

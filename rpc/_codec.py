@@ -54,6 +54,18 @@ def document_encoder(tp: Any) -> Callable[[bytes, Any], bytes] | None:
     return _marshal.document_encoder(tp)
 
 
+def history_call(
+    event: str | int, types: tuple[Any, ...], wire: WireType, current: ContextVar[Any],
+    prefix: Callable[[int], bytearray],
+) -> Callable[..., Any] | None:
+    """`call(clock, *values)` -> the whole history-carrying document of a call of `event` with arguments
+    of these declared types on `wire` (BINARY or FIELDLESS_BINARY) in one C step, its history taken from
+    `current` (`prefix(now)` where that is not as a reader left it); None without the accelerator."""
+    encoders = tuple(value_encoder(tp, wire) for tp in types)
+    return _methods.history_call(current, event_bytes(event), types, encoders, prefix,
+                                 scalars=wire is WireType.BINARY)
+
+
 def fast_plan(params: Any, wire: WireType = WireType.BINARY) -> Any:
     """How the C fast path reads a method's arguments (see `event_value`), else None: BINARY, the C
     plan of one structured class, or of scalar arguments; another wire type, the decoder of its one

@@ -8,25 +8,19 @@ The current one lives in a ContextVar: per thread, per asyncio task, and settabl
 
 from __future__ import annotations
 
+import typing
 from contextvars import ContextVar
 
 from rpc import _codec
 from wire.history import MessageHistory
+from wire.methods import PendingHop
 
 
-class Pending:
+class Pending(PendingHop):
     """The history of the message being dispatched: the one it carried (a MessageHistory, or the
-    binary payload bytes as read) plus this read's hop."""
+    binary payload bytes as read) plus this read's hop (`wire.methods.PendingHop`'s fields)."""
 
-    __slots__ = ("_built", "base", "read_ns", "source")
-
-    def __init__(
-        self, base: MessageHistory | bytes | None, source: tuple[int, int] | None, read_ns: int
-    ) -> None:
-        self.base = base
-        self.source = source
-        self.read_ns = read_ns
-        self._built: MessageHistory | None = None
+    __slots__ = ()
 
     def _carried(self) -> MessageHistory:
         base = self.base
@@ -34,7 +28,7 @@ class Pending:
             return _NO_HISTORY
         if isinstance(base, bytes):
             base = self.base = MessageHistory.from_payload(base)
-        return base
+        return typing.cast(MessageHistory, base)
 
     def prefix(self, now: int) -> bytearray:
         """The history a document written while handling this message starts with (`now` last)."""

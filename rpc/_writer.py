@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rpc import _codec
-from rpc._history import current_get, first_hop
+from rpc._history import current, current_get, first_hop, history_prefix
 from rpc._interface import MethodSpec, describe
 from wire import WireType
 
@@ -119,7 +119,7 @@ def _generate(proto: type, mode: str, wire: WireType) -> type:
 
 def _method_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any]) -> list[str]:
     args = [name for name, _ in m.params]
-    clash = [a for a in args if a in _RESERVED or a.startswith(("_E_", "_V_", "_C_", "_D_", "_M_"))]
+    clash = [a for a in args if a in _RESERVED or a.startswith(("_E_", "_V_", "_C_", "_D_", "_M_", "_H_"))]
     if clash:
         raise TypeError(f"{m.name}: parameter name {clash[0]!r} is reserved by the generated writer")
     ns[f"_E_{m.name}"] = _codec.event_bytes(m.event)
@@ -175,6 +175,12 @@ def _body_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any], a
         ns[f"_D_{m.name}"] = whole
         body.append(f"        self._write(_D_{m.name}(_E_{m.name}, {args[0]}))")
         return body
+    if mode == "history" and m.chain is None and not _codec.framed(wire):
+        call = _codec.history_call(m.event, tuple(tp for _, tp in m.params), wire, current, history_prefix)
+        if call is not None:  # the usual service answer: one C step (history, event, values)
+            ns[f"_H_{m.name}"] = call
+            body.append(f"        self._write(_H_{m.name}(self._start{''.join(', ' + a for a in args)}))")
+            return body
     if mode == "plain":
         body.append(f"        b_ = bytearray(_E_{m.name})")
     elif mode == "history":

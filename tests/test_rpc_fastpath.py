@@ -316,3 +316,108 @@ def test_a_replaced_read_is_called_and_a_plain_tailer_is_read_natively(tmp_path)
         patched = q.tailer()
         patched.read = lambda metadata=False: None  # type: ignore[method-assign]
         assert patched.document_source() is None
+
+
+def _reference_document(name: str, args: tuple[Any, ...], pending: Any, now: int) -> bytes:
+    """A history-carrying writer's document built from wire's Python reference alone."""
+    from wire import binary
+    from wire.history import MessageHistory
+
+    if pending is None:
+        b = bytearray(MessageHistory().encode_hop(None, (now,)))
+    else:
+        base = pending.base
+        carried = MessageHistory.from_payload(base) if isinstance(base, bytes) else base or MessageHistory()
+        timings = (now,) if pending.source is None else (pending.read_ns, now)
+        b = bytearray(carried.encode_hop(pending.source, timings))
+    spec = {m.name: m for m in rpc.describe(Events).methods}[name]
+    b += _codec.event_bytes(spec.event)
+    types = [tp for _, tp in spec.params]
+    if not args:
+        b += b"\xe0"
+    elif len(args) == 1:
+        binary.encoder_for(types[0])(b, args[0])
+    else:
+        b += b"\x82\x00\x00\x00\x00"
+        start = len(b)
+        for tp, v in zip(types, args, strict=True):
+            binary.encoder_for(tp)(b, v)
+        _codec.seq_end(b, start)
+    return bytes(b)
+
+
+_calls = st.one_of(
+    st.tuples(st.just("say"), st.tuples(st.text())),
+    st.tuples(st.just("ping"), st.tuples(st.integers(-(2**63), 2**63 - 1))),
+    st.tuples(st.just("noArgs"), st.just(())),
+    st.tuples(st.just("trade"),
+              st.tuples(st.text(max_size=40), st.integers(-(2**63), 2**63 - 1), st.floats())),
+    st.tuples(st.just("method1"), st.builds(lambda t: (Message1(t),), st.text(max_size=20))),
+)
+_histories = st.builds(
+    lambda sources, timings: MessageHistoryPayload(sources, timings),
+    st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1)), max_size=5),
+    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5),
+)
+
+
+class MessageHistoryPayload:
+    """A MessageHistory and its payload bytes, as a reader hands them to the pending hop."""
+
+    def __init__(self, sources: list[tuple[int, int]], timings: list[int]) -> None:
+        from wire.history import MessageHistory
+
+        self.history = MessageHistory(sources, timings)
+        self.payload = self.history.payload()
+
+
+@needs_speedups
+@settings(max_examples=300, deadline=None)
+@given(call=_calls, history=st.none() | _histories, as_read=st.booleans(),
+       source=st.none() | st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1)),
+       read_ns=st.integers(0, 2**63 - 1), now=st.integers(0, 2**63 - 1))
+def test_the_one_step_history_writer_writes_what_the_python_reference_writes(
+    call: tuple[str, tuple[Any, ...]], history: MessageHistoryPayload | None, as_read: bool,
+    source: tuple[int, int] | None, read_ns: int, now: int,
+) -> None:
+    """A service's answer is written in one C call (history spliced, event and values encoded): for any
+    arguments and any history being handled (as a reader left it, or rebuilt, or none), the bytes are
+    the ones wire's Python reference builds."""
+    from rpc import _history
+
+    name, args = call
+    rec = Recorder()
+    w = rpc.writer(rec, Events, source_id=9, clock=lambda: now)
+    assert f"_H_{name}" in type(w).__dict__[name].__globals__  # the one-step path is the one tested
+    pending = None
+    if history is not None or source is not None:
+        base: Any = None if history is None else history.payload if as_read else history.history
+        pending = _history.Pending(base, source, read_ns)
+    token = _history.current.set(pending)
+    try:
+        getattr(w, name)(*args)
+    finally:
+        _history.current.reset(token)
+    assert bytes(rec.documents[0]) == _reference_document(name, args, pending, now)
+
+
+@needs_speedups
+def test_the_one_step_history_writer_names_a_wrong_argument_and_takes_big_ints_to_python() -> None:
+    rec = Recorder()
+    w = rpc.writer(rec, Events, source_id=9, clock=lambda: 5)
+    with pytest.raises(TypeError, match=r"trade\(\): parameter 'qty' expects int, got str"):
+        w.trade("EURUSD", "5", 1.5)  # type: ignore[arg-type]
+    big = 2**70  # beyond the C path's 64 bits: the Python encoder decides
+    try:
+        want: Any = _reference_document("ping", (big,), None, 5)
+    except Exception as e:
+        want = type(e)
+    try:
+        w.ping(big)
+        got: Any = bytes(rec.documents[-1])
+    except Exception as e:
+        got = type(e)
+    assert got == want
+    clock_beyond = rpc.writer(rec, Events, source_id=9, clock=lambda: 2**64)  # the reference reports it
+    with pytest.raises(OverflowError):
+        clock_beyond.say("x")

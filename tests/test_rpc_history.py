@@ -132,3 +132,21 @@ def test_native_history_splice_matches_encode_hop(sources, timings, source, extr
         expected = None
     got = _codec.history_hop(junk, source, tuple(extra))
     assert got is None or got == bytearray(expected or b"")
+
+
+def test_pending_hops_hold_their_class_once_each_and_free_everything_they_hold() -> None:
+    """The reader makes one pending hop per message (wire's C base type under rpc's class): each holds a
+    reference to its class and to its fields while alive and gives back exactly those when freed."""
+    import gc
+    import sys
+
+    from rpc._history import Pending
+
+    base, source = b"\x00\x00" + bytes(1000), (3, 4)
+    before = sys.getrefcount(Pending), sys.getrefcount(base), sys.getrefcount(source)
+    hops = [Pending(base, source, 5) for _ in range(1000)]
+    assert sys.getrefcount(Pending) - before[0] == 1000 and sys.getrefcount(base) - before[1] == 1000
+    hops[0]._built = hops  # a cycle through a hop: the collector frees it
+    del hops
+    gc.collect()
+    assert (sys.getrefcount(Pending), sys.getrefcount(base), sys.getrefcount(source)) == before

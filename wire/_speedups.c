@@ -595,6 +595,25 @@ static int flush_to(Out *o, PyObject **buf) {
     return *buf ? 0 : -1;
 }
 
+/* A value of a kind the C plans write (K_INT, K_FLOAT, K_STR, K_BOOL) written as the Python writer of
+ * that declared type writes it: 1 written, 0 not this path's (another type, an int beyond 64 bits,
+ * text the Python path must write), -1 error. */
+static int put_scalar(Out *o, int kind, PyObject *x) {
+    if (kind == K_INT && PyLong_CheckExact(x)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        return put_int(o, (int64_t)v) < 0 ? -1 : 1;
+    }
+    if (kind == K_FLOAT && PyFloat_CheckExact(x)) return put_float(o, PyFloat_AS_DOUBLE(x)) < 0 ? -1 : 1;
+    if (kind == K_STR) return put_str(o, x);
+    if (kind == K_BOOL && (x == Py_True || x == Py_False)) return put(o, x == Py_True ? "\xb1" : "\xb0", 1) < 0 ? -1 : 1;
+    return 0;
+}
+
 static int write_fields(Out *o, Plan *plan, PyObject **buf, PyObject *obj) {
     int slots = slots_valid(plan, obj);
     for (Py_ssize_t i = 0; i < plan->n; i++) {
@@ -605,24 +624,11 @@ static int write_fields(Out *o, Plan *plan, PyObject **buf, PyObject *obj) {
         else x = PyObject_GetAttr(obj, f->attr); /* also an unset slot's AttributeError */
         if (!x) return -1;
         int done = 0, rc = 0;
-        if (f->kind == K_INT && PyLong_CheckExact(x)) {
-            int overflow = 0;
-            long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
-            if (!overflow && !(v == -1 && PyErr_Occurred())) {
-                rc = put_int(o, (int64_t)v);
-                done = 1;
-            }
-        } else if (f->kind == K_FLOAT && PyFloat_CheckExact(x)) {
-            rc = put_float(o, PyFloat_AS_DOUBLE(x));
-            done = 1;
+        if (f->kind == K_INT || f->kind == K_FLOAT || f->kind == K_STR || f->kind == K_BOOL) {
+            rc = put_scalar(o, f->kind, x);
+            done = rc > 0;
         } else if (f->kind == K_FLOAT32 && PyFloat_CheckExact(x)) {
             rc = put_float32_compact(o, PyFloat_AS_DOUBLE(x));
-            done = 1;
-        } else if (f->kind == K_STR) {
-            rc = put_str(o, x);
-            done = rc != 0;
-        } else if (f->kind == K_BOOL && (x == Py_True || x == Py_False)) {
-            rc = put(o, x == Py_True ? "\xb1" : "\xb0", 1);
             done = 1;
         } else if (f->kind == K_ENUM && (PyObject *)Py_TYPE(x) == f->type && enum_name(o, f, x, &rc)) {
             done = 1;
@@ -2160,43 +2166,27 @@ static PyTypeObject ReadOneType = {
     .tp_new = read_one_new,
 };
 
-/* history_hop(payload, source, timings) -> bytearray | None: the binary MessageHistory document part
- * (`BA 80 00 81 <u16> 86 body`) of the history whose payload is `payload`, plus `source` ((id, index)
- * or None) and `timings` (a tuple of ints), spliced from the bytes; None when anything is unusual (the
- * Python reference, wire.history, then builds it or reports the error). */
-static PyObject *history_hop(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "expected (bytes, (id, index) | None, tuple of timings)");
-        return NULL;
-    }
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
-    if (size < 2) Py_RETURN_NONE;
+/* The binary MessageHistory document part (`BA 80 00 81 <u16> 86 body`) of the history whose payload
+ * (as read: `n`, n source ids, n indexes, `m`, m timings) is p[0:size], plus one source (`add`: (sid,
+ * idx)) and `extra` timings, appended to `o`. 1: done; 0: anything unusual, nothing appended (the Python
+ * reference, wire.history, then builds it or reports the error); -1: out of memory. */
+static int splice_hop(Out *o, const unsigned char *p, Py_ssize_t size, int add, int64_t sid, int64_t idx,
+                      const int64_t *timings, Py_ssize_t extra) {
+    if (size < 2 || extra < 0 || extra > 255) return 0;
     Py_ssize_t n = p[0], ids_end = 1 + 4 * n, sources_end = 1 + 12 * n;
-    if (sources_end >= size) Py_RETURN_NONE;
-    Py_ssize_t m = p[sources_end], extra = PyTuple_GET_SIZE(args[2]);
-    int add = args[1] != Py_None;
-    if (sources_end + 1 + 8 * m > size || n + add > 255 || m + extra > 255) Py_RETURN_NONE;
-    long long sid = 0, idx = 0;
-    if (add) {
-        if (!PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 2) Py_RETURN_NONE;
-        int overflow = 0;
-        sid = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(args[1], 0), &overflow);
-        if (overflow || sid < INT32_MIN || sid > INT32_MAX) Py_RETURN_NONE;
-        idx = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(args[1], 1), &overflow);
-        if (overflow) Py_RETURN_NONE;
-        if (PyErr_Occurred()) return NULL;
-    }
+    if (sources_end >= size) return 0;
+    Py_ssize_t m = p[sources_end];
+    if (sources_end + 1 + 8 * m > size || n + add > 255 || m + extra > 255) return 0;
+    if (add && (sid < INT32_MIN || sid > INT32_MAX)) return 0;
     Py_ssize_t body = 1 + 12 * (n + add) + 1 + 8 * (m + extra);
-    if (body + 1 > 0xFFFF) Py_RETURN_NONE;
-    PyObject *out = PyByteArray_FromStringAndSize(NULL, 7 + body);
-    if (!out) return NULL;
-    unsigned char *o = (unsigned char *)PyByteArray_AS_STRING(out);
-    memcpy(o, "\xba\x80\x00\x81", 4);
-    o[4] = (unsigned char)((body + 1) & 0xFF);
-    o[5] = (unsigned char)((body + 1) >> 8);
-    o[6] = 0x86;
-    unsigned char *q = o + 7;
+    if (body + 1 > 0xFFFF) return 0;
+    unsigned char *q = (unsigned char *)reserve(o, 7 + body);
+    if (!q) return -1;
+    memcpy(q, "\xba\x80\x00\x81", 4);
+    q[4] = (unsigned char)((body + 1) & 0xFF);
+    q[5] = (unsigned char)((body + 1) >> 8);
+    q[6] = 0x86;
+    q += 7;
     *q++ = (unsigned char)(n + add);
     memcpy(q, p + 1, (size_t)(4 * n));
     q += 4 * n;
@@ -2208,28 +2198,303 @@ static PyObject *history_hop(PyObject *module, PyObject *const *args, Py_ssize_t
     memcpy(q, p + ids_end, (size_t)(8 * n));
     q += 8 * n;
     if (add) {
-        int64_t v = (int64_t)idx;
-        memcpy(q, &v, 8);
+        memcpy(q, &idx, 8);
         q += 8;
     }
     *q++ = (unsigned char)(m + extra);
     memcpy(q, p + sources_end + 1, (size_t)(8 * m));
     q += 8 * m;
+    memcpy(q, timings, (size_t)(8 * extra));
+    return 1;
+}
+
+/* history_hop(payload, source, timings) -> bytearray | None: `splice_hop` of `payload` with `source`
+ * ((id, index) or None) and `timings` (a tuple of ints); None when anything is unusual. */
+static PyObject *history_hop(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "expected (bytes, (id, index) | None, tuple of timings)");
+        return NULL;
+    }
+    int add = args[1] != Py_None;
+    long long sid = 0, idx = 0;
+    if (add) {
+        if (!PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 2) Py_RETURN_NONE;
+        int overflow = 0;
+        sid = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(args[1], 0), &overflow);
+        if (overflow || sid < INT32_MIN || sid > INT32_MAX) Py_RETURN_NONE;
+        idx = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(args[1], 1), &overflow);
+        if (overflow) Py_RETURN_NONE;
+        if (PyErr_Occurred()) return NULL;
+    }
+    Py_ssize_t extra = PyTuple_GET_SIZE(args[2]);
+    if (extra > 255) Py_RETURN_NONE;
+    int64_t timings[255];
     for (Py_ssize_t i = 0; i < extra; i++) {
         int overflow = 0;
         long long t = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(args[2], i), &overflow);
         if (overflow || (t == -1 && PyErr_Occurred())) {
-            Py_DECREF(out);
             if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
             PyErr_Clear();
             Py_RETURN_NONE;
         }
-        int64_t v = (int64_t)t;
-        memcpy(q, &v, 8);
-        q += 8;
+        timings[i] = (int64_t)t;
     }
+    Out o;
+    out_init(&o);
+    int rc = splice_hop(&o, (const unsigned char *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), add,
+                        (int64_t)sid, (int64_t)idx, timings, extra);
+    PyObject *out = rc < 0 ? NULL : rc == 0 ? Py_NewRef(Py_None) : PyByteArray_FromStringAndSize(o.data, o.len);
+    out_free(&o);
     return out;
 }
+
+/* PendingHop(base, source, read_ns): the history of the message a method reader is dispatching, as the
+ * reader found it: `base` (the carried history's payload bytes, a MessageHistory, or None), `source`
+ * ((source id, index) or None) and `read_ns` (when it was read), plus a `_built` slot for the caller.
+ * A base type (rpc adds the methods): made once per message, so it costs one allocation and no Python
+ * frame, and HistoryCall reads its fields directly. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *base, *source, *read_ns, *built;
+} PendingHop;
+
+static PyObject *pending_hop_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *base, *source, *read_ns;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "PendingHop takes no keywords");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "PendingHop", 3, 3, &base, &source, &read_ns)) return NULL;
+    PendingHop *self = (PendingHop *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->base = Py_NewRef(base);
+    self->source = Py_NewRef(source);
+    self->read_ns = Py_NewRef(read_ns);
+    self->built = Py_NewRef(Py_None);
+    return (PyObject *)self;
+}
+
+static int pending_hop_traverse(PendingHop *self, visitproc visit, void *arg) {
+    Py_VISIT(self->base); /* (a heap subclass's type is visited, and released, by its subtype slots) */
+    Py_VISIT(self->source);
+    Py_VISIT(self->read_ns);
+    Py_VISIT(self->built);
+    return 0;
+}
+
+static int pending_hop_clear(PendingHop *self) {
+    Py_CLEAR(self->base);
+    Py_CLEAR(self->source);
+    Py_CLEAR(self->read_ns);
+    Py_CLEAR(self->built);
+    return 0;
+}
+
+static void pending_hop_dealloc(PendingHop *self) {
+    PyObject_GC_UnTrack(self);
+    pending_hop_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef pending_hop_members[] = {
+    {"base", T_OBJECT, offsetof(PendingHop, base), 0, "the carried history: payload bytes as read, a MessageHistory, or None"},
+    {"source", T_OBJECT, offsetof(PendingHop, source), 0, "(source id, index) of this read, or None"},
+    {"read_ns", T_OBJECT, offsetof(PendingHop, read_ns), 0, "when this read happened (the reader's clock)"},
+    {"_built", T_OBJECT, offsetof(PendingHop, built), 0, "the MessageHistory built from it, once asked for"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PendingHopType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "wire._speedups.PendingHop",
+    .tp_basicsize = sizeof(PendingHop),
+    .tp_dealloc = (destructor)pending_hop_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_traverse = (traverseproc)pending_hop_traverse,
+    .tp_clear = (inquiry)pending_hop_clear,
+    .tp_doc = "PendingHop(base, source, read_ns): the history of the message being dispatched, as read.",
+    .tp_members = pending_hop_members,
+    .tp_new = pending_hop_new,
+};
+
+/* HistoryCall(current, event, kinds, encoders, prefix): a history-carrying method writer's document in
+ * one C call: `call(clock, *values)` -> the document's bytes. Its history is the one the ContextVar
+ * `current` holds (a reader's pending hop: `base` payload bytes, `source` (id, index) or None,
+ * `read_ns`) plus this write's `clock()`, or a first hop when it holds None, spliced as history_hop
+ * does; anything unusual (a history not as read, a clock beyond 64 bits) takes `prefix(now)`, the Python
+ * reference, which returns the bytearray to continue (so does a pending hop that is not a PendingHop). Then `event` and the values: those whose declared
+ * kind (`kinds`, one byte each) the C path writes, the others by `encoders[i](bytearray, value)`; more
+ * than one as Java's sequence `82 <u32 length> values`, none as an empty text. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *current, *event, *kinds, *encoders, *prefix;
+    vectorcallfunc vectorcall;
+} HistoryCall;
+
+/* 1: the pending hop's history spliced into `o`; 0: not the usual case (nothing written); -1: error */
+static int history_call_prefix(Out *o, PyObject *pending, int64_t now) {
+    if (pending == Py_None) return splice_hop(o, (const unsigned char *)"\0\0", 2, 0, 0, 0, &now, 1);
+    if (!PyObject_TypeCheck(pending, &PendingHopType)) return 0; /* not a reader's: the reference decides */
+    PendingHop *hop = (PendingHop *)pending;
+    PyObject *base = hop->base;
+    int rc = 0;
+    if (base && PyBytes_CheckExact(base)) {
+        PyObject *source = hop->source, *read_ns = hop->read_ns;
+        if (!source || !read_ns) return 0; /* (deleted: the reference reports it) */
+        if (source == Py_None) {
+            rc = splice_hop(o, (const unsigned char *)PyBytes_AS_STRING(base), PyBytes_GET_SIZE(base), 0, 0, 0, &now, 1);
+        } else if (PyTuple_CheckExact(source) && PyTuple_GET_SIZE(source) == 2 && PyLong_CheckExact(read_ns)) {
+            int o1 = 0, o2 = 0, o3 = 0;
+            long long sid = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(source, 0), &o1);
+            long long idx = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(source, 1), &o2);
+            long long read = PyLong_AsLongLongAndOverflow(read_ns, &o3);
+            if (PyErr_Occurred()) PyErr_Clear(); /* not ints: the reference reports it */
+            else if (!o1 && !o2 && !o3) {
+                int64_t timings[2] = {(int64_t)read, now};
+                rc = splice_hop(o, (const unsigned char *)PyBytes_AS_STRING(base), PyBytes_GET_SIZE(base), 1,
+                                (int64_t)sid, (int64_t)idx, timings, 2);
+            }
+        }
+    }
+    return rc;
+}
+
+static PyObject *history_call_vectorcall(HistoryCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), n = self->kinds ? PyBytes_GET_SIZE(self->kinds) : 0;
+    if (!self->current) {
+        PyErr_SetString(PyExc_RuntimeError, "HistoryCall was cleared");
+        return NULL;
+    }
+    if (kwnames || nargs != 1 + n) {
+        PyErr_Format(PyExc_TypeError, "expected (clock, %zd values)", n);
+        return NULL;
+    }
+    PyObject *now_obj = PyObject_CallNoArgs(args[0]);
+    if (!now_obj) return NULL;
+    PyObject *pending = NULL, *buf = NULL, *result = NULL;
+    Out o;
+    out_init(&o);
+    int rc = 0;
+    if (PyLong_CheckExact(now_obj)) {
+        int overflow = 0;
+        long long now = PyLong_AsLongLongAndOverflow(now_obj, &overflow);
+        if (!overflow && !(now == -1 && PyErr_Occurred())) {
+            if (PyContextVar_Get(self->current, Py_None, &pending) < 0) goto done;
+            rc = history_call_prefix(&o, pending, (int64_t)now);
+            if (rc < 0) goto done;
+        }
+        PyErr_Clear();
+    }
+    if (!rc) {
+        buf = PyObject_CallOneArg(self->prefix, now_obj);
+        if (!buf) goto done;
+        if (!PyByteArray_CheckExact(buf)) {
+            PyErr_SetString(PyExc_TypeError, "a history prefix must be a bytearray");
+            goto done;
+        }
+    }
+    if (put(&o, PyBytes_AS_STRING(self->event), PyBytes_GET_SIZE(self->event)) < 0) goto done;
+    Py_ssize_t seq = -1;
+    if (n == 0 && put(&o, "\xe0", 1) < 0) goto done;
+    if (n > 1) {
+        if (put(&o, "\x82\0\0\0\0", 5) < 0) goto done;
+        seq = (buf ? PyByteArray_GET_SIZE(buf) : 0) + o.len;
+    }
+    const unsigned char *kinds = (const unsigned char *)PyBytes_AS_STRING(self->kinds);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int done_c = put_scalar(&o, kinds[i], args[1 + i]);
+        if (done_c < 0) goto done;
+        if (!done_c) {
+            if (flush_to(&o, &buf) < 0) goto done;
+            PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(self->encoders, i), buf, args[1 + i], NULL);
+            if (!r) goto done;
+            Py_DECREF(r);
+        }
+    }
+    if (buf) {
+        if (flush(&o, buf) < 0) goto done;
+        if (seq >= 0) {
+            uint32_t len = (uint32_t)(PyByteArray_GET_SIZE(buf) - seq);
+            memcpy(PyByteArray_AS_STRING(buf) + seq - 4, &len, 4);
+        }
+        result = Py_NewRef(buf);
+    } else {
+        if (seq >= 0) {
+            uint32_t len = (uint32_t)(o.len - seq);
+            memcpy(o.data + seq - 4, &len, 4);
+        }
+        result = PyBytes_FromStringAndSize(o.data, o.len);
+    }
+done:
+    out_free(&o);
+    Py_XDECREF(buf);
+    Py_XDECREF(pending);
+    Py_DECREF(now_obj);
+    return result;
+}
+
+static PyObject *history_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *current, *event, *kinds, *encoders, *prefix;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "HistoryCall takes no keywords");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "O!SSO!O:HistoryCall", &PyContextVar_Type, &current, &event, &kinds, &PyTuple_Type,
+                          &encoders, &prefix))
+        return NULL;
+    if (PyTuple_GET_SIZE(encoders) != PyBytes_GET_SIZE(kinds)) {
+        PyErr_SetString(PyExc_ValueError, "one kind and one encoder per value");
+        return NULL;
+    }
+    HistoryCall *self = (HistoryCall *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->current = Py_NewRef(current);
+    self->event = Py_NewRef(event);
+    self->kinds = Py_NewRef(kinds);
+    self->encoders = Py_NewRef(encoders);
+    self->prefix = Py_NewRef(prefix);
+    self->vectorcall = (vectorcallfunc)history_call_vectorcall;
+    return (PyObject *)self;
+}
+
+static int history_call_traverse(HistoryCall *self, visitproc visit, void *arg) {
+    Py_VISIT(self->current);
+    Py_VISIT(self->event);
+    Py_VISIT(self->kinds);
+    Py_VISIT(self->encoders);
+    Py_VISIT(self->prefix);
+    return 0;
+}
+
+static int history_call_clear(HistoryCall *self) {
+    Py_CLEAR(self->current);
+    Py_CLEAR(self->event);
+    Py_CLEAR(self->kinds);
+    Py_CLEAR(self->encoders);
+    Py_CLEAR(self->prefix);
+    return 0;
+}
+
+static void history_call_dealloc(HistoryCall *self) {
+    PyObject_GC_UnTrack(self);
+    history_call_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject HistoryCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "wire._speedups.HistoryCall",
+    .tp_basicsize = sizeof(HistoryCall),
+    .tp_dealloc = (destructor)history_call_dealloc,
+    .tp_vectorcall_offset = offsetof(HistoryCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_traverse = (traverseproc)history_call_traverse,
+    .tp_clear = (inquiry)history_call_clear,
+    .tp_doc = "HistoryCall(current, event, kinds, encoders, prefix): call(clock, *values) -> a history-carrying "
+              "method call document.",
+    .tp_new = history_call_new,
+};
 
 /* ------------------------------------------------------------------ records (wire.record.Layout) */
 /* RecordLayout(kinds, Decimal, pack_slow, unpack_slow): `pack(*values)` -> bytes and `unpack(buf)` ->
@@ -2559,6 +2824,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_metadata = PyUnicode_InternFromString("metadata");
     str_index = PyUnicode_InternFromString("index");
     int_zero = PyLong_FromLong(0);
+    if (PyType_Ready(&HistoryCallType) < 0 || PyType_Ready(&PendingHopType) < 0) return NULL;
     if (!str_metadata || !str_index || !int_zero) return NULL;
     if (!str_name || !str_buf || !str_pos || !str_end || !str_type || PyType_Ready(&PlanType) < 0 ||
         PyType_Ready(&DecodeType) < 0 || PyType_Ready(&ReadOneType) < 0 ||
@@ -2570,7 +2836,9 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         PyModule_AddObjectRef(m, "Decode", (PyObject *)&DecodeType) < 0 ||
         PyModule_AddObjectRef(m, "ReadOne", (PyObject *)&ReadOneType) < 0 ||
         PyModule_AddObjectRef(m, "Encode", (PyObject *)&EncodeType) < 0 ||
-        PyModule_AddObjectRef(m, "RecordLayout", (PyObject *)&RecordLayoutType) < 0) {
+        PyModule_AddObjectRef(m, "RecordLayout", (PyObject *)&RecordLayoutType) < 0 ||
+        PyModule_AddObjectRef(m, "HistoryCall", (PyObject *)&HistoryCallType) < 0 ||
+        PyModule_AddObjectRef(m, "PendingHop", (PyObject *)&PendingHopType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

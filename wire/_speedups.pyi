@@ -58,6 +58,24 @@ class ReadOne:
     def __call__(self) -> bool: ...
     def many(self, limit: int, /) -> int: ...
 
+class HistoryCall:
+    """A history-carrying method call document in one C call (see `wire.methods.history_call`)."""
+
+    def __init__(
+        self, current: Any, event: bytes, kinds: bytes,
+        encoders: tuple[Callable[[bytearray, Any], Any], ...], prefix: Callable[[int], bytearray], /,
+    ) -> None: ...
+    def __call__(self, clock: Callable[[], int], /, *values: Any) -> bytes | bytearray: ...
+
+class PendingHop:
+    """The history of the message being dispatched, as read (see `wire.methods.PendingHop`)."""
+
+    base: Any
+    source: tuple[int, int] | None
+    read_ns: int
+    _built: Any
+    def __init__(self, base: Any, source: tuple[int, int] | None, read_ns: int, /) -> None: ...
+
 def history_hop(
     payload: bytes, source: tuple[int, int] | None, timings: tuple[int, ...], /
 ) -> bytearray | None: ...

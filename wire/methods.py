@@ -9,6 +9,7 @@ Spark source's generic ``method``/``args`` columns both read and write it throug
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,7 +20,9 @@ from wire.history import Buffer, MessageHistory
 __all__ = [
     "EventCall",
     "EventValue",
+    "HistoryCall",
     "HistoryHop",
+    "PendingHop",
     "ReadOne",
     "ReadOneType",
     "Table",
@@ -30,6 +33,7 @@ __all__ = [
     "event_call",
     "event_value",
     "events",
+    "history_call",
     "history_hop",
 ]
 
@@ -125,6 +129,54 @@ event_call: EventCall | None = None
 #: `read_one()` (and `.many(limit)`) as one C call per message; `source` is a tailer's
 #: `document_source()`, read through its capsule (wire/_document_source.h) instead of `read`.
 ReadOne: ReadOneType | None = None
+
+class _PendingHop:
+    """The history of the message a method reader is dispatching, as the reader found it: `base` (the
+    carried history's payload bytes, a MessageHistory, or None), `source` ((source id, index) of this
+    read, or None) and `read_ns` (when it was read). A base class: rpc adds how to build and extend it.
+    The accelerator's is a C type, made per message without a Python frame and read by `history_call`."""
+
+    __slots__ = ("_built", "base", "read_ns", "source")
+
+    def __init__(self, base: Any, source: tuple[int, int] | None, read_ns: int) -> None:
+        self.base = base
+        self.source = source
+        self.read_ns = read_ns
+        self._built: MessageHistory | None = None
+
+
+if typing.TYPE_CHECKING:
+    PendingHop = _PendingHop
+else:
+    PendingHop = _PendingHop if _accel.speedups is None else _accel.speedups.PendingHop
+
+
+#: `call(clock, *values) -> bytes | bytearray`: a method-call document with the history of the message
+#: being handled (see `history_call`).
+HistoryCall = Callable[..., Buffer]
+
+
+def history_call(
+    current: Any, event: bytes, types: tuple[Any, ...], encoders: tuple[Callable[[bytearray, Any], Any], ...],
+    prefix: Callable[[int], bytearray], scalars: bool = True,
+) -> HistoryCall | None:
+    """A history-carrying method writer's whole document in one C call, or None without the accelerator.
+
+    `call(clock, *values)` takes the history from the ContextVar `current` (a reader's pending hop, with
+    `base` payload bytes as read, `source` (id, index) or None and `read_ns`; None outside a handler),
+    adds `clock()`'s time (and the hop's source and read time), splices it as `history_hop` does, then
+    writes `event` and the values: values of the scalar types the C plans know (int, float, str, bool;
+    only with `scalars`, the BINARY encoders) in C, the others through `encoders[i](buf, value)`. A history
+    not as a reader left it goes to `prefix(now)`, the Python reference, and is continued from there.
+    Why: a service's answer is one C step instead of five Python ones (docs/performance.md, services).
+    """
+    if _accel.speedups is None:
+        return None
+    from wire._plans import kind
+
+    kinds = bytes(kind(tp) if scalars else _accel.K_OTHER for tp in types)
+    return typing.cast(HistoryCall, _accel.speedups.HistoryCall(current, event, kinds, encoders, prefix))
+
 
 if _accel.speedups is not None:
     history_hop = _accel.speedups.history_hop

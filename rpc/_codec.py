@@ -56,13 +56,14 @@ def document_encoder(tp: Any) -> Callable[[bytes, Any], bytes] | None:
 
 def history_call(
     event: str | int, types: tuple[Any, ...], wire: WireType, current: ContextVar[Any],
-    prefix: Callable[[int], bytearray],
-) -> Callable[..., Any] | None:
-    """`call(clock, *values)` -> the whole history-carrying document of a call of `event` with arguments
-    of these declared types on `wire` (BINARY or FIELDLESS_BINARY) in one C step, its history taken from
-    `current` (`prefix(now)` where that is not as a reader left it); None without the accelerator."""
+    prefix: Callable[[int], bytearray], on_error: Callable[[Exception, tuple[Any, ...]], Exception],
+    slow: Callable[..., None],
+) -> Callable[..., None] | None:
+    """The C method (`wire.methods.history_call`) standing for `slow`, a generated history-carrying
+    writer method of `event` with arguments of these declared types on `wire` (BINARY or
+    FIELDLESS_BINARY); None without the accelerator."""
     encoders = tuple(value_encoder(tp, wire) for tp in types)
-    return _methods.history_call(current, event_bytes(event), types, encoders, prefix,
+    return _methods.history_call(current, event_bytes(event), types, encoders, prefix, on_error, slow,
                                  scalars=wire is WireType.BINARY)
 
 

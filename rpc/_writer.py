@@ -9,6 +9,7 @@ from __future__ import annotations
 import linecache
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rpc import _codec
@@ -61,9 +62,12 @@ def writer(
 
 
 def _write_of(target: object) -> Write:
+    """The target's `write`, or its `write_owned`: a generated writer hands over a new object per
+    document and never touches it again, so a target that keeps documents (a service's output) can
+    take that instead of copying through a Python `write`."""
     if hasattr(target, "appender"):
         target = target.appender()
-    write = getattr(target, "write", None)
+    write = getattr(target, "write_owned", None) or getattr(target, "write", None)
     if not callable(write):
         kind = type(target).__name__
         raise TypeError(f"rpc.writer needs a queue or an object with write(bytes), got {kind}")
@@ -112,14 +116,22 @@ def _generate(proto: type, mode: str, wire: WireType) -> type:
     cls: type = namespace[cls_name]
     cls.__module__ = proto.__module__
     for m in spec.methods:
+        method = cls.__dict__[m.name]
         if m.defaults:
-            getattr(cls, m.name).__defaults__ = m.defaults
+            method.__defaults__ = m.defaults
+        if mode == "history" and m.chain is None and not _codec.framed(wire):
+            # the usual service answer in one C step (history, event, values, write), this method
+            # for what it does not take (keywords, defaults)
+            fast = _codec.history_call(m.event, tuple(tp for _, tp in m.params), wire, current,
+                                       history_prefix, partial(_argument_error, m=m), method)
+            if fast is not None:
+                setattr(cls, m.name, fast)
     return cls
 
 
 def _method_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any]) -> list[str]:
     args = [name for name, _ in m.params]
-    clash = [a for a in args if a in _RESERVED or a.startswith(("_E_", "_V_", "_C_", "_D_", "_M_", "_H_"))]
+    clash = [a for a in args if a in _RESERVED or a.startswith(("_E_", "_V_", "_C_", "_D_", "_M_"))]
     if clash:
         raise TypeError(f"{m.name}: parameter name {clash[0]!r} is reserved by the generated writer")
     ns[f"_E_{m.name}"] = _codec.event_bytes(m.event)
@@ -131,10 +143,10 @@ def _method_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any])
     # failure the error is re-raised naming the method, the parameter and the type it expects.
     return [head, "        try:", *("    " + line for line in body),
             "        except (AttributeError, TypeError, ValueError, OverflowError) as e_:",
-            f"            raise _argument_error(e_, _M_{m.name}, ({''.join(a + ', ' for a in args)}))"]
+            f"            raise _argument_error(e_, ({''.join(a + ', ' for a in args)}), _M_{m.name})"]
 
 
-def _argument_error(e: Exception, m: MethodSpec, values: tuple[Any, ...]) -> Exception:
+def _argument_error(e: Exception, values: tuple[Any, ...], m: MethodSpec) -> Exception:
     """`e` with the method, parameter and expected type named: a TypeError when an argument is not
     of its declared type, else `e` itself with a note (a value out of range, say)."""
     import typing
@@ -175,12 +187,6 @@ def _body_source(m: MethodSpec, mode: str, wire: WireType, ns: dict[str, Any], a
         ns[f"_D_{m.name}"] = whole
         body.append(f"        self._write(_D_{m.name}(_E_{m.name}, {args[0]}))")
         return body
-    if mode == "history" and m.chain is None and not _codec.framed(wire):
-        call = _codec.history_call(m.event, tuple(tp for _, tp in m.params), wire, current, history_prefix)
-        if call is not None:  # the usual service answer: one C step (history, event, values)
-            ns[f"_H_{m.name}"] = call
-            body.append(f"        self._write(_H_{m.name}(self._start{''.join(', ' + a for a in args)}))")
-            return body
     if mode == "plain":
         body.append(f"        b_ = bytearray(_E_{m.name})")
     elif mode == "history":

@@ -224,6 +224,10 @@ class _Pending:
         self.docs.append(_Meta(data))
         self.meta += 1
 
+    def outputs(self) -> int:
+        """How many of the kept documents are the handler's outputs (not metadata)."""
+        return len(self.docs) - self.meta
+
     def publish(self, appender: Appender) -> None:
         """Write the kept documents; more than one in one `atomic()` block, so all or none are seen."""
         docs = self.docs
@@ -253,19 +257,22 @@ class _Meta(bytes):
 
 
 class _KeptOutput(Output):
-    """A service's `Output`: while live, what the handler writes is kept (a copy: the caller may reuse
-    its buffer) in the poll's `_Pending`, to be published when the poll ends; `write` returns None."""
+    """A service's `Output`: what the handler writes is kept in the poll's `_Pending`, to be published
+    when the poll ends (`write` returns None). Direct writes are copied (the caller may reuse its
+    buffer) and dropped while the service replays or stands by; generated writers hand each document
+    over through `write_owned`, `docs.append` itself (no Python frame per answer), and what they wrote
+    while the service was not live is dropped when its replay step ends (`Service._drop_kept`)."""
 
-    def __init__(self, source_id: int) -> None:
+    def __init__(self, docs: list[bytes], source_id: int) -> None:
         super().__init__(None, source_id)
-        self.keep: Callable[[bytes], None] | None = None  # (None: a standby's, dropping everything)
+        self._docs = docs
+        self.write_owned = docs.append
 
     def write(self, data: Buffer) -> int | None:
-        if self.enabled and self.keep is not None:
-            self.written += 1
-            self.keep(bytes(data))
-            return None
-        self.dropped += 1
+        if self.enabled:
+            self._docs.append(bytes(data))
+        else:
+            self.dropped += 1
         return None
 
 
@@ -441,9 +448,7 @@ class Service:
         # everything the service writes to its output goes through `_pending`, published by `_publish`
         self._pending = _Pending()
         self._appender: Appender | None = None if standby else output.appender()
-        self.out = _KeptOutput(source_id)
-        if not standby:
-            self.out.keep = self._pending.docs.append
+        self.out = _KeptOutput(self._pending.docs, source_id)
         self.handler = handler_factory(self.out)
         self.inputs: list[_Input] = []
         for sid, q in pairs:
@@ -754,7 +759,15 @@ class Service:
     def _publish(self) -> None:
         """Publish what the poll wrote to the output (see `_Pending`)."""
         if self._pending.docs and self._appender is not None:
+            self.out.written += self._pending.outputs()
             self._pending.publish(self._appender)
+
+    def _drop_kept(self) -> None:
+        """Drop what the handler wrote while the service was not live (replaying, or a standby)."""
+        pending = self._pending
+        if pending.docs:
+            self.out.dropped += pending.outputs()
+            pending.clear()
 
     def _mark_all(self) -> None:
         """Record how far the input last consumed was, unless its last message's output says so."""
@@ -792,14 +805,14 @@ class Service:
         # and published when it ends, all or nothing (see `_Pending`); a poll that raises publishes none.
         try:
             if len(self.inputs) == 1:
-                inp, out = self.inputs[0], self.out
-                written = out.written
+                inp, pending = self.inputs[0], self._pending
+                written = pending.outputs()
                 got = inp.reader.read_many(self.batch) if self.batch > 1 else int(inp.reader.read_one())
                 if not got:
                     inp.behind_since = None  # caught up
                 else:
                     # one message that wrote: its output's history reflects it (a batch: maybe not its last)
-                    self._run = None if got == 1 and out.written != written else inp
+                    self._run = None if got == 1 and pending.outputs() != written else inp
             else:
                 got = self._poll_several()
             if got:
@@ -828,7 +841,7 @@ class Service:
         """Up to `batch` messages of the next input that has one, round robin. Moving to another input
         first records in the output how far the previous one was consumed: the output's order of
         records and histories is the order in which the inputs were consumed."""
-        inputs, n, out = self.inputs, len(self.inputs), self.out
+        inputs, n, pending = self.inputs, len(self.inputs), self._pending
         for k in range(n):
             inp = inputs[(self._next + k) % n]
             read, take, got = inp.tailer.read, inp.reader.take, 0
@@ -838,9 +851,9 @@ class Service:
                     break
                 if self._run is not None and self._run is not inp:
                     self._mark_all()
-                written = out.written
+                written = pending.outputs()
                 take(ex)
-                self._run = None if out.written != written else inp
+                self._run = None if pending.outputs() != written else inp
                 got += 1
             if got:
                 self._next = (self._next + k + 1) % n
@@ -856,6 +869,12 @@ class Service:
     def _replay(self) -> bool:
         """Consume the next planned input message with outputs suppressed (a standby first reads
         more of the output); False when nothing could be done now."""
+        try:
+            return self._replay_step()
+        finally:
+            self._drop_kept()
+
+    def _replay_step(self) -> bool:
         if self.standby and len(self._plan) < 1024:
             self._read_output(1024)
         if not self._plan:
@@ -946,7 +965,6 @@ class Service:
             pass
         self.standby = False
         self._appender = self.output.appender()
-        self.out.keep = self._pending.docs.append
         if not self._plan:
             self._go_live()
             return

@@ -388,7 +388,7 @@ def test_the_one_step_history_writer_writes_what_the_python_reference_writes(
     name, args = call
     rec = Recorder()
     w = rpc.writer(rec, Events, source_id=9, clock=lambda: now)
-    assert f"_H_{name}" in type(w).__dict__[name].__globals__  # the one-step path is the one tested
+    assert type(type(w).__dict__[name]).__name__ == "HistoryCall"  # the one-step path is the one tested
     pending = None
     if history is not None or source is not None:
         base: Any = None if history is None else history.payload if as_read else history.history
@@ -421,3 +421,36 @@ def test_the_one_step_history_writer_names_a_wrong_argument_and_takes_big_ints_t
     clock_beyond = rpc.writer(rec, Events, source_id=9, clock=lambda: 2**64)  # the reference reports it
     with pytest.raises(OverflowError):
         clock_beyond.say("x")
+
+
+@needs_speedups
+def test_the_one_step_history_writer_is_the_generated_method_for_keywords_errors_and_signatures() -> None:
+    """Keywords go through the generated Python method it stands for (same bytes); its name and
+    signature are that method's; an argument error is the one that method raises, chained the same
+    way, also when the caller is handling another exception."""
+    import inspect
+
+    rec = Recorder()
+    w = rpc.writer(rec, Events, source_id=9, clock=lambda: 5)
+    w.trade("EURUSD", 5, 1.5)
+    w.trade(symbol="EURUSD", qty=5, price=1.5)
+    assert bytes(rec.documents[0]) == bytes(rec.documents[1])
+    assert w.trade.__name__ == "trade"
+    assert list(inspect.signature(w.trade).parameters) == ["symbol", "qty", "price"]
+    python_method = type(w).__dict__["trade"].__wrapped__
+
+    def raised(call: Any) -> BaseException:
+        try:
+            raise KeyError("being handled")
+        except KeyError:
+            try:
+                call()
+            except TypeError as e:
+                return e
+        raise AssertionError("no error")
+
+    fast = raised(lambda: w.trade("EURUSD", "5", 1.5))
+    slow = raised(lambda: python_method(w, "EURUSD", "5", 1.5))
+    assert (str(fast), type(fast.__cause__), type(fast.__context__)) == \
+        (str(slow), type(slow.__cause__), type(slow.__context__))
+    assert isinstance(fast.__context__, TypeError)  # the encoder's error, not the KeyError being handled

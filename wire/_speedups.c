@@ -2317,19 +2317,28 @@ static PyTypeObject PendingHopType = {
     .tp_new = pending_hop_new,
 };
 
-/* HistoryCall(current, event, kinds, encoders, prefix): a history-carrying method writer's document in
- * one C call: `call(clock, *values)` -> the document's bytes. Its history is the one the ContextVar
- * `current` holds (a reader's pending hop: `base` payload bytes, `source` (id, index) or None,
- * `read_ns`) plus this write's `clock()`, or a first hop when it holds None, spliced as history_hop
- * does; anything unusual (a history not as read, a clock beyond 64 bits) takes `prefix(now)`, the Python
- * reference, which returns the bytearray to continue (so does a pending hop that is not a PendingHop). Then `event` and the values: those whose declared
- * kind (`kinds`, one byte each) the C path writes, the others by `encoders[i](bytearray, value)`; more
- * than one as Java's sequence `82 <u32 length> values`, none as an empty text. */
+/* HistoryCall(current, event, kinds, encoders, prefix, on_error, slow): a method of a generated history-
+ * carrying method writer (an object with `_write`, where documents go, and `_start`, its clock), in one
+ * C call: `writer.method(*values)` writes the whole document with `writer._write(document)` and returns
+ * None. Its history is the one the ContextVar `current` holds (a reader's PendingHop: `base` payload
+ * bytes as read, `source` (id, index) or None, `read_ns`) plus this write's `_start()`, or a first hop
+ * when it holds None, spliced as history_hop does; anything unusual (another pending object, a history
+ * not as read, a clock beyond 64 bits) takes `prefix(now)`, the Python reference, which returns the
+ * bytearray to continue. Then `event` and the values: those whose declared kind (`kinds`, one byte each)
+ * the C path writes, the others by `encoders[i](bytearray, value)`; more than one as Java's sequence
+ * `82 <u32 length> values`, none as an empty text. An AttributeError, TypeError, ValueError or
+ * OverflowError raised on the way is replaced by `on_error(exception, values)` (which names the method
+ * and the parameter), as the generated Python methods do. A call with keywords or another number of
+ * values goes to `slow`, the generated Python method it stands for (defaults, Python's own argument
+ * errors), which is also its `__wrapped__` (signatures, names). A method descriptor: `writer.method(...)`
+ * calls it with the writer first, without a bound method object. */
 typedef struct {
     PyObject_HEAD
-    PyObject *current, *event, *kinds, *encoders, *prefix;
+    PyObject *current, *event, *kinds, *encoders, *prefix, *on_error, *slow;
     vectorcallfunc vectorcall;
 } HistoryCall;
+
+static PyObject *str_write_attr, *str_start_attr;
 
 /* 1: the pending hop's history spliced into `o`; 0: not the usual case (nothing written); -1: error */
 static int history_call_prefix(Out *o, PyObject *pending, int64_t now) {
@@ -2359,17 +2368,9 @@ static int history_call_prefix(Out *o, PyObject *pending, int64_t now) {
     return rc;
 }
 
-static PyObject *history_call_vectorcall(HistoryCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), n = self->kinds ? PyBytes_GET_SIZE(self->kinds) : 0;
-    if (!self->current) {
-        PyErr_SetString(PyExc_RuntimeError, "HistoryCall was cleared");
-        return NULL;
-    }
-    if (kwnames || nargs != 1 + n) {
-        PyErr_Format(PyExc_TypeError, "expected (clock, %zd values)", n);
-        return NULL;
-    }
-    PyObject *now_obj = PyObject_CallNoArgs(args[0]);
+/* the document for `values` with `clock`'s time (new reference), or NULL */
+static PyObject *history_call_document(HistoryCall *self, PyObject *clock, PyObject *const *values, Py_ssize_t n) {
+    PyObject *now_obj = PyObject_CallNoArgs(clock);
     if (!now_obj) return NULL;
     PyObject *pending = NULL, *buf = NULL, *result = NULL;
     Out o;
@@ -2402,11 +2403,11 @@ static PyObject *history_call_vectorcall(HistoryCall *self, PyObject *const *arg
     }
     const unsigned char *kinds = (const unsigned char *)PyBytes_AS_STRING(self->kinds);
     for (Py_ssize_t i = 0; i < n; i++) {
-        int done_c = put_scalar(&o, kinds[i], args[1 + i]);
+        int done_c = put_scalar(&o, kinds[i], values[i]);
         if (done_c < 0) goto done;
         if (!done_c) {
             if (flush_to(&o, &buf) < 0) goto done;
-            PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(self->encoders, i), buf, args[1 + i], NULL);
+            PyObject *r = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM(self->encoders, i), buf, values[i], NULL);
             if (!r) goto done;
             Py_DECREF(r);
         }
@@ -2433,14 +2434,76 @@ done:
     return result;
 }
 
+/* raise `exc` (stolen) as it is: its context is not replaced by an exception the caller is handling */
+static void raise_as_is(PyObject *exc) {
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+}
+
+/* the raised argument error replaced by on_error(exception, values), as the generated methods do */
+static void history_call_name_error(HistoryCall *self, PyObject *const *values, Py_ssize_t n) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError) && !PyErr_ExceptionMatches(PyExc_TypeError) &&
+        !PyErr_ExceptionMatches(PyExc_ValueError) && !PyErr_ExceptionMatches(PyExc_OverflowError))
+        return;
+    PyObject *exc = take_raised();
+    PyObject *args = exc ? PyTuple_New(n) : NULL;
+    if (!args) {
+        Py_XDECREF(exc);
+        return;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(args, i, Py_NewRef(values[i]));
+    PyObject *named = PyObject_CallFunctionObjArgs(self->on_error, exc, args, NULL);
+    Py_DECREF(args);
+    if (!named) { /* on_error itself failed: that error stands, with the argument error as its context */
+        PyObject *failed = take_raised();
+        if (failed) {
+            PyException_SetContext(failed, exc);
+            raise_as_is(failed);
+        } else {
+            Py_DECREF(exc);
+        }
+        return;
+    }
+    if (named != exc) PyException_SetContext(named, Py_NewRef(exc)); /* as `raise` inside `except` */
+    raise_as_is(named);
+    Py_DECREF(exc);
+}
+
+static PyObject *history_call_vectorcall(HistoryCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), n = self->kinds ? PyBytes_GET_SIZE(self->kinds) : 0;
+    if (!self->current) {
+        PyErr_SetString(PyExc_RuntimeError, "HistoryCall was cleared");
+        return NULL;
+    }
+    if (kwnames || nargs != 1 + n) return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+    PyObject *clock = PyObject_GetAttr(args[0], str_start_attr);
+    PyObject *write = clock ? PyObject_GetAttr(args[0], str_write_attr) : NULL;
+    PyObject *doc = write ? history_call_document(self, clock, args + 1, n) : NULL;
+    PyObject *r = doc ? PyObject_CallOneArg(write, doc) : NULL;
+    Py_XDECREF(doc);
+    Py_XDECREF(write);
+    Py_XDECREF(clock);
+    if (!r) {
+        history_call_name_error(self, args + 1, n);
+        return NULL;
+    }
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
+/* `writer.method` outside a call: a bound method, as for a function */
+static PyObject *history_call_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
 static PyObject *history_call_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *current, *event, *kinds, *encoders, *prefix;
+    PyObject *current, *event, *kinds, *encoders, *prefix, *on_error, *slow;
     if (kwds && PyDict_GET_SIZE(kwds)) {
         PyErr_SetString(PyExc_TypeError, "HistoryCall takes no keywords");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!SSO!O:HistoryCall", &PyContextVar_Type, &current, &event, &kinds, &PyTuple_Type,
-                          &encoders, &prefix))
+    if (!PyArg_ParseTuple(args, "O!SSO!OOO:HistoryCall", &PyContextVar_Type, &current, &event, &kinds, &PyTuple_Type,
+                          &encoders, &prefix, &on_error, &slow))
         return NULL;
     if (PyTuple_GET_SIZE(encoders) != PyBytes_GET_SIZE(kinds)) {
         PyErr_SetString(PyExc_ValueError, "one kind and one encoder per value");
@@ -2453,6 +2516,8 @@ static PyObject *history_call_new(PyTypeObject *type, PyObject *args, PyObject *
     self->kinds = Py_NewRef(kinds);
     self->encoders = Py_NewRef(encoders);
     self->prefix = Py_NewRef(prefix);
+    self->on_error = Py_NewRef(on_error);
+    self->slow = Py_NewRef(slow);
     self->vectorcall = (vectorcallfunc)history_call_vectorcall;
     return (PyObject *)self;
 }
@@ -2463,6 +2528,8 @@ static int history_call_traverse(HistoryCall *self, visitproc visit, void *arg) 
     Py_VISIT(self->kinds);
     Py_VISIT(self->encoders);
     Py_VISIT(self->prefix);
+    Py_VISIT(self->on_error);
+    Py_VISIT(self->slow);
     return 0;
 }
 
@@ -2472,6 +2539,8 @@ static int history_call_clear(HistoryCall *self) {
     Py_CLEAR(self->kinds);
     Py_CLEAR(self->encoders);
     Py_CLEAR(self->prefix);
+    Py_CLEAR(self->on_error);
+    Py_CLEAR(self->slow);
     return 0;
 }
 
@@ -2481,6 +2550,28 @@ static void history_call_dealloc(HistoryCall *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* __name__, __qualname__, __doc__, __module__: the Python method's */
+static PyObject *history_call_slow_attr(HistoryCall *self, void *name) {
+    if (!self->slow) {
+        PyErr_SetString(PyExc_RuntimeError, "HistoryCall was cleared");
+        return NULL;
+    }
+    return PyObject_GetAttrString(self->slow, (const char *)name);
+}
+
+static PyGetSetDef history_call_getset[] = {
+    {"__name__", (getter)history_call_slow_attr, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)history_call_slow_attr, NULL, NULL, "__qualname__"},
+    {"__doc__", (getter)history_call_slow_attr, NULL, NULL, "__doc__"},
+    {"__module__", (getter)history_call_slow_attr, NULL, NULL, "__module__"},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef history_call_members[] = {
+    {"__wrapped__", T_OBJECT, offsetof(HistoryCall, slow), READONLY, "the generated Python method"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject HistoryCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "wire._speedups.HistoryCall",
@@ -2488,11 +2579,12 @@ static PyTypeObject HistoryCallType = {
     .tp_dealloc = (destructor)history_call_dealloc,
     .tp_vectorcall_offset = offsetof(HistoryCall, vectorcall),
     .tp_call = PyVectorcall_Call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_traverse = (traverseproc)history_call_traverse,
     .tp_clear = (inquiry)history_call_clear,
-    .tp_doc = "HistoryCall(current, event, kinds, encoders, prefix): call(clock, *values) -> a history-carrying "
-              "method call document.",
+    .tp_descr_get = history_call_get,
+    .tp_getset = history_call_getset,
+    .tp_members = history_call_members,
     .tp_new = history_call_new,
 };
 
@@ -2824,7 +2916,10 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_metadata = PyUnicode_InternFromString("metadata");
     str_index = PyUnicode_InternFromString("index");
     int_zero = PyLong_FromLong(0);
-    if (PyType_Ready(&HistoryCallType) < 0 || PyType_Ready(&PendingHopType) < 0) return NULL;
+    str_write_attr = PyUnicode_InternFromString("_write");
+    str_start_attr = PyUnicode_InternFromString("_start");
+    if (!str_write_attr || !str_start_attr || PyType_Ready(&HistoryCallType) < 0 || PyType_Ready(&PendingHopType) < 0)
+        return NULL;
     if (!str_metadata || !str_index || !int_zero) return NULL;
     if (!str_name || !str_buf || !str_pos || !str_end || !str_type || PyType_Ready(&PlanType) < 0 ||
         PyType_Ready(&DecodeType) < 0 || PyType_Ready(&ReadOneType) < 0 ||

@@ -59,13 +59,15 @@ class ReadOne:
     def many(self, limit: int, /) -> int: ...
 
 class HistoryCall:
-    """A history-carrying method call document in one C call (see `wire.methods.history_call`)."""
+    """A generated writer's method in one C call (see `wire.methods.history_call`)."""
 
+    __wrapped__: Callable[..., None]
     def __init__(
         self, current: Any, event: bytes, kinds: bytes,
-        encoders: tuple[Callable[[bytearray, Any], Any], ...], prefix: Callable[[int], bytearray], /,
+        encoders: tuple[Callable[[bytearray, Any], Any], ...], prefix: Callable[[int], bytearray],
+        on_error: Callable[[Exception, tuple[Any, ...]], Exception], slow: Callable[..., None], /,
     ) -> None: ...
-    def __call__(self, clock: Callable[[], int], /, *values: Any) -> bytes | bytearray: ...
+    def __call__(self, writer: Any, /, *values: Any) -> None: ...
 
 class PendingHop:
     """The history of the message being dispatched, as read (see `wire.methods.PendingHop`)."""

@@ -20,7 +20,6 @@ from wire.history import Buffer, MessageHistory
 __all__ = [
     "EventCall",
     "EventValue",
-    "HistoryCall",
     "HistoryHop",
     "PendingHop",
     "ReadOne",
@@ -151,31 +150,31 @@ else:
     PendingHop = _PendingHop if _accel.speedups is None else _accel.speedups.PendingHop
 
 
-#: `call(clock, *values) -> bytes | bytearray`: a method-call document with the history of the message
-#: being handled (see `history_call`).
-HistoryCall = Callable[..., Buffer]
-
-
 def history_call(
     current: Any, event: bytes, types: tuple[Any, ...], encoders: tuple[Callable[[bytearray, Any], Any], ...],
-    prefix: Callable[[int], bytearray], scalars: bool = True,
-) -> HistoryCall | None:
-    """A history-carrying method writer's whole document in one C call, or None without the accelerator.
+    prefix: Callable[[int], bytearray], on_error: Callable[[Exception, tuple[Any, ...]], Exception],
+    slow: Callable[..., None], scalars: bool = True,
+) -> Callable[..., None] | None:
+    """A generated history-carrying writer's method that writes its whole document in one C call, to put
+    in the writer's class in place of `slow` (the generated Python method); None without the accelerator.
 
-    `call(clock, *values)` takes the history from the ContextVar `current` (a reader's pending hop, with
-    `base` payload bytes as read, `source` (id, index) or None and `read_ns`; None outside a handler),
-    adds `clock()`'s time (and the hop's source and read time), splices it as `history_hop` does, then
-    writes `event` and the values: values of the scalar types the C plans know (int, float, str, bool;
-    only with `scalars`, the BINARY encoders) in C, the others through `encoders[i](buf, value)`. A history
-    not as a reader left it goes to `prefix(now)`, the Python reference, and is continued from there.
-    Why: a service's answer is one C step instead of five Python ones (docs/performance.md, services).
+    The writer object has `_write` (where documents go) and `_start` (its clock). `writer.m(*values)`
+    takes the history from the ContextVar `current` (a `PendingHop` as a reader left it, or None outside
+    a handler), adds `_start()`'s time (and the hop's source and read time), splices it as `history_hop`
+    does, then writes `event` and the values: the scalar types the C plans know (int, float, str, bool;
+    only with `scalars`, the BINARY encoders) in C, the others through `encoders[i](buf, value)`. A
+    history not as a reader left it goes to `prefix(now)`, the Python reference, and is continued from
+    there; a call with keywords or missing values goes to `slow`; an argument error is replaced by
+    `on_error(exception, values)`, as `slow` does. Why: a service's answer costs one C step instead of
+    several Python ones (docs/performance.md, services).
     """
     if _accel.speedups is None:
         return None
     from wire._plans import kind
 
     kinds = bytes(kind(tp) if scalars else _accel.K_OTHER for tp in types)
-    return typing.cast(HistoryCall, _accel.speedups.HistoryCall(current, event, kinds, encoders, prefix))
+    return typing.cast(Callable[..., None],
+                       _accel.speedups.HistoryCall(current, event, kinds, encoders, prefix, on_error, slow))
 
 
 if _accel.speedups is not None:

@@ -150,3 +150,30 @@ def test_pending_hops_hold_their_class_once_each_and_free_everything_they_hold()
     del hops
     gc.collect()
     assert (sys.getrefcount(Pending), sys.getrefcount(base), sys.getrefcount(source)) == before
+
+
+def test_a_reader_making_a_pending_hop_per_message_gives_back_every_reference(tmp_path) -> None:
+    """The native reader allocates each message's pending hop itself (no Python call): reading many
+    messages leaves the class's and the carried history's reference counts as they were."""
+    import sys
+
+    import chronq
+    from rpc._history import Pending
+
+    seen: list[MessageHistory] = []
+
+    class Keep:
+        def say(self, text: str) -> None:
+            history = rpc.current_history()
+            assert history is not None
+            seen.append(history)
+
+    with chronq.open(tmp_path / "q", source_id=1) as q:
+        w = rpc.writer(q, Events)
+        for i in range(500):
+            w.say(f"m{i}")
+        reader = rpc.reader(q.tailer(), Keep(), interfaces=[Events], source_id=2)
+        before = sys.getrefcount(Pending)
+        assert reader.read_many(1000) == 500
+        assert sys.getrefcount(Pending) == before
+    assert [h.sources[-1][0] for h in seen] == [2] * 500 and len({h.sources[-1][1] for h in seen}) == 500

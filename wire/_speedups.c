@@ -1903,6 +1903,75 @@ static PyObject *event_call(PyObject *module, PyObject *const *args, Py_ssize_t 
     return result;
 }
 
+/* PendingHop(base, source, read_ns): the history of the message a method reader is dispatching, as the
+ * reader found it: `base` (the carried history's payload bytes, a MessageHistory, or None), `source`
+ * ((source id, index) or None) and `read_ns` (when it was read), plus a `_built` slot for the caller.
+ * A base type (rpc adds the methods): made once per message, so it costs one allocation and no Python
+ * frame, and HistoryCall reads its fields directly. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *base, *source, *read_ns, *built;
+} PendingHop;
+
+static PyObject *pending_hop_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *base, *source, *read_ns;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "PendingHop takes no keywords");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "PendingHop", 3, 3, &base, &source, &read_ns)) return NULL;
+    PendingHop *self = (PendingHop *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->base = Py_NewRef(base);
+    self->source = Py_NewRef(source);
+    self->read_ns = Py_NewRef(read_ns);
+    self->built = Py_NewRef(Py_None);
+    return (PyObject *)self;
+}
+
+static int pending_hop_traverse(PendingHop *self, visitproc visit, void *arg) {
+    Py_VISIT(self->base); /* (a heap subclass's type is visited, and released, by its subtype slots) */
+    Py_VISIT(self->source);
+    Py_VISIT(self->read_ns);
+    Py_VISIT(self->built);
+    return 0;
+}
+
+static int pending_hop_clear(PendingHop *self) {
+    Py_CLEAR(self->base);
+    Py_CLEAR(self->source);
+    Py_CLEAR(self->read_ns);
+    Py_CLEAR(self->built);
+    return 0;
+}
+
+static void pending_hop_dealloc(PendingHop *self) {
+    PyObject_GC_UnTrack(self);
+    pending_hop_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef pending_hop_members[] = {
+    {"base", T_OBJECT, offsetof(PendingHop, base), 0, "the carried history: payload bytes as read, a MessageHistory, or None"},
+    {"source", T_OBJECT, offsetof(PendingHop, source), 0, "(source id, index) of this read, or None"},
+    {"read_ns", T_OBJECT, offsetof(PendingHop, read_ns), 0, "when this read happened (the reader's clock)"},
+    {"_built", T_OBJECT, offsetof(PendingHop, built), 0, "the MessageHistory built from it, once asked for"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject PendingHopType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "wire._speedups.PendingHop",
+    .tp_basicsize = sizeof(PendingHop),
+    .tp_dealloc = (destructor)pending_hop_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
+    .tp_traverse = (traverseproc)pending_hop_traverse,
+    .tp_clear = (inquiry)pending_hop_clear,
+    .tp_doc = "PendingHop(base, source, read_ns): the history of the message being dispatched, as read.",
+    .tp_members = pending_hop_members,
+    .tp_new = pending_hop_new,
+};
+
 /* ReadOne(read, table, current, slow, pending, clock, source_id, source=None): a method reader's
  * read_one() in one C call. `read()` gives None (False: nothing to read) or an excerpt; with `source`,
  * (object, DocumentSource capsule), the capsule's read is used instead (_document_source.h). A data excerpt the fast path
@@ -1921,6 +1990,7 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyTypeObject *ex_type; /* the excerpt class last seen, and its `metadata` data descriptor (or NULL) */
     PyObject *ex_metadata;
+    int pending_direct; /* `pending` is a PendingHop class made as PendingHop makes it: allocated here */
 } ReadOne;
 
 /* ex.metadata as 1/0, -1 with an error: through the excerpt class's data descriptor, found once per
@@ -1943,23 +2013,34 @@ static int read_one_metadata(ReadOne *self, PyObject *ex) {
 
 static PyObject *str_index, *int_zero;
 
+/* pending(base, source, now): without a Python call where it is a plain PendingHop class */
+static PyObject *read_one_make_pending(ReadOne *self, PyObject *base, PyObject *source, PyObject *now) {
+    if (self->pending_direct) {
+        PyTypeObject *tp = (PyTypeObject *)self->pending;
+        PendingHop *hop = (PendingHop *)tp->tp_alloc(tp, 0);
+        if (!hop) return NULL;
+        hop->base = Py_NewRef(base);
+        hop->source = Py_NewRef(source);
+        hop->read_ns = Py_NewRef(now);
+        hop->built = Py_NewRef(Py_None);
+        return (PyObject *)hop;
+    }
+    PyObject *call[3] = {base, source, now};
+    return PyObject_Vectorcall(self->pending, call, 3, NULL);
+}
+
 /* The `pending` object for a document (new reference; None when there is nothing to record). */
 static PyObject *read_one_pending(ReadOne *self, Decoded *d, PyObject *ex) {
     if (!self->has_source) {
         if (!d->history) Py_RETURN_NONE;
-        PyObject *call[3] = {d->history, Py_None, int_zero};
-        return PyObject_Vectorcall(self->pending, call, 3, NULL);
+        return read_one_make_pending(self, d->history, Py_None, int_zero);
     }
     PyObject *index = PyObject_GetAttr(ex, str_index);
     if (!index) return NULL;
     PyObject *source = PyTuple_Pack(2, self->source_id, index);
     Py_DECREF(index);
     PyObject *now = source ? PyObject_CallNoArgs(self->clock) : NULL;
-    PyObject *result = NULL;
-    if (now) {
-        PyObject *call[3] = {d->history ? d->history : Py_None, source, now};
-        result = PyObject_Vectorcall(self->pending, call, 3, NULL);
-    }
+    PyObject *result = now ? read_one_make_pending(self, d->history ? d->history : Py_None, source, now) : NULL;
     Py_XDECREF(source);
     Py_XDECREF(now);
     return result;
@@ -2084,6 +2165,11 @@ static PyObject *read_one_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     self->source = Py_XNewRef(source_obj);
     self->source_api = api;
     self->has_source = has_source;
+    if (PyType_Check(pending)) {
+        PyTypeObject *tp = (PyTypeObject *)pending;
+        self->pending_direct = PyType_IsSubtype(tp, &PendingHopType) && tp->tp_new == PendingHopType.tp_new &&
+                               tp->tp_init == PendingHopType.tp_init && tp->tp_alloc == PyType_GenericAlloc;
+    }
     self->vectorcall = (vectorcallfunc)read_one_vectorcall;
     return (PyObject *)self;
 }
@@ -2248,74 +2334,6 @@ static PyObject *history_hop(PyObject *module, PyObject *const *args, Py_ssize_t
     return out;
 }
 
-/* PendingHop(base, source, read_ns): the history of the message a method reader is dispatching, as the
- * reader found it: `base` (the carried history's payload bytes, a MessageHistory, or None), `source`
- * ((source id, index) or None) and `read_ns` (when it was read), plus a `_built` slot for the caller.
- * A base type (rpc adds the methods): made once per message, so it costs one allocation and no Python
- * frame, and HistoryCall reads its fields directly. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *base, *source, *read_ns, *built;
-} PendingHop;
-
-static PyObject *pending_hop_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    PyObject *base, *source, *read_ns;
-    if (kwds && PyDict_GET_SIZE(kwds)) {
-        PyErr_SetString(PyExc_TypeError, "PendingHop takes no keywords");
-        return NULL;
-    }
-    if (!PyArg_UnpackTuple(args, "PendingHop", 3, 3, &base, &source, &read_ns)) return NULL;
-    PendingHop *self = (PendingHop *)type->tp_alloc(type, 0);
-    if (!self) return NULL;
-    self->base = Py_NewRef(base);
-    self->source = Py_NewRef(source);
-    self->read_ns = Py_NewRef(read_ns);
-    self->built = Py_NewRef(Py_None);
-    return (PyObject *)self;
-}
-
-static int pending_hop_traverse(PendingHop *self, visitproc visit, void *arg) {
-    Py_VISIT(self->base); /* (a heap subclass's type is visited, and released, by its subtype slots) */
-    Py_VISIT(self->source);
-    Py_VISIT(self->read_ns);
-    Py_VISIT(self->built);
-    return 0;
-}
-
-static int pending_hop_clear(PendingHop *self) {
-    Py_CLEAR(self->base);
-    Py_CLEAR(self->source);
-    Py_CLEAR(self->read_ns);
-    Py_CLEAR(self->built);
-    return 0;
-}
-
-static void pending_hop_dealloc(PendingHop *self) {
-    PyObject_GC_UnTrack(self);
-    pending_hop_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyMemberDef pending_hop_members[] = {
-    {"base", T_OBJECT, offsetof(PendingHop, base), 0, "the carried history: payload bytes as read, a MessageHistory, or None"},
-    {"source", T_OBJECT, offsetof(PendingHop, source), 0, "(source id, index) of this read, or None"},
-    {"read_ns", T_OBJECT, offsetof(PendingHop, read_ns), 0, "when this read happened (the reader's clock)"},
-    {"_built", T_OBJECT, offsetof(PendingHop, built), 0, "the MessageHistory built from it, once asked for"},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject PendingHopType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "wire._speedups.PendingHop",
-    .tp_basicsize = sizeof(PendingHop),
-    .tp_dealloc = (destructor)pending_hop_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE,
-    .tp_traverse = (traverseproc)pending_hop_traverse,
-    .tp_clear = (inquiry)pending_hop_clear,
-    .tp_doc = "PendingHop(base, source, read_ns): the history of the message being dispatched, as read.",
-    .tp_members = pending_hop_members,
-    .tp_new = pending_hop_new,
-};
 
 /* HistoryCall(current, event, kinds, encoders, prefix, on_error, slow): a method of a generated history-
  * carrying method writer (an object with `_write`, where documents go, and `_start`, its clock), in one

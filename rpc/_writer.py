@@ -43,7 +43,9 @@ def writer(
 ) -> P:
     """A writer that appends one document per call of a `protocol` method to `target`.
 
-    `target` is a queue (its appender is used) or anything with `write(bytes-like)`. With a non-zero
+    `target` is a queue (its appender is used) or anything with `write(bytes-like)` (or
+    `write_owned(bytes-like)`, preferred: it is handed a new object per document, never touched again,
+    so it may keep it without a copy; a service's `Output` has one). With a non-zero
     `source_id` (default: the queue's) each document starts with a binary MessageHistory that carries
     forward the history of the message being handled on this thread, plus a timing from `clock`
     (default `time.monotonic_ns`, Java's `System.nanoTime` clock on Linux). `wire` other than BINARY

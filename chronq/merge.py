@@ -23,8 +23,9 @@ Finished or live (`follow`):
   replay.
 * ``follow=True``: no input is ever finished: an item is yielded only when *every* input has a next
   item, so a quiet input holds the merge back (a later key elsewhere cannot be passed before it is
-  known that the quiet input has nothing earlier). While an input is empty, the merge polls it with
-  `pauser` (default `SleepingPauser`). With `timeout`, the merge ends when one input has stayed
+  known that the quiet input has nothing earlier). While an input is empty, the merge sleeps on that
+  input's doorbell (`Tailer.wait`: woken by its appender), or pauses with `pauser` if one is given.
+  With `timeout`, the merge ends when one input has stayed
   empty that many seconds; without, it runs until the caller stops iterating.
 
 When the merge ends or the caller stops (`break`, `close()`), every tailer is left just after the
@@ -40,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from chronq import _native
-from chronq.pausers import Pauser, SleepingPauser
+from chronq.pausers import Pauser
 from chronq.queue import Queue, QueueExcerpt
 from chronq.tailer import Tailer
 
@@ -62,7 +63,7 @@ def merge(
     docstring for ties, `copy`, `follow` and where the tailers are left."""
     tailers: list[Tailer[QueueExcerpt]] = [x.tailer() if isinstance(x, Queue) else x for x in inputs]
     if follow:
-        return _live(tailers, key, copy, pauser or SleepingPauser(), timeout)
+        return _live(tailers, key, copy, pauser, timeout)
     return _replay(tailers, key, copy)
 
 
@@ -97,8 +98,8 @@ def _replay(
 
 
 def _live(
-    tailers: list[Tailer[QueueExcerpt]], key: Callable[[QueueExcerpt], Any], copy: bool, pauser: Pauser,
-    timeout: float | None,
+    tailers: list[Tailer[QueueExcerpt]], key: Callable[[QueueExcerpt], Any], copy: bool,
+    pauser: Pauser | None, timeout: float | None,
 ) -> Iterator[Item]:
     reads = [t.read for t in tailers]
     heap: list[Any] = []
@@ -111,11 +112,16 @@ def _live(
         while True:
             ex = read()
             if ex is not None:
-                pauser.reset()
+                if pauser is not None:
+                    pauser.reset()
                 return _entry(tailers, key, copy, src, ex)
-            if deadline is not None and time.monotonic() >= deadline:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 return None
-            pauser.pause()
+            if pauser is None:
+                tailers[src].wait(left)  # on that input's doorbell: woken by its appender
+            else:
+                pauser.pause()
 
     try:
         for src in range(len(reads)):

@@ -14,7 +14,7 @@ from typing_extensions import Buffer, TypeVar
 
 from chronq import _native
 from chronq.errors import ChronqError, CorruptQueueError, QueueLockedError
-from chronq.pausers import DEFAULT_MAX_WAIT, Pauser, SleepingPauser
+from chronq.pausers import DEFAULT_MAX_WAIT, Pauser
 from chronq.store import load32, load64, process_alive
 from chronq.table import MOD_COUNT, UNLOCKED, tailer_index_key, tailer_lock_key, tailer_version_key
 
@@ -546,27 +546,36 @@ class Tailer(_native.TailerCore[E], Generic[E]):
         return True
 
     def wait_read(self, timeout: float | None = None, pauser: Pauser | None = None) -> E | None:
-        """Block until an excerpt is available (or `timeout` seconds pass: None)."""
-        p = pauser or SleepingPauser()
+        """Block until an excerpt is available (or `timeout` seconds pass: None). Without a `pauser` it
+        sleeps on the queue's doorbell (`wait`): woken by the appender, no CPU while nothing comes."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             ex = self.read()
             if ex is not None:
-                p.reset()
+                if pauser is not None:
+                    pauser.reset()
                 return ex
-            if deadline is not None and time.monotonic() >= deadline:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 return None
-            p.pause()
+            if pauser is None:
+                self.wait(left)
+            else:
+                pauser.pause()
 
     def follow(self, pauser: Pauser | None = None) -> Iterator[E]:
-        """Yield excerpts forever, waiting with `pauser` when there is nothing new."""
-        p = pauser or SleepingPauser()
+        """Yield excerpts forever, waiting when there is nothing new: on the queue's doorbell (`wait`)
+        without a `pauser`, else with it."""
         while True:
             ex = self.read()
             if ex is None:
-                p.pause()
+                if pauser is None:
+                    self.wait()
+                else:
+                    pauser.pause()
                 continue
-            p.reset()
+            if pauser is not None:
+                pauser.reset()
             yield ex
 
     def release_pages_every(self, nbytes: int) -> None:

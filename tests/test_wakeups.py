@@ -143,6 +143,37 @@ def test_tail_follow_sleeps_on_the_doorbell(tmp_path: Path) -> None:
                 follower.stdout.close()
 
 
+@pytest.mark.parametrize("waiter", ["follow", "wait_read", "merge"])
+def test_followers_and_live_merges_sleep_on_the_doorbell_by_default(tmp_path: Path, waiter: str) -> None:
+    """`Tailer.follow()`, `Tailer.wait_read()` and `chronq.merge(follow=True)` without a pauser sleep
+    on the queue's doorbell (armed there while idle) and take what another process appends."""
+    with chronq.open(tmp_path / "a") as a, chronq.open(tmp_path / "b") as b:
+        b.appender().write(b"9")  # the merge's other input: ready, and later in key order
+        got: list[bytes] = []
+
+        def consume() -> None:
+            if waiter == "follow":
+                got.append(next(iter(a.tailer().follow())).bytes())
+            elif waiter == "wait_read":
+                ex = a.tailer().wait_read(60)
+                assert ex is not None
+                got.append(ex.bytes())
+            else:
+                got.append(next(iter(chronq.merge([a, b], bytes, follow=True, timeout=60)))[2])
+
+        t = threading.Thread(target=consume)
+        t.start()
+        try:
+            asleep_on(a, waiter)
+            p = in_another_process("import sys, chronq\nwith chronq.open(sys.argv[1]) as q: "
+                                   "q.appender().write(b'1')", str(tmp_path / "a"))
+            out, _ = p.communicate(timeout=60)
+            assert p.returncode == 0, out
+        finally:
+            t.join(60)
+        assert not t.is_alive() and got == [b"1"]
+
+
 def sleeping_links(config: Path) -> Path:
     """`config` with links that never spin (`busySpinMicros: 0`)."""
     context = "heartbeatIntervalMs: 200,"

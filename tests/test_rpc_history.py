@@ -177,3 +177,36 @@ def test_a_reader_making_a_pending_hop_per_message_gives_back_every_reference(tm
         assert reader.read_many(1000) == 500
         assert sys.getrefcount(Pending) == before
     assert [h.sources[-1][0] for h in seen] == [2] * 500 and len({h.sources[-1][1] for h in seen}) == 500
+
+
+def test_the_default_clock_read_natively_is_time_monotonic_ns(tmp_path) -> None:
+    """Readers and writers with the default clock read CLOCK_MONOTONIC in C instead of calling
+    time.monotonic_ns: the timings they record lie between two calls of it around them."""
+    import time
+
+    import chronq
+
+    with chronq.open(tmp_path / "in", source_id=1) as ins, chronq.open(tmp_path / "out", source_id=2) as outs:
+        seen: list[MessageHistory] = []
+
+        class Forward:
+            def __init__(self) -> None:
+                self.out = rpc.writer(outs, Events)
+
+            def say(self, text: str) -> None:
+                self.out.say(text)
+
+        before = time.monotonic_ns()
+        rpc.writer(ins, Events).say("x")
+        assert rpc.reader(ins.tailer(), Forward(), interfaces=[Events]).read_many(10) == 1
+        class Keep:
+            def say(self, text: str) -> None:
+                history = rpc.current_history()
+                assert history is not None
+                seen.append(history)
+
+        rpc.reader(outs.tailer(), Keep(), interfaces=[Events], source_id=0).read_one()
+        after = time.monotonic_ns()
+    (history,) = seen
+    assert len(history.timings) == 3 and before <= history.timings[0] <= history.timings[1] <= \
+        history.timings[2] <= after

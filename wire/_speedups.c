@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 enum { K_INT = 0, K_FLOAT = 1, K_STR = 2, K_BOOL = 3, K_ENUM = 4, K_OTHER = 5, K_FLOAT32 = 6 };
 
@@ -1972,6 +1973,18 @@ static PyTypeObject PendingHopType = {
     .tp_new = pending_hop_new,
 };
 
+static PyObject *monotonic_ns; /* time.monotonic_ns, the readers' and writers' default clock */
+
+/* clock() as an int: time.monotonic_ns's own clock read here (what it returns, without the call) */
+static PyObject *call_clock(PyObject *clock) {
+    if (clock == monotonic_ns) {
+        struct timespec ts;
+        if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0)
+            return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+    }
+    return PyObject_CallNoArgs(clock);
+}
+
 /* ReadOne(read, table, current, slow, pending, clock, source_id, source=None): a method reader's
  * read_one() in one C call. `read()` gives None (False: nothing to read) or an excerpt; with `source`,
  * (object, DocumentSource capsule), the capsule's read is used instead (_document_source.h). A data excerpt the fast path
@@ -2039,7 +2052,7 @@ static PyObject *read_one_pending(ReadOne *self, Decoded *d, PyObject *ex) {
     if (!index) return NULL;
     PyObject *source = PyTuple_Pack(2, self->source_id, index);
     Py_DECREF(index);
-    PyObject *now = source ? PyObject_CallNoArgs(self->clock) : NULL;
+    PyObject *now = source ? call_clock(self->clock) : NULL;
     PyObject *result = now ? read_one_make_pending(self, d->history ? d->history : Py_None, source, now) : NULL;
     Py_XDECREF(source);
     Py_XDECREF(now);
@@ -2388,7 +2401,7 @@ static int history_call_prefix(Out *o, PyObject *pending, int64_t now) {
 
 /* the document for `values` with `clock`'s time (new reference), or NULL */
 static PyObject *history_call_document(HistoryCall *self, PyObject *clock, PyObject *const *values, Py_ssize_t n) {
-    PyObject *now_obj = PyObject_CallNoArgs(clock);
+    PyObject *now_obj = call_clock(clock);
     if (!now_obj) return NULL;
     PyObject *pending = NULL, *buf = NULL, *result = NULL;
     Out o;
@@ -2934,6 +2947,10 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_metadata = PyUnicode_InternFromString("metadata");
     str_index = PyUnicode_InternFromString("index");
     int_zero = PyLong_FromLong(0);
+    PyObject *time_module = PyImport_ImportModule("time");
+    monotonic_ns = time_module ? PyObject_GetAttrString(time_module, "monotonic_ns") : NULL;
+    Py_XDECREF(time_module);
+    if (!monotonic_ns) return NULL;
     str_write_attr = PyUnicode_InternFromString("_write");
     str_start_attr = PyUnicode_InternFromString("_start");
     if (!str_write_attr || !str_start_attr || PyType_Ready(&HistoryCallType) < 0 || PyType_Ready(&PendingHopType) < 0)

@@ -25,6 +25,9 @@ def doorbell_arm(buf: Buffer, off: int, epoch: int, /) -> int:
     """Count a waiter in the doorbell word unless it is counted in `epoch`; the epoch it is counted in
     (-1: the count is full)."""
 def doorbell_disarm(buf: Buffer, off: int, epoch: int, /) -> None: ...
+def doorbell_wait_any(bells: tuple[tuple[Buffer, int, int, int], ...], timeout: float, /) -> int:
+    """doorbell_wait on up to 8 (buffer, offset, seen, epoch) words at once (futex_waitv): the position
+    of one that moved on, or -1 on timeout."""
 def doorbell_wait(buf: Buffer, off: int, seen: int, epoch: int, timeout: float, /) -> bool:
     """Futex-sleep while the sequence is `seen` (and the epoch `epoch`, if >= 0); True once rung."""
 def doorbell_ring(buf: Buffer, off: int, /) -> None: ...

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from typing_extensions import Buffer
@@ -51,6 +52,7 @@ __all__ = ["DOORBELL_KEY", "Doorbell", "ringing_enabled"]
 #: the table-store key holding the doorbell word
 DOORBELL_KEY = "chronq.doorbell"
 _SEQ = 0xFFFF_FFFF
+_WAIT_ANY_MAX = 8  # doorbells one `wait_any` sleeps on (chronq/csrc/doorbell.c)
 _COUNT_SHIFT, _COUNT_MASK = 32, 0xFFF
 
 
@@ -145,6 +147,25 @@ class Doorbell:
         table, off = at
         return _native.doorbell_watch(table.buffer, off, seen & _SEQ, self._epoch, max(0.0, timeout),
                                       max_wait, watches, max_wait if max_idle is None else max_idle)
+
+    @staticmethod
+    def wait_any(armed: Sequence[tuple[Doorbell, int]], timeout: float) -> bool:
+        """Sleep until any of these doorbells rang since its `sequence()` returned the `seen` paired with
+        it, at most `timeout` seconds: True once one did (look again), False on timeout. One kernel wait
+        (futex_waitv) for up to 8 doorbells: what a reader of several queues (a service with several
+        inputs) sleeps on. Doorbells without a word (no table store) are not waited for."""
+        bells = []
+        for bell, seen in armed:
+            at = bell._word()
+            if at is not None:
+                bells.append((at[0].buffer, at[1], seen & _SEQ, bell._epoch))
+        if not bells:
+            if timeout > 0:
+                time.sleep(timeout)
+            return False
+        if len(bells) > _WAIT_ANY_MAX:
+            raise ValueError(f"at most {_WAIT_ANY_MAX} doorbells can be waited on at once, not {len(bells)}")
+        return _native.doorbell_wait_any(tuple(bells), max(0.0, timeout)) >= 0
 
     def ring(self) -> None:
         """Wake the sleepers (if any is armed): appenders do this after every publication; call it after

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from typing_extensions import Buffer
@@ -149,15 +150,24 @@ class WakeupPauser:
     `max_wait` up to it: an idle reader then costs less CPU, and an appender that does not ring is seen
     within `max_wait` of a pause's start but only within `max_idle_wait` later in it. None (the
     default) keeps a look every `max_wait`.
+
+    `also`: the doorbells of other queues its owner reads (a service with several inputs, a standby
+    reading its output too): a pause sleeps on all of them at once (`Doorbell.wait_any`), so a
+    publication on any wakes it.
     """
 
     def __init__(self, doorbell: Doorbell, *, max_wait: float = DEFAULT_MAX_WAIT, spin: float = 0.0,
-                 watch: Tailer[Any] | None = None, max_idle_wait: float | None = None) -> None:
+                 watch: Tailer[Any] | None = None, max_idle_wait: float | None = None,
+                 also: Sequence[Doorbell] = ()) -> None:
         if not max_wait > 0:
             raise ValueError(f"max_wait must be positive, not {max_wait!r}")
         if max_idle_wait is not None and not max_idle_wait >= max_wait:
             raise ValueError(f"max_idle_wait must be at least max_wait ({max_wait!r}), not {max_idle_wait!r}")
+        if also and watch is not None:
+            raise ValueError("watch is for an owner that waits for one tailer only, not with `also`")
         self.doorbell = doorbell
+        self.also = tuple(also)
+        self._also_seen: tuple[int, ...] = ()
         self.max_wait = max_wait
         self.max_idle_wait = max_wait if max_idle_wait is None else max_idle_wait
         self.spin = spin
@@ -170,6 +180,7 @@ class WakeupPauser:
         """The sequence, and the watched words, read before the caller's next look."""
         seen = self.doorbell.sequence()
         self._words = None if self.watch is None else self.watch.watch_words()
+        self._also_seen = tuple(bell.sequence() for bell in self.also)
         return seen
 
     def next_wait(self) -> float:
@@ -190,7 +201,10 @@ class WakeupPauser:
     def pause(self) -> None:
         if self.next_wait():
             assert self._seen is not None
-            if self._words is None:
+            if self.also:  # one kernel wait on every doorbell
+                armed = ((self.doorbell, self._seen), *zip(self.also, self._also_seen, strict=True))
+                type(self.doorbell).wait_any(armed, self.max_wait)
+            elif self._words is None:
                 self.doorbell.wait(self._seen, self.max_wait)
             else:
                 self.doorbell.wait_watching(self._seen, WATCH_LINGER, self.max_wait, self._words,

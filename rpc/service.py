@@ -464,13 +464,14 @@ class Service:
         self.input_source_id = pairs[0][0]
         self.tailer = self.inputs[0].tailer
         self.reader = self.inputs[0].reader
-        # idle, the service sleeps on its (first) input queue's doorbell: no CPU while nothing comes,
-        # woken by the appender of the next message there; it looks at least every `max_wait` for
-        # appenders that do not ring (Java's) and for its other inputs; a service with nothing else to
-        # look for (one input, no standby output, no timed snapshots) makes those looks in C (`watch`)
+        # idle, the service sleeps on its input queues' doorbells (a standby's output's too) at once: no
+        # CPU while nothing comes, woken by the appender of the next message on any; it looks at least
+        # every `max_wait` for appenders that do not ring (Java's); a service with nothing else to look
+        # for (one input, no standby output, no timed snapshots) makes those looks in C (`watch`)
         simple = len(self.inputs) == 1 and not standby and snapshot_interval is None
+        others = [inp.queue.doorbell for inp in self.inputs[1:]] + ([output.doorbell] if standby else [])
         self.pauser: Pauser = pauser or WakeupPauser(self.input.doorbell,
-                                                     watch=self.tailer if simple else None)
+                                                     watch=self.tailer if simple else None, also=others)
         self.batch = batch
         self.on_dead_letter = on_dead_letter or _log_dead_letter
         self.stop_on_poison = stop_on_poison

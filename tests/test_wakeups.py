@@ -80,6 +80,43 @@ def test_service_sleeps_on_its_input_doorbell(tmp_path: Path) -> None:
         assert handler.calls == [("say", ("from another process",))]
 
 
+def test_a_service_with_two_inputs_sleeps_on_both_doorbells(tmp_path: Path) -> None:
+    """A service with several inputs sleeps on every input's doorbell at once (one futex_waitv): armed on
+    the second input while idle, and woken by a message appended there by another process."""
+    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "b", source_id=3) as b, \
+            chronq.open(tmp_path / "out", source_id=2) as outs:
+        handler = Recording()
+        svc = rpc.Service({1: a, 3: b}, outs, lambda out: handler, 2, start=rpc.Start.NEW)
+        assert isinstance(svc.pauser, WakeupPauser) and svc.pauser.also == (b.doorbell,)
+        runner = threading.Thread(target=svc.run)
+        runner.start()
+        try:
+            asleep_on(a, "the idle service (first input)")
+            asleep_on(b, "the idle service (second input)")
+            say_from_another_process(tmp_path / "b", "on the second input")
+            wait_until(lambda: handler.calls != [], 30, "the service to handle the message")
+        finally:
+            svc.stop()
+            runner.join(30)
+        assert not runner.is_alive()
+        assert handler.calls == [("say", ("on the second input",))]
+
+
+def test_wait_any_returns_for_a_ring_on_any_doorbell_and_times_out_otherwise(tmp_path: Path) -> None:
+    from chronq.doorbell import Doorbell
+
+    with chronq.open(tmp_path / "a") as a, chronq.open(tmp_path / "b") as b:
+        armed = [(a.doorbell, a.doorbell.sequence()), (b.doorbell, b.doorbell.sequence())]
+        assert not Doorbell.wait_any(armed, 0.01)  # nothing rang
+        ringer = threading.Timer(0.05, lambda: b.appender().write(b"x"))
+        ringer.start()
+        try:
+            assert Doorbell.wait_any(armed, 60)  # a ring on the second wakes it (not the timeout)
+        finally:
+            ringer.join()
+        assert b.doorbell.rung_since(armed[1][1]) and not a.doorbell.rung_since(armed[0][1])
+
+
 class CountingLoop(asyncio.SelectorEventLoop):
     """An event loop counting the timers scheduled on it (`asyncio.sleep`, `call_later` go through
     `call_at`)."""

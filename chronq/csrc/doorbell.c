@@ -235,6 +235,119 @@ PyObject *doorbell_py_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(rung);
 }
 
+/* -------------------------------------------------------------------------- sleeping on several doorbells */
+
+#define WAIT_ANY_MAX 8 /* doorbells one wait_any sleeps on (futex_waitv takes up to 128) */
+
+typedef struct {
+    Py_buffer view;
+    uint64_t *word;
+    uint32_t seen;
+    long long epoch;
+} Bell;
+
+/* futex_waitv (Linux 5.16+): sleep until one of the words is woken or differs from its value; 0 on a
+ * wake or a value that moved (EAGAIN), ETIMEDOUT, EINTR, or ENOSYS where the kernel has no such call */
+static int futex_wait_any(Bell *bells, Py_ssize_t n, double deadline) {
+#ifdef SYS_futex_waitv
+    struct futex_waitv waiters[WAIT_ANY_MAX];
+    memset(waiters, 0, sizeof waiters);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        waiters[i].val = bells[i].seen;
+        waiters[i].uaddr = (uint64_t)(uintptr_t)seq_word(bells[i].word);
+        waiters[i].flags = FUTEX_32; /* not private: appenders of other processes wake it */
+    }
+    struct timespec ts = {(time_t)deadline, (long)((deadline - (double)(time_t)deadline) * 1e9)};
+    if (syscall(SYS_futex_waitv, waiters, (unsigned int)n, 0, &ts, CLOCK_MONOTONIC) >= 0) return 0;
+    return errno == EAGAIN ? 0 : errno;
+#else
+    (void)bells;
+    (void)n;
+    (void)deadline;
+    return ENOSYS;
+#endif
+}
+
+/* the first bell whose sequence (or epoch) moved on, or -1 */
+static Py_ssize_t bell_moved(const Bell *bells, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t v = __atomic_load_n(bells[i].word, __ATOMIC_SEQ_CST);
+        if ((v & DOORBELL_SEQ_MASK) != bells[i].seen || (bells[i].epoch >= 0 && EPOCH(v) != bells[i].epoch))
+            return i;
+    }
+    return -1;
+}
+
+/* doorbell_wait_any(bells, timeout): `bells` a tuple of (buf, off, seen, epoch), as doorbell_wait takes
+ * for one; sleep while every one's sequence is its `seen` (and its epoch its `epoch`), for at most
+ * `timeout` seconds, in one futex_waitv. The position of one that moved on, or -1 on timeout. Where the
+ * kernel has no futex_waitv, sleeps on the first for at most 1 ms at a time and looks at the others. */
+PyObject *doorbell_py_wait_any(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs_is("doorbell_wait_any", nargs, 2) < 0) return NULL;
+    if (!PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) < 1 || PyTuple_GET_SIZE(args[0]) > WAIT_ANY_MAX) {
+        PyErr_Format(PyExc_TypeError, "doorbell_wait_any() takes a tuple of 1 to %d (buffer, offset, seen, epoch)",
+                     WAIT_ANY_MAX);
+        return NULL;
+    }
+    double timeout = PyFloat_AsDouble(args[1]);
+    if (timeout == -1.0 && PyErr_Occurred()) return NULL;
+    if (!(timeout >= 0.0) || timeout > 1e9) {
+        raise_bad_seconds("doorbell wait timeout must be between 0 and 1e9 seconds", args[1]);
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(args[0]), held = 0;
+    Bell bells[WAIT_ANY_MAX];
+    PyObject *result = NULL;
+    for (; held < n; held++) { /* buffers held while asleep: no mapping can be closed under us */
+        PyObject *t = PyTuple_GET_ITEM(args[0], held);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) {
+            PyErr_SetString(PyExc_TypeError, "doorbell_wait_any() bells are (buffer, offset, seen, epoch)");
+            goto done;
+        }
+        PyObject *const *item = &PyTuple_GET_ITEM(t, 0);
+        unsigned long long seen;
+        long long epoch;
+        double unused;
+        PyObject *wait[5] = {item[0], item[1], item[2], item[3], args[1]};
+        if (wait_args(wait, &seen, &epoch, &unused) < 0) goto done;
+        bells[held].word = word_at(item, &bells[held].view, 0);
+        if (!bells[held].word) goto done;
+        bells[held].seen = (uint32_t)seen;
+        bells[held].epoch = epoch;
+    }
+    double deadline = now_s() + timeout;
+    Py_ssize_t moved = -1;
+    int interrupted = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        moved = bell_moved(bells, n);
+        if (moved >= 0) break;
+        double now = now_s();
+        if (now >= deadline) break;
+        int err = futex_wait_any(bells, n, deadline);
+        if (err == EINTR) {
+            interrupted = 1;
+            break;
+        }
+        if (err == ENOSYS) { /* an older kernel: the first bell, looking at the others every 1 ms */
+            double left = deadline - now < 0.001 ? deadline - now : 0.001;
+            struct timespec ts = {0, (long)(left * 1e9)};
+            if (syscall(SYS_futex, seq_word(bells[0].word), FUTEX_WAIT, bells[0].seen, &ts, NULL, 0) != 0 &&
+                errno == EINTR) {
+                interrupted = 1;
+                break;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (interrupted && moved < 0 && PyErr_CheckSignals() < 0) goto done;
+    if (interrupted && moved < 0) moved = bell_moved(bells, n); /* a handled signal: the caller looks again */
+    result = PyLong_FromSsize_t(moved);
+done:
+    for (Py_ssize_t i = 0; i < held; i++) PyBuffer_Release(&bells[i].view);
+    return result;
+}
+
 /* -------------------------------------------------------------------------- sleeping with watched words */
 
 /* a word an appender that does not ring must change when it publishes (a cycle file's writePosition,

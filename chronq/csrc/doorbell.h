@@ -52,6 +52,7 @@ PyObject *doorbell_py_disarm(PyObject *m, PyObject *const *args, Py_ssize_t narg
 PyObject *doorbell_py_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 PyObject *doorbell_py_ring(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
+PyObject *doorbell_py_wait_any(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 
 #define DOORBELL_METHODS                                                                                   \
     {"doorbell_arm", (PyCFunction)(void (*)(void))doorbell_py_arm, METH_FASTCALL,                          \
@@ -63,6 +64,8 @@ PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     {"doorbell_ring", (PyCFunction)(void (*)(void))doorbell_py_ring, METH_FASTCALL,                        \
      "doorbell_ring(buf, off) -> None"},                                                                   \
     {"doorbell_watch", (PyCFunction)(void (*)(void))doorbell_py_watch, METH_FASTCALL,                      \
-     "doorbell_watch(buf, off, seen, epoch, timeout, max_wait, watches[, max_idle]) -> bool (True: rung or a watched word moved)"},
+     "doorbell_watch(buf, off, seen, epoch, timeout, max_wait, watches[, max_idle]) -> bool (True: rung or a watched word moved)"}, \
+    {"doorbell_wait_any", (PyCFunction)(void (*)(void))doorbell_py_wait_any, METH_FASTCALL,                \
+     "doorbell_wait_any(((buf, off, seen, epoch), ...), timeout) -> position of one that moved, or -1"},
 
 #endif

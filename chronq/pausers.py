@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from chronq.doorbell import Doorbell
     from chronq.tailer import Tailer
 
-__all__ = ["DEFAULT_MAX_WAIT", "SPACED_IDLE_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser",
+__all__ = ["DEFAULT_MAX_WAIT", "MAX_ALSO", "SPACED_IDLE_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser",
            "Pauser", "SleepingPauser", "WakeupPauser", "YieldingPauser"]
 
 #: how long a reader sleeping on a doorbell sleeps at most before it looks anyway: what a queue's
@@ -129,6 +129,10 @@ class BackoffPauser:
         self._sleep = self.min_sleep
 
 
+#: how many doorbells besides its own a `WakeupPauser` may sleep on (`Doorbell.wait_any` takes 8)
+MAX_ALSO = 7
+
+
 class WakeupPauser:
     """Sleeps on a queue's doorbell (`Queue.doorbell`): woken within microseconds when an appender
     publishes, and after at most `max_wait` seconds in any case (appenders that do not ring). An idle
@@ -165,6 +169,8 @@ class WakeupPauser:
             raise ValueError(f"max_idle_wait must be at least max_wait ({max_wait!r}), not {max_idle_wait!r}")
         if also and watch is not None:
             raise ValueError("watch is for an owner that waits for one tailer only, not with `also`")
+        if len(also) > MAX_ALSO:
+            raise ValueError(f"a pause sleeps on at most {MAX_ALSO + 1} doorbells, not {len(also) + 1}")
         self.doorbell = doorbell
         self.also = tuple(also)
         self._also_seen: tuple[int, ...] = ()

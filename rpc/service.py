@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import msgspec
 
 from chronq.errors import ChronqError, IndexNotFoundError
-from chronq.pausers import Pauser, WakeupPauser
+from chronq.pausers import MAX_ALSO, Pauser, WakeupPauser
 from chronq.retention import hold, holds
 from chronq.tailer import Direction
 from rpc import _codec
@@ -470,6 +470,8 @@ class Service:
         # for (one input, no standby output, no timed snapshots) makes those looks in C (`watch`)
         simple = len(self.inputs) == 1 and not standby and snapshot_interval is None
         others = [inp.queue.doorbell for inp in self.inputs[1:]] + ([output.doorbell] if standby else [])
+        if len(others) > MAX_ALSO:  # more queues than one kernel wait takes: the others at each look
+            others = []
         self.pauser: Pauser = pauser or WakeupPauser(self.input.doorbell,
                                                      watch=self.tailer if simple else None, also=others)
         self.batch = batch

@@ -57,7 +57,7 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": [
-        "DEFAULT_MAX_WAIT", "SPACED_IDLE_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser", "Pauser",
+        "DEFAULT_MAX_WAIT", "MAX_ALSO", "SPACED_IDLE_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser", "Pauser",
         "SleepingPauser",
         "WakeupPauser",
         "YieldingPauser",

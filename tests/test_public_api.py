@@ -57,8 +57,8 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "chronq.merge": ["merge"],
     "chronq.pausers": [
-        "DEFAULT_MAX_WAIT", "MAX_ALSO", "SPACED_IDLE_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser", "Pauser",
-        "SleepingPauser",
+        "DEFAULT_MAX_WAIT", "MAX_ALSO", "SPACED_IDLE_WAIT", "WATCH_LINGER", "BackoffPauser", "BusyPauser",
+        "Pauser", "SleepingPauser",
         "WakeupPauser",
         "YieldingPauser",
     ],
@@ -199,8 +199,9 @@ EXPORTS: dict[str, list[str]] = {
         "whole_decoders", "whole_encoders", "write_fields", "write_object",
     ],
     "wire.methods": [
-        "EventCall", "EventValue", "HistoryHop", "ReadOne", "ReadOneType", "Table", "accelerated",
-        "encode_call", "event_at", "event_bytes", "event_call", "event_value", "events", "history_hop",
+        "EventCall", "EventValue", "HistoryHop", "PendingHop", "ReadOne", "ReadOneType", "Table", "accelerated",
+        "encode_call", "event_at", "event_bytes", "event_call", "event_value", "events", "history_call",
+        "history_hop",
     ],
     "wire.record": ["KINDS", "Layout", "RecordReader", "RecordWriter"],
     "wire.registry": ["alias_of", "lookup", "note_unknown", "register", "unknown_types"],

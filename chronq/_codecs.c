@@ -583,9 +583,217 @@ fail:
     return NULL;
 }
 
+/* ---- replication datagrams ------------------------------------------------------------------------ */
+/* chronq/replication/_udp.py's datagrams: version (1) | sequence (8) | first index (8) | documents (4) | the
+ * run's documents | AES-GCM tag (16), big-endian, the nonce 4 zero bytes and the sequence number; the tag
+ * over everything before it (documents in clear) or, `encrypt`, over the head with the documents encrypted.
+ * A run's documents are each a big-endian word (bit 31 metadata, bits 0-29 the body's length) and a body. */
+#define DG_VERSION 1
+#define DG_HEAD 21
+#define DG_MIN (DG_HEAD + 4 + TAG)
+#define DG_BATCH 64 /* datagrams per sendmmsg/recvmmsg call */
+
+static uint64_t ld_be64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | p[i];
+    return v;
+}
+
+static void st_be64(unsigned char *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (unsigned char)v;
+}
+
+static uint32_t ld_be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+/* The documents of the run p[0, len): their number and data documents; -1 if a word or body leaves it. */
+static Py_ssize_t dg_walk(const unsigned char *p, Py_ssize_t len, Py_ssize_t *data) {
+    Py_ssize_t n = 0, at = 0;
+    *data = 0;
+    while (at < len) {
+        if (len - at < 4) return -1;
+        uint32_t w = ld_be32(p + at);
+        Py_ssize_t body = (Py_ssize_t)(w & 0x3FFFFFFFu);
+        if ((w & 0x40000000u) || body > len - at - 4) return -1;
+        if (!(w & 0x80000000u)) (*data)++;
+        at += 4 + body;
+        n++;
+    }
+    return n;
+}
+
+#ifdef CHRONQ_OPENSSL
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+static void dg_nonce(unsigned char nonce[12], uint64_t seq) {
+    memset(nonce, 0, 4);
+    st_be64(nonce + 4, seq);
+}
+
+/* Seal the datagram d[0, len) whose tag goes at d + len: see above. 0, or -1. */
+static int dg_seal(EVP_CIPHER_CTX *ctx, unsigned char *d, Py_ssize_t len, int encrypt) {
+    unsigned char nonce[12];
+    int outl = 0;
+    dg_nonce(nonce, ld_be64(d + 1));
+    if (EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce) != 1) return -1;
+    Py_ssize_t aad = encrypt ? DG_HEAD : len;
+    if (EVP_EncryptUpdate(ctx, NULL, &outl, d, (int)aad) != 1) return -1;
+    if (encrypt && gcm_update(ctx, 1, d + DG_HEAD, d + DG_HEAD, len - DG_HEAD) < 0) return -1;
+    if (EVP_EncryptFinal_ex(ctx, d + len, &outl) != 1 || outl != 0) return -1;
+    return EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, TAG, d + len) == 1 ? 0 : -1;
+}
+
+/* Check the datagram d[0, n) (its tag the last 16 bytes) and put its documents, decrypted with `encrypt`,
+ * at out (n - DG_HEAD - TAG bytes). 0, or -1 when the tag does not match. */
+static int dg_open(EVP_CIPHER_CTX *ctx, const unsigned char *d, Py_ssize_t n, int encrypt, unsigned char *out) {
+    unsigned char nonce[12];
+    int outl = 0;
+    Py_ssize_t body = n - DG_HEAD - TAG;
+    dg_nonce(nonce, ld_be64(d + 1));
+    if (EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) != 1) return -1;
+    if (EVP_DecryptUpdate(ctx, NULL, &outl, d, (int)(encrypt ? DG_HEAD : n - TAG)) != 1) return -1;
+    if (encrypt) {
+        if (gcm_update(ctx, 0, out, d + DG_HEAD, body) < 0) return -1;
+    }
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(d + n - TAG)) != 1) return -1;
+    if (EVP_DecryptFinal_ex(ctx, out + body, &outl) != 1) return -1;
+    if (!encrypt) memcpy(out, d + DG_HEAD, (size_t)body);
+    return 0;
+}
+
+/* Send the n datagrams of iov through the connected socket fd, without the GIL, DG_BATCH per sendmmsg. A
+ * datagram refused for a reason in `skip` (ECONNREFUSED: nothing listens there, from an ICMP error of an
+ * earlier send; any error when `lenient`) is left out (its sink asks for it again). 0, or -1 with errno. */
+static int dg_send(int fd, struct iovec *iov, Py_ssize_t n, int lenient) {
+    struct mmsghdr msgs[DG_BATCH];
+    Py_ssize_t i = 0;
+    while (i < n) {
+        int k = n - i > DG_BATCH ? DG_BATCH : (int)(n - i);
+        memset(msgs, 0, sizeof msgs[0] * (size_t)k);
+        for (int j = 0; j < k; j++) {
+            msgs[j].msg_hdr.msg_iov = &iov[i + j];
+            msgs[j].msg_hdr.msg_iovlen = 1;
+        }
+        int r = sendmmsg(fd, msgs, (unsigned)k, 0);
+        if (r > 0)
+            i += r;
+        else if (r < 0 && errno == EINTR)
+            continue;
+        else if (r < 0 && (errno == ECONNREFUSED || lenient))
+            i++;
+        else
+            return -1;
+    }
+    return 0;
+}
+#endif
+
+PyDoc_STRVAR(seal_datagrams_doc,
+"seal_datagrams(key, encrypt, buf, size, ends, seq, first, fd, lenient, /)\n--\n\n"
+"Seals the runs chronq._native.read_runs put in the slots of `buf` (slot k at k * size, its documents from\n"
+"21 bytes on to ends[k]) as datagrams numbered seq, seq + 1, ..., the first index of the first `first`\n"
+"(each next one's the index after the data documents before it), under the 32-byte `key`, and sends them\n"
+"to the connected UDP socket `fd` with sendmmsg (none when fd is -1), the GIL released. A datagram the\n"
+"socket refuses with ECONNREFUSED (or any error, `lenient`) is left out; another error is raised\n"
+"(OSError). Returns ([(datagram, documents), ...], their bytes).");
+
+static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "seal_datagrams takes 9 arguments");
+        return NULL;
+    }
+#ifndef CHRONQ_OPENSSL
+    PyErr_SetString(PyExc_NotImplementedError, "chronq._codecs was built without OpenSSL");
+    return NULL;
+#else
+    PyObject *key = args[0], *ends = args[4];
+    int encrypt = PyObject_IsTrue(args[1]);
+    Py_ssize_t size = PyLong_AsSsize_t(args[3]);
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[5]);
+    long long first = PyLong_AsLongLong(args[6]);
+    int fd = PyLong_AsLong(args[7]);
+    int lenient = PyObject_IsTrue(args[8]);
+    if (encrypt < 0 || lenient < 0 || PyErr_Occurred()) return NULL;
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 32 || !PyList_Check(ends)) {
+        PyErr_SetString(PyExc_TypeError, "seal_datagrams: a 32-byte key and a list of ends");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(ends);
+    if (size < DG_HEAD || first < 0 || seq + (unsigned long long)n >= (1ull << 63)) {
+        PyErr_SetString(PyExc_ValueError, "seal_datagrams: slot size, first index or sequence out of range");
+        return NULL;
+    }
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[2], &b, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = NULL, *items = PyList_New(n);
+    struct iovec *iov = PyMem_Calloc((size_t)(n ? n : 1), sizeof *iov);
+    EVP_CIPHER_CTX *ctx = NULL;
+    long long nbytes = 0;
+    if (!items || !iov) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!(ctx = gcm_context(key, 1))) goto done;
+    /* every datagram checked and its bytes object made with the GIL, sealed and sent without it */
+    long long index = first;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t end = PyLong_AsSsize_t(PyList_GET_ITEM(ends, k)), data, docs = -1;
+        if (end == -1 && PyErr_Occurred()) goto done;
+        const unsigned char *slot = (const unsigned char *)b.buf + k * size;
+        if (k * size + size <= b.len && end >= k * size + DG_HEAD && end <= k * size + size - TAG)
+            docs = dg_walk(slot + DG_HEAD, end - k * size - DG_HEAD, &data);
+        if (docs < 1) {
+            PyErr_Format(PyExc_ValueError, "seal_datagrams: slot %zd holds no run (end %zd)", k, end);
+            goto done;
+        }
+        Py_ssize_t len = end - k * size;
+        PyObject *dg = PyBytes_FromStringAndSize(NULL, len + TAG);
+        if (!dg) goto done;
+        unsigned char *d = (unsigned char *)PyBytes_AS_STRING(dg);
+        memcpy(d, slot, (size_t)len);
+        d[0] = DG_VERSION;
+        st_be64(d + 1, seq + (unsigned long long)k);
+        st_be64(d + 9, (uint64_t)index);
+        d[17] = (unsigned char)(docs >> 24);
+        d[18] = (unsigned char)(docs >> 16);
+        d[19] = (unsigned char)(docs >> 8);
+        d[20] = (unsigned char)docs;
+        index += data;
+        iov[k].iov_base = d;
+        iov[k].iov_len = (size_t)(len + TAG);
+        nbytes += len + TAG;
+        PyObject *item = Py_BuildValue("(Nn)", dg, docs);
+        if (!item) goto done;
+        PyList_SET_ITEM(items, k, item);
+    }
+    int failed = 0, sent = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < n && !failed; k++)
+        failed = dg_seal(ctx, iov[k].iov_base, (Py_ssize_t)iov[k].iov_len - TAG, encrypt) < 0;
+    if (!failed && fd >= 0) sent = dg_send(fd, iov, n, lenient);
+    Py_END_ALLOW_THREADS
+    if (failed)
+        PyErr_SetString(PyExc_RuntimeError, "OpenSSL AES-GCM encryption failed");
+    else if (sent < 0)
+        PyErr_SetFromErrno(PyExc_OSError);
+    else
+        out = Py_BuildValue("(OL)", items, nbytes);
+done:
+    EVP_CIPHER_CTX_free(ctx);
+    PyMem_Free(iov);
+    Py_XDECREF(items);
+    PyBuffer_Release(&b);
+    return out;
+#endif
+}
+
 static PyMethodDef codec_methods[] = {
     {"frame_many", (PyCFunction)(void (*)(void))frame_many, METH_FASTCALL, frame_many_doc},
     {"read_frames", (PyCFunction)(void (*)(void))read_frames, METH_FASTCALL, read_frames_doc},
+    {"seal_datagrams", (PyCFunction)(void (*)(void))seal_datagrams, METH_FASTCALL, seal_datagrams_doc},
     {NULL, NULL, 0, NULL},
 };
 

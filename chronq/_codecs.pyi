@@ -32,3 +32,15 @@ def read_frames(
     zstd: tuple[Any, Any],
     /,
 ) -> tuple[list[Any], int, BaseException | None]: ...
+def seal_datagrams(
+    key: bytes,
+    encrypt: bool,
+    buf: Buffer,
+    size: int,
+    ends: list[int],
+    seq: int,
+    first: int,
+    fd: int,
+    lenient: bool,
+    /,
+) -> tuple[list[tuple[bytes, int]], int]: ...

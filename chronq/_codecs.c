@@ -660,7 +660,7 @@ static int dg_open(EVP_CIPHER_CTX *ctx, const unsigned char *d, Py_ssize_t n, in
     }
     if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(d + n - TAG)) != 1) return -1;
     if (EVP_DecryptFinal_ex(ctx, out + body, &outl) != 1) return -1;
-    if (!encrypt) memcpy(out, d + DG_HEAD, (size_t)body);
+    if (!encrypt && out != d + DG_HEAD) memmove(out, d + DG_HEAD, (size_t)body);
     return 0;
 }
 
@@ -790,10 +790,130 @@ done:
 #endif
 }
 
+PyDoc_STRVAR(open_datagrams_doc,
+"open_datagrams(key, encrypt, fd, buf, slot, max_count, /)\n--\n\n"
+"Takes up to `max_count` datagrams off the non-blocking UDP socket `fd` with recvmmsg (into the slots of\n"
+"`buf`, `slot` bytes each) and checks each under the 32-byte `key` (None: a key not known yet, every\n"
+"datagram discarded), the GIL released. Returns ([(sequence, first index, documents, data documents,\n"
+"their bytes), ...] of the authentic ones, the datagrams taken, those dropped): a datagram shorter than\n"
+"a head, a document word and a tag, of another version, truncated (longer than a slot), with a negative\n"
+"first index or no documents, or whose tag fails is dropped. `data documents` is -1 when the documents'\n"
+"words leave the datagram (the writer refuses such a run, naming it).");
+
+#ifdef CHRONQ_OPENSSL
+typedef struct {
+    uint64_t seq;
+    int64_t first;
+    uint32_t count;
+    Py_ssize_t data, len;
+    int ok;
+} DgIn;
+#endif
+
+static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "open_datagrams takes 6 arguments");
+        return NULL;
+    }
+#ifndef CHRONQ_OPENSSL
+    PyErr_SetString(PyExc_NotImplementedError, "chronq._codecs was built without OpenSSL");
+    return NULL;
+#else
+    PyObject *key = args[0];
+    int encrypt = PyObject_IsTrue(args[1]);
+    int fd = PyLong_AsLong(args[2]);
+    Py_ssize_t slot = PyLong_AsSsize_t(args[4]), max_count = PyLong_AsSsize_t(args[5]);
+    if (encrypt < 0 || PyErr_Occurred()) return NULL;
+    if (key != Py_None && (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 32)) {
+        PyErr_SetString(PyExc_TypeError, "open_datagrams: a 32-byte key or None");
+        return NULL;
+    }
+    if (slot < DG_MIN || max_count < 0 || fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "open_datagrams: slot size, count or socket out of range");
+        return NULL;
+    }
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[3], &b, PyBUF_WRITABLE) < 0) return NULL;
+    Py_ssize_t slots = b.len / slot;
+    if (slots > DG_BATCH) slots = DG_BATCH;
+    PyObject *res = NULL, *items = PyList_New(0);
+    EVP_CIPHER_CTX *ctx = NULL;
+    if (!items || slots < 1) {
+        if (items) PyErr_SetString(PyExc_ValueError, "open_datagrams: the buffer holds no slot");
+        goto done;
+    }
+    if (key != Py_None && !(ctx = gcm_context(key, 0))) goto done;
+    Py_ssize_t taken = 0, dropped = 0;
+    while (taken < max_count) {
+        int k = max_count - taken > slots ? (int)slots : (int)(max_count - taken), r;
+        struct mmsghdr msgs[DG_BATCH];
+        struct iovec iov[DG_BATCH];
+        DgIn in[DG_BATCH];
+        memset(msgs, 0, sizeof msgs[0] * (size_t)k);
+        for (int j = 0; j < k; j++) {
+            iov[j].iov_base = (unsigned char *)b.buf + j * slot;
+            iov[j].iov_len = (size_t)slot;
+            msgs[j].msg_hdr.msg_iov = &iov[j];
+            msgs[j].msg_hdr.msg_iovlen = 1;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        do
+            r = recvmmsg(fd, msgs, (unsigned)k, MSG_DONTWAIT, NULL);
+        while (r < 0 && errno == EINTR);
+        for (int j = 0; j < r; j++) {
+            /* every bound checked before the tag: the head, a document word and the tag must fit */
+            const unsigned char *d = iov[j].iov_base;
+            Py_ssize_t n = (Py_ssize_t)msgs[j].msg_len;
+            DgIn *x = &in[j];
+            x->ok = 0;
+            if (!ctx || (msgs[j].msg_hdr.msg_flags & MSG_TRUNC) || n < DG_MIN || n > slot || d[0] != DG_VERSION)
+                continue;
+            x->seq = ld_be64(d + 1);
+            x->first = (int64_t)ld_be64(d + 9);
+            x->count = ld_be32(d + 17);
+            x->len = n - DG_HEAD - TAG;
+            if (x->first < 0 || x->count < 1 || x->seq >= (1ull << 63)) continue;
+            /* the documents opened in place, after the head */
+            if (dg_open(ctx, d, n, encrypt, (unsigned char *)d + DG_HEAD) < 0) continue;
+            Py_ssize_t docs = dg_walk(d + DG_HEAD, x->len, &x->data);
+            if (docs != (Py_ssize_t)x->count) x->data = -1;
+            x->ok = 1;
+        }
+        Py_END_ALLOW_THREADS
+        if (r <= 0) break; /* nothing more now (EAGAIN), or an error the next poll's recvmmsg reports again */
+        taken += r;
+        for (int j = 0; j < r; j++) {
+            DgIn *x = &in[j];
+            if (!ctx) continue;
+            if (!x->ok) {
+                dropped++;
+                continue;
+            }
+            PyObject *item = Py_BuildValue("(KLknN)", (unsigned long long)x->seq, (long long)x->first,
+                                           (unsigned long)x->count, x->data,
+                                           PyBytes_FromStringAndSize((const char *)iov[j].iov_base + DG_HEAD, x->len));
+            if (!item || PyList_Append(items, item) < 0) {
+                Py_XDECREF(item);
+                goto done;
+            }
+            Py_DECREF(item);
+        }
+        if (r < k) break;
+    }
+    res = Py_BuildValue("(Onn)", items, taken, dropped);
+done:
+    EVP_CIPHER_CTX_free(ctx);
+    Py_XDECREF(items);
+    PyBuffer_Release(&b);
+    return res;
+#endif
+}
+
 static PyMethodDef codec_methods[] = {
     {"frame_many", (PyCFunction)(void (*)(void))frame_many, METH_FASTCALL, frame_many_doc},
     {"read_frames", (PyCFunction)(void (*)(void))read_frames, METH_FASTCALL, read_frames_doc},
     {"seal_datagrams", (PyCFunction)(void (*)(void))seal_datagrams, METH_FASTCALL, seal_datagrams_doc},
+    {"open_datagrams", (PyCFunction)(void (*)(void))open_datagrams, METH_FASTCALL, open_datagrams_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -44,3 +44,6 @@ def seal_datagrams(
     lenient: bool,
     /,
 ) -> tuple[list[tuple[bytes, int]], int]: ...
+def open_datagrams(
+    key: bytes | None, encrypt: bool, fd: int, buf: Buffer, slot: int, max_count: int, /
+) -> tuple[list[tuple[int, int, int, int, bytes]], int, int]: ...

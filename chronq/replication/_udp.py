@@ -86,6 +86,9 @@ ACK_EVERY = 0.001  # s between a sink's UdpAcks on a busy link (and at once when
 POSITION_AFTER = 0.0005  # s a source stays quiet after its last datagram before it says its position
 PUMP_BATCH = 16  # batches a group member's session sends to the group per step at most
 BATCH = 64  # datagrams read, sealed and sent in one native call at most
+RECV_SLOT = 65536  # bytes of a sink's receive slot: any datagram (a longer one is truncated: dropped)
+RECV_BATCH = 32  # slots per recvmmsg
+MERGE_BYTES = 1 << 20  # bytes of documents of consecutive datagrams a sink writes as one run at most
 GROUP_KEY_NONCE = b"\xff" * 12  # never a datagram's nonce (their sequence numbers stay below 2**63)
 GROUP_KEY_AAD = b"chronq replication group key"
 CAUGHT_UP = 2  # a TCP run filling less than 1/CAUGHT_UP of a frame: the catch-up is done, datagrams next
@@ -110,7 +113,7 @@ class DatagramKey:
         from chronq import _codecs  # here: only a UDP queue loads it (and its libcrypto)
 
         self._aead = AESGCM(key)
-        self._key = key
+        self.key = key
         self.encrypt = encrypt
         # the batch path: read_runs' slots sealed and sent in one call (`seal_batch`)
         self._native = _codecs.seal_datagrams if _codecs.HAVE_AES else None
@@ -133,7 +136,7 @@ class DatagramKey:
         or any refused send when `lenient`, is left out: the sink asks for that datagram again. One
         native call (the GIL released while sealing and sending) when chronq._codecs has OpenSSL."""
         if self._native is not None:
-            return self._native(self._key, self.encrypt, buf, size, ends, seq, first,
+            return self._native(self.key, self.encrypt, buf, size, ends, seq, first,
                                 -1 if sock is None else sock.fileno(), lenient)
         out, nbytes = [], 0
         for k, end in enumerate(ends):
@@ -671,9 +674,13 @@ class UdpReceiver:
     and a `poll` that returns the TCP link's frames and, in sequence order, the runs to write."""
 
     def __init__(self, cfg: UdpCfg, me: HostCfg, conn: Conn, link: Link,
-                 group: tuple[str, int] | None = None) -> None:
-        """`group`: the queue's multicast group (`udpGroup`), joined on the host's `udpInterface`."""
-        self._cfg, self._conn, self._group = cfg, conn, group
+                 group: tuple[str, int] | None = None, cycle_shift: int | None = None) -> None:
+        """`group`: the queue's multicast group (`udpGroup`), joined on the host's `udpInterface`;
+        `cycle_shift`: the roll cycle's (`RollCycle.cycle_shift`): consecutive datagrams of one cycle
+        then go to the writer as one run (None: a run per datagram)."""
+        from chronq import _codecs  # here: only a UDP queue loads it (and its libcrypto)
+
+        self._cfg, self._conn, self._group, self._shift = cfg, conn, group, cycle_shift
         bind = group or me.udp_bind or (me.host, 0)  # any free port of its connectUri's address: announced
         self._sock = socket.socket(_family(bind[0]), socket.SOCK_DGRAM)
         try:
@@ -705,12 +712,14 @@ class UdpReceiver:
         key = session_key(conn, self._sent_key)
         # a group's key comes with its UdpGroup: until then nothing is taken
         self._key = None if group is not None else DatagramKey(key, encrypt=conn.frame_auth is None)
-        self._rbuf = bytearray(65536)
+        # recvmmsg's slots (opened in one native call per batch when chronq._codecs has OpenSSL)
+        self._open_many = _codecs.open_datagrams if _codecs.HAVE_AES else None
+        self._rbuf = bytearray(RECV_SLOT * (RECV_BATCH if self._open_many is not None else 1))
         self.counts = _counts(link)
         self.live = False
         self.expected = 0  # the next datagram to write
         self._high = 0  # the source sent every datagram before this one, as far as this sink knows
-        self._ahead: dict[int, tuple[int, int, bytes]] = {}
+        self._ahead: dict[int, tuple[int, int, int, bytes]] = {}  # first index, documents, data ones, bytes
         self._asked: set[int] = set()
         self._acked, self._acked_at = 0, 0.0
         self._stop_at: int | None = None  # the source's UdpStop: its datagrams end before this one
@@ -741,7 +750,15 @@ class UdpReceiver:
         tcp, udp = self._wait(wait, spin)
         out: list[p.Frame] = []
         got = 0
-        if udp:
+        if udp and self._open_many is not None:
+            key = self._key
+            items, got, dropped = self._open_many(None if key is None else key.key, self._key is not None
+                                                  and self._key.encrypt, self._sock.fileno(), self._rbuf,
+                                                  RECV_SLOT, READS_PER_POLL)
+            self.counts.dropped += dropped
+            for item in items:
+                self._hold(*item)
+        elif udp:
             sock, view = self._sock, memoryview(self._rbuf)
             try:
                 while got < READS_PER_POLL:
@@ -799,11 +816,15 @@ class UdpReceiver:
         if self._key is None:  # a group not joined yet: its datagrams are for the sinks already in it
             return
         opened = self._key.open(data)
-        counts = self.counts
         if opened is None:
-            counts.dropped += 1
+            self.counts.dropped += 1
             return
         seq, first, count, docs = opened
+        self._hold(seq, first, count, -1, docs)
+
+    def _hold(self, seq: int, first: int, count: int, data: int, docs: bytes) -> None:
+        """Hold an authentic datagram (`data`: its data documents, -1 if not counted) until it is next."""
+        counts = self.counts
         if seq < self.expected or seq in self._ahead:
             counts.duplicates += 1
             return
@@ -811,18 +832,35 @@ class UdpReceiver:
             counts.dropped += 1  # beyond what may be held (asked for again later), or after the datagrams
             return
         counts.datagrams += 1
-        self._ahead[seq] = (first, count, docs)
-        self._high = max(self._high, seq + 1)
+        self._ahead[seq] = (first, count, data, docs)
+        if seq >= self._high:
+            self._high = seq + 1
 
     def _release(self, out: list[p.Frame]) -> None:
+        """The datagrams now in order, as runs: consecutive ones of one cycle (each index following the
+        one before's, up to MERGE_BYTES) as one run, written in one call."""
         if not self.live:
             return
-        ahead, seq = self._ahead, self.expected
+        ahead, seq, shift = self._ahead, self.expected, self._shift
+        first = count = nxt = size = 0
+        parts: list[bytes] = []
         while (item := ahead.pop(seq, None)) is not None:
-            out.append(p.Run(*item))
-            self._unacked_bytes += len(item[2]) + DATAGRAM_HEAD.size + TAG
+            f, c, data, docs = item
+            self._unacked_bytes += len(docs) + DATAGRAM_HEAD.size + TAG
             self._asked.discard(seq)
             seq += 1
+            if parts and f == nxt and data >= 0 and shift is not None and f >> shift == first >> shift \
+                    and size + len(docs) <= MERGE_BYTES:
+                parts.append(docs)
+                count += c
+                size += len(docs)
+            else:
+                if parts:
+                    out.append(p.Run(first, count, parts[0] if len(parts) == 1 else b"".join(parts)))
+                parts, first, count, size = [docs], f, c, len(docs)
+            nxt = f + data if data >= 0 else -1
+        if parts:
+            out.append(p.Run(first, count, parts[0] if len(parts) == 1 else b"".join(parts)))
         self.expected = seq
         if seq == self._stop_at:  # every datagram before the UdpStop written: the TCP catch-up follows
             self.live = False

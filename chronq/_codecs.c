@@ -1,5 +1,6 @@
 /*
- * chronq._codecs: batch framing and unframing of codec payloads (chronq/codecs.py, layout in docs/codecs.md).
+ * chronq._codecs: batch framing and unframing of codec payloads (chronq/codecs.py, layout in docs/codecs.md),
+ * and of replication's datagrams (chronq/replication/_udp.py, layout in its docstring).
  *
  * A message of a codec queue costs one library call (zstd, AES-GCM) and a few Python steps around it; at
  * 256 bytes the Python steps cost more than the library's own work. These functions take a whole batch:
@@ -10,6 +11,9 @@
  *     python-zstandard's multi_decompress_to_buffer per run of the same dictionary) and AES-GCM frames.
  *     Anything else (an unknown or missing key or dictionary, a failed tag, damage, a size above the
  *     bound) stops the run and is handed back to the caller, whose per-message decoder names the problem.
+ *   - seal_datagrams / open_datagrams: chronq/replication/_udp.py's datagrams a batch per call (sealed and
+ *     sent with sendmmsg; taken with recvmmsg and checked), the GIL released around the crypto and the
+ *     system calls; without OpenSSL _udp.py seals and opens one at a time through `cryptography`.
  * AES-GCM uses OpenSSL's EVP when built with CHRONQ_OPENSSL (setup.py defines it when the headers are
  * found); without it HAVE_AES is False and chronq.codecs keeps the `cryptography` path. Keys never appear
  * in an error. Every length read from a document is checked against the document before it is used.

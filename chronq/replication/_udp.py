@@ -15,6 +15,13 @@ datagram of another session, a forged, altered or truncated one fails its tag an
 counted, never written; a replayed one is a duplicate of a sequence number the sink already holds and
 is dropped and counted too.
 
+Python runs per batch of datagrams, not per datagram: the source reads up to BATCH runs into
+datagram-sized slots in one call (`SourceReader.read_runs`), and seals and sends them in another
+(`DatagramKey.seal_batch`: `chronq._codecs.seal_datagrams`, `sendmmsg`); the sink takes up to
+RECV_BATCH datagrams off its socket and checks them in one call (`chronq._codecs.open_datagrams`,
+`recvmmsg`). Built without OpenSSL, `chronq._codecs` leaves both to `cryptography`, a datagram at a
+time (the same datagrams).
+
 Sequence numbers start at 0 per session, one per run, in the order the source read them. The sink
 writes them strictly in that order through its usual `write_run`, so its cycle files are the source's
 byte for byte. It holds what arrived ahead of a gap (at most `udpWindow` datagrams); it learns of a gap
@@ -340,8 +347,12 @@ class UdpSender:
         sent (a codec dictionary they may need), or the run is too big for a datagram."""
         seq = self.next_seq
         if self._ends:
-            sealed, nbytes = self._key.seal_batch(self._buf, self._size, self._ends, seq, first,
-                                                  None if over_tcp else self._sock, False)
+            try:
+                sealed, nbytes = self._key.seal_batch(self._buf, self._size, self._ends, seq, first,
+                                                      None if over_tcp else self._sock, False)
+            except OSError as e:
+                raise ReplicationError(f"cannot send datagrams to {self._conn.peer} at {self.dest[0]}:"
+                                       f"{self.dest[1]}: {e}") from None
         else:
             buf = self._out
             DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)

@@ -161,3 +161,42 @@ def test_a_sinks_batch_keeps_the_authentic_datagrams_and_counts_the_rest(tmp_pat
         # a group not joined yet: its datagrams are taken and dropped uncounted
         tx.send(sent[0])
         assert _codecs.open_datagrams(None, encrypt, rx.fileno(), rbuf, SIZE, 5) == ([], 1, 0)
+
+
+def test_a_sink_over_datagrams_equals_its_source_with_large_and_metadata_documents(tmp_path: Path) -> None:
+    """Real processes, 1,472-byte datagrams: batches of small messages between metadata documents, empty
+    ones and documents too big for a datagram (those go over TCP), across cycles, and the sink's files
+    are the source's byte for byte."""
+    from chronq.replication.status import read_status_file, status_file_path
+    from tests.replication_support import Host, wait_until
+    from tests.test_replication_udp import _caught_up, _check_equal, write_udp_config
+
+    cfg = write_udp_config(tmp_path, 1, context=", udpDatagramSize: 1472")
+    hosts = [Host(cfg, h) for h in (1, 2)]
+    try:
+        with chronq.open(tmp_path / "source" / "queue1", "TEST_SECONDLY") as q:
+            a = q.appender()
+            a.write(b"first")
+            wait_until(lambda: _caught_up(tmp_path, [2]), 30, "the sink to take the first message")
+            for c in range(3):
+                a.write_many([b"%d-%035d" % (c, i) for i in range(3000)])
+                a.write_meta(b"meta %d" % c)
+                a.write(bytes([c]) * 5000)  # too big for a datagram
+                a.write(b"")
+                a.write_many([b"%d+%035d" % (c, i) for i in range(500)])
+                if c < 2:
+                    cycle = q.roll_cycle.to_cycle(q.last_index or 0)
+                    wait_until(lambda: q.cycle_now() > cycle, 5, "the next cycle")  # noqa: B023
+            wait_until(lambda: _caught_up(tmp_path, [2]), 60, "the sink to catch up")
+
+            def datagrams() -> int:  # as the source's status file says (rewritten every heartbeat)
+                (link,) = read_status_file(status_file_path(cfg, 1)).links
+                return link.datagrams if link.transport == "udp" else 0
+
+            # the 3,000 messages before each large document went as datagrams (37 bytes and a word each, 35
+            # to a datagram at most); a large document goes over TCP with what follows it in its frame
+            wait_until(lambda: datagrams() >= 3 * 3000 // 35, 10, "the source's status to count them")
+    finally:
+        for h in hosts:
+            h.stop()
+    _check_equal(tmp_path, [2])

@@ -762,10 +762,10 @@ class UdpReceiver:
         out: list[p.Frame] = []
         got = 0
         if udp and self._open_many is not None:
-            key = self._key
-            items, got, dropped = self._open_many(None if key is None else key.key, self._key is not None
-                                                  and self._key.encrypt, self._sock.fileno(), self._rbuf,
-                                                  RECV_SLOT, READS_PER_POLL)
+            key = self._key  # None: a group not joined yet (its datagrams are taken and dropped uncounted)
+            items, got, dropped = self._open_many(None if key is None else key.key,
+                                                  key is not None and key.encrypt, self._sock.fileno(),
+                                                  self._rbuf, RECV_SLOT, READS_PER_POLL)
             self.counts.dropped += dropped
             for item in items:
                 self._hold(*item)

@@ -97,6 +97,33 @@ def test_a_batch_of_datagrams_is_the_datagrams_sealed_one_at_a_time(
         assert seq > 3
 
 
+@needs_openssl
+def test_a_batch_sent_arrives_as_the_same_datagrams_in_order(tmp_path: Path) -> None:
+    """Datagrams of one length go to the kernel as one message it cuts up (UDP_SEGMENT): what arrives is
+    each datagram as sealed, in order, whatever the mix of lengths."""
+    key = DatagramKey(KEY, False)
+    with chronq.open(tmp_path / "src", "TEST_SECONDLY") as q:
+        a = q.appender()
+        for n in (300, 1, 7, 200, 3, 90):  # runs of full datagrams of one length, then shorter ones
+            a.write_many([b"%039d" % i for i in range(n)])
+            a.write(b"short")
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with rx, tx:
+            rx.bind(("127.0.0.1", 0))
+            tx.connect(rx.getsockname())
+            sent, seq = [], 0
+            for batch in batches(q, 64):
+                assert not isinstance(batch, p.Run)
+                buf, first, ends = batch
+                sealed = [d for d, _ in key.seal_batch(buf, SIZE, ends, seq, first, tx, False)[0]]
+                seq += len(sealed)
+                sent += sealed
+                for d in sealed:  # the receiving socket's buffer holds a batch
+                    assert rx.recv(SIZE + 1) == d
+    assert len({len(d) for d in sent}) > 2 and seq > 64
+
+
 def test_read_runs_refuses_slots_outside_its_buffer(tmp_path: Path) -> None:
     with make_source(tmp_path / "src") as q:
         r = SourceReader(q, Position(None))

@@ -63,7 +63,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
@@ -105,6 +105,21 @@ CAUGHT_UP = 2  # a TCP run filling less than 1/CAUGHT_UP of a frame: the catch-u
 FALL_BACK_AFTER = 0.5
 
 
+# chronq._codecs' batch calls (seal_datagrams, open_datagrams)
+_Seal = Callable[..., tuple[list[tuple[bytes, int]], int]]
+_Open = Callable[..., tuple[list[tuple[int, int, int, int, bytes]], int, int]]
+
+
+def _batch_calls() -> tuple[_Seal, _Open] | None:
+    """chronq._codecs' datagram batch calls, loaded here (only a UDP queue needs it, and its libcrypto);
+    None where it is missing or was built without OpenSSL: a datagram at a time through `cryptography`."""
+    try:
+        from chronq import _codecs
+    except ImportError:
+        return None
+    return (_codecs.seal_datagrams, _codecs.open_datagrams) if _codecs.HAVE_AES else None
+
+
 def _nonce(seq: int) -> bytes:
     return b"\0\0\0\0" + seq.to_bytes(8, "big")
 
@@ -117,13 +132,12 @@ class DatagramKey:
     def __init__(self, key: bytes, encrypt: bool) -> None:
         if len(key) != 32:
             raise ProtocolError(f"a datagram key has 32 bytes, not {len(key)}")
-        from chronq import _codecs  # here: only a UDP queue loads it (and its libcrypto)
-
         self._aead = AESGCM(key)
         self.key = key
         self.encrypt = encrypt
         # the batch path: read_runs' slots sealed and sent in one call (`seal_batch`)
-        self._native = _codecs.seal_datagrams if _codecs.HAVE_AES else None
+        calls = _batch_calls()
+        self._native = None if calls is None else calls[0]
 
     def seal(self, buf: bytearray, end: int, start: int = 0) -> bytes:
         """The datagram whose head and documents are `buf[start:end]`, sealed."""
@@ -689,8 +703,6 @@ class UdpReceiver:
         """`group`: the queue's multicast group (`udpGroup`), joined on the host's `udpInterface`;
         `cycle_shift`: the roll cycle's (`RollCycle.cycle_shift`): consecutive datagrams of one cycle
         then go to the writer as one run (None: a run per datagram)."""
-        from chronq import _codecs  # here: only a UDP queue loads it (and its libcrypto)
-
         self._cfg, self._conn, self._group, self._shift = cfg, conn, group, cycle_shift
         bind = group or me.udp_bind or (me.host, 0)  # any free port of its connectUri's address: announced
         self._sock = socket.socket(_family(bind[0]), socket.SOCK_DGRAM)
@@ -724,7 +736,8 @@ class UdpReceiver:
         # a group's key comes with its UdpGroup: until then nothing is taken
         self._key = None if group is not None else DatagramKey(key, encrypt=conn.frame_auth is None)
         # recvmmsg's slots (opened in one native call per batch when chronq._codecs has OpenSSL)
-        self._open_many = _codecs.open_datagrams if _codecs.HAVE_AES else None
+        calls = _batch_calls()
+        self._open_many = None if calls is None else calls[1]
         self._rbuf = bytearray(RECV_SLOT * (RECV_BATCH if self._open_many is not None else 1))
         self.counts = _counts(link)
         self.live = False

@@ -1,5 +1,6 @@
 /*
- * chronq._codecs: batch framing and unframing of codec payloads (chronq/codecs.py, layout in docs/codecs.md).
+ * chronq._codecs: batch framing and unframing of codec payloads (chronq/codecs.py, layout in docs/codecs.md),
+ * and of replication's datagrams (chronq/replication/_udp.py, layout in its docstring).
  *
  * A message of a codec queue costs one library call (zstd, AES-GCM) and a few Python steps around it; at
  * 256 bytes the Python steps cost more than the library's own work. These functions take a whole batch:
@@ -10,6 +11,9 @@
  *     python-zstandard's multi_decompress_to_buffer per run of the same dictionary) and AES-GCM frames.
  *     Anything else (an unknown or missing key or dictionary, a failed tag, damage, a size above the
  *     bound) stops the run and is handed back to the caller, whose per-message decoder names the problem.
+ *   - seal_datagrams / open_datagrams: chronq/replication/_udp.py's datagrams a batch per call (sealed and
+ *     sent with sendmmsg; taken with recvmmsg and checked), the GIL released around the crypto and the
+ *     system calls; without OpenSSL _udp.py seals and opens one at a time through `cryptography`.
  * AES-GCM uses OpenSSL's EVP when built with CHRONQ_OPENSSL (setup.py defines it when the headers are
  * found); without it HAVE_AES is False and chronq.codecs keeps the `cryptography` path. Keys never appear
  * in an error. Every length read from a document is checked against the document before it is used.
@@ -583,9 +587,389 @@ fail:
     return NULL;
 }
 
+/* ---- replication datagrams ------------------------------------------------------------------------ */
+/* chronq/replication/_udp.py's datagrams: version (1) | sequence (8) | first index (8) | documents (4) | the
+ * run's documents | AES-GCM tag (16), big-endian, the nonce 4 zero bytes and the sequence number; the tag
+ * over everything before it (documents in clear) or, `encrypt`, over the head with the documents encrypted.
+ * A run's documents are each a big-endian word (bit 31 metadata, bits 0-29 the body's length) and a body. */
+#define DG_VERSION 1
+#define DG_HEAD 21
+#define DG_MIN (DG_HEAD + 4 + TAG)
+#define DG_BATCH 64 /* datagrams per sendmmsg/recvmmsg call */
+
+static uint64_t ld_be64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | p[i];
+    return v;
+}
+
+static void st_be64(unsigned char *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (unsigned char)v;
+}
+
+static uint32_t ld_be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+/* The documents of the run p[0, len): their number and data documents; -1 if a word or body leaves it. */
+static Py_ssize_t dg_walk(const unsigned char *p, Py_ssize_t len, Py_ssize_t *data) {
+    Py_ssize_t n = 0, at = 0;
+    *data = 0;
+    while (at < len) {
+        if (len - at < 4) return -1;
+        uint32_t w = ld_be32(p + at);
+        Py_ssize_t body = (Py_ssize_t)(w & 0x3FFFFFFFu);
+        if ((w & 0x40000000u) || body > len - at - 4) return -1;
+        if (!(w & 0x80000000u)) (*data)++;
+        at += 4 + body;
+        n++;
+    }
+    return n;
+}
+
+#ifdef CHRONQ_OPENSSL
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103 /* Linux 4.18's; older headers lack it */
+#endif
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+
+static void dg_nonce(unsigned char nonce[12], uint64_t seq) {
+    memset(nonce, 0, 4);
+    st_be64(nonce + 4, seq);
+}
+
+/* Seal the datagram d[0, len) whose tag goes at d + len: see above. 0, or -1. */
+static int dg_seal(EVP_CIPHER_CTX *ctx, unsigned char *d, Py_ssize_t len, int encrypt) {
+    unsigned char nonce[12];
+    int outl = 0;
+    dg_nonce(nonce, ld_be64(d + 1));
+    if (EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce) != 1) return -1;
+    Py_ssize_t aad = encrypt ? DG_HEAD : len;
+    if (EVP_EncryptUpdate(ctx, NULL, &outl, d, (int)aad) != 1) return -1;
+    if (encrypt && gcm_update(ctx, 1, d + DG_HEAD, d + DG_HEAD, len - DG_HEAD) < 0) return -1;
+    if (EVP_EncryptFinal_ex(ctx, d + len, &outl) != 1 || outl != 0) return -1;
+    return EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, TAG, d + len) == 1 ? 0 : -1;
+}
+
+/* Check the datagram d[0, n) (its tag the last 16 bytes) and put its documents, decrypted with `encrypt`,
+ * at out (n - DG_HEAD - TAG bytes). 0, or -1 when the tag does not match. */
+static int dg_open(EVP_CIPHER_CTX *ctx, const unsigned char *d, Py_ssize_t n, int encrypt, unsigned char *out) {
+    unsigned char nonce[12];
+    int outl = 0;
+    Py_ssize_t body = n - DG_HEAD - TAG;
+    dg_nonce(nonce, ld_be64(d + 1));
+    if (EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) != 1) return -1;
+    if (EVP_DecryptUpdate(ctx, NULL, &outl, d, (int)(encrypt ? DG_HEAD : n - TAG)) != 1) return -1;
+    if (encrypt) {
+        if (gcm_update(ctx, 0, out, d + DG_HEAD, body) < 0) return -1;
+    }
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(d + n - TAG)) != 1) return -1;
+    if (EVP_DecryptFinal_ex(ctx, out + body, &outl) != 1) return -1;
+    if (!encrypt && out != d + DG_HEAD) memmove(out, d + DG_HEAD, (size_t)body);
+    return 0;
+}
+
+/* Send the n datagrams of iov through the connected socket fd, without the GIL, up to DG_BATCH messages per
+ * sendmmsg. Consecutive datagrams of one length (and a shorter one after them) go as one message with UDP
+ * generic segmentation offload (UDP_SEGMENT: the kernel cuts it into the same datagrams, for a fraction of
+ * the cost of a send each); where the socket's path refuses it, one message per datagram. A message
+ * refused for a reason in `skip` (ECONNREFUSED: nothing listens there, from an ICMP error of an earlier
+ * send; any error when `lenient`) is left out (its sink asks for its datagrams again). 0, or -1 with errno. */
+#define DG_GSO_SEGMENTS 64
+#define DG_GSO_BYTES 65000
+static int dg_send(int fd, struct iovec *iov, Py_ssize_t n, int lenient) {
+    struct mmsghdr msgs[DG_BATCH];
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } ctl[DG_BATCH];
+    Py_ssize_t starts[DG_BATCH + 1];
+    int gso = 1;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        /* the next messages, from datagram i on */
+        int k = 0;
+        Py_ssize_t at = i;
+        memset(msgs, 0, sizeof msgs);
+        while (k < DG_BATCH && at < n) {
+            Py_ssize_t j = at + 1;
+            size_t seg = iov[at].iov_len, total = seg;
+            if (gso) {
+                while (j < n && j - at < DG_GSO_SEGMENTS && total + iov[j].iov_len <= DG_GSO_BYTES &&
+                       iov[j].iov_len <= seg) {
+                    total += iov[j].iov_len;
+                    if (iov[j++].iov_len < seg) break; /* a shorter one ends the message */
+                }
+            }
+            starts[k] = at;
+            msgs[k].msg_hdr.msg_iov = &iov[at];
+            msgs[k].msg_hdr.msg_iovlen = (size_t)(j - at);
+            if (j - at > 1) {
+                msgs[k].msg_hdr.msg_control = ctl[k].buf;
+                msgs[k].msg_hdr.msg_controllen = sizeof ctl[k].buf;
+                struct cmsghdr *c = CMSG_FIRSTHDR(&msgs[k].msg_hdr);
+                c->cmsg_level = SOL_UDP;
+                c->cmsg_type = UDP_SEGMENT;
+                c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+                uint16_t s16 = (uint16_t)seg;
+                memcpy(CMSG_DATA(c), &s16, sizeof s16);
+            }
+            at = j;
+            k++;
+        }
+        starts[k] = at;
+        int m = 0;
+        while (m < k) {
+            int r = sendmmsg(fd, msgs + m, (unsigned)(k - m), 0);
+            if (r > 0)
+                m += r;
+            else if (r < 0 && errno == EINTR)
+                continue;
+            else if (r < 0 && msgs[m].msg_hdr.msg_iovlen > 1 &&
+                     (errno == EIO || errno == EINVAL || errno == ENOPROTOOPT || errno == EOPNOTSUPP)) {
+                gso = 0; /* this path takes no segmentation offload: a message per datagram from here */
+                break;
+            } else if (r < 0 && (errno == ECONNREFUSED || lenient))
+                m++;
+            else
+                return -1;
+        }
+        i = starts[m];
+    }
+    return 0;
+}
+#endif
+
+PyDoc_STRVAR(seal_datagrams_doc,
+"seal_datagrams(key, encrypt, buf, size, ends, seq, first, fd, lenient, /)\n--\n\n"
+"Seals the runs chronq._native.read_runs put in the slots of `buf` (slot k at k * size, its documents from\n"
+"21 bytes on to ends[k]) as datagrams numbered seq, seq + 1, ..., the first index of the first `first`\n"
+"(each next one's the index after the data documents before it), under the 32-byte `key`, and sends them\n"
+"to the connected UDP socket `fd` with sendmmsg (none when fd is -1), the GIL released. A datagram the\n"
+"socket refuses with ECONNREFUSED (or any error, `lenient`) is left out; another error is raised\n"
+"(OSError). Returns ([(datagram, documents), ...], their bytes).");
+
+static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "seal_datagrams takes 9 arguments");
+        return NULL;
+    }
+#ifndef CHRONQ_OPENSSL
+    PyErr_SetString(PyExc_NotImplementedError, "chronq._codecs was built without OpenSSL");
+    return NULL;
+#else
+    PyObject *key = args[0], *ends = args[4];
+    int encrypt = PyObject_IsTrue(args[1]);
+    Py_ssize_t size = PyLong_AsSsize_t(args[3]);
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[5]);
+    long long first = PyLong_AsLongLong(args[6]);
+    int fd = PyLong_AsLong(args[7]);
+    int lenient = PyObject_IsTrue(args[8]);
+    if (encrypt < 0 || lenient < 0 || PyErr_Occurred()) return NULL;
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 32 || !PyList_Check(ends)) {
+        PyErr_SetString(PyExc_TypeError, "seal_datagrams: a 32-byte key and a list of ends");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(ends);
+    if (size < DG_HEAD || first < 0 || seq + (unsigned long long)n >= (1ull << 63)) {
+        PyErr_SetString(PyExc_ValueError, "seal_datagrams: slot size, first index or sequence out of range");
+        return NULL;
+    }
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[2], &b, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = NULL, *items = PyList_New(n);
+    struct iovec *iov = PyMem_Calloc((size_t)(n ? n : 1), sizeof *iov);
+    EVP_CIPHER_CTX *ctx = NULL;
+    long long nbytes = 0;
+    if (!items || !iov) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!(ctx = gcm_context(key, 1))) goto done;
+    /* every datagram checked and its bytes object made with the GIL, sealed and sent without it */
+    long long index = first;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t end = PyLong_AsSsize_t(PyList_GET_ITEM(ends, k)), data, docs = -1;
+        if (end == -1 && PyErr_Occurred()) goto done;
+        const unsigned char *slot = (const unsigned char *)b.buf + k * size;
+        if (k * size + size <= b.len && end >= k * size + DG_HEAD && end <= k * size + size - TAG)
+            docs = dg_walk(slot + DG_HEAD, end - k * size - DG_HEAD, &data);
+        if (docs < 1) {
+            PyErr_Format(PyExc_ValueError, "seal_datagrams: slot %zd holds no run (end %zd)", k, end);
+            goto done;
+        }
+        Py_ssize_t len = end - k * size;
+        PyObject *dg = PyBytes_FromStringAndSize(NULL, len + TAG);
+        if (!dg) goto done;
+        unsigned char *d = (unsigned char *)PyBytes_AS_STRING(dg);
+        memcpy(d, slot, (size_t)len);
+        d[0] = DG_VERSION;
+        st_be64(d + 1, seq + (unsigned long long)k);
+        st_be64(d + 9, (uint64_t)index);
+        d[17] = (unsigned char)(docs >> 24);
+        d[18] = (unsigned char)(docs >> 16);
+        d[19] = (unsigned char)(docs >> 8);
+        d[20] = (unsigned char)docs;
+        index += data;
+        iov[k].iov_base = d;
+        iov[k].iov_len = (size_t)(len + TAG);
+        nbytes += len + TAG;
+        PyObject *item = Py_BuildValue("(Nn)", dg, docs);
+        if (!item) goto done;
+        PyList_SET_ITEM(items, k, item);
+    }
+    int failed = 0, sent = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < n && !failed; k++)
+        failed = dg_seal(ctx, iov[k].iov_base, (Py_ssize_t)iov[k].iov_len - TAG, encrypt) < 0;
+    if (!failed && fd >= 0) sent = dg_send(fd, iov, n, lenient);
+    Py_END_ALLOW_THREADS
+    if (failed)
+        PyErr_SetString(PyExc_RuntimeError, "OpenSSL AES-GCM encryption failed");
+    else if (sent < 0)
+        PyErr_SetFromErrno(PyExc_OSError);
+    else
+        out = Py_BuildValue("(OL)", items, nbytes);
+done:
+    EVP_CIPHER_CTX_free(ctx);
+    PyMem_Free(iov);
+    Py_XDECREF(items);
+    PyBuffer_Release(&b);
+    return out;
+#endif
+}
+
+PyDoc_STRVAR(open_datagrams_doc,
+"open_datagrams(key, encrypt, fd, buf, slot, max_count, /)\n--\n\n"
+"Takes up to `max_count` datagrams off the non-blocking UDP socket `fd` with recvmmsg (into the slots of\n"
+"`buf`, `slot` bytes each) and checks each under the 32-byte `key` (None: a key not known yet, every\n"
+"datagram discarded), the GIL released. Returns ([(sequence, first index, documents, data documents,\n"
+"their bytes), ...] of the authentic ones, the datagrams taken, those dropped): a datagram shorter than\n"
+"a head, a document word and a tag, of another version, truncated (longer than a slot), with a negative\n"
+"first index or no documents, or whose tag fails is dropped. `data documents` is -1 when the documents'\n"
+"words leave the datagram (the writer refuses such a run, naming it).");
+
+#ifdef CHRONQ_OPENSSL
+typedef struct {
+    uint64_t seq;
+    int64_t first;
+    uint32_t count;
+    Py_ssize_t data, len;
+    int ok;
+} DgIn;
+#endif
+
+static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "open_datagrams takes 6 arguments");
+        return NULL;
+    }
+#ifndef CHRONQ_OPENSSL
+    PyErr_SetString(PyExc_NotImplementedError, "chronq._codecs was built without OpenSSL");
+    return NULL;
+#else
+    PyObject *key = args[0];
+    int encrypt = PyObject_IsTrue(args[1]);
+    int fd = PyLong_AsLong(args[2]);
+    Py_ssize_t slot = PyLong_AsSsize_t(args[4]), max_count = PyLong_AsSsize_t(args[5]);
+    if (encrypt < 0 || PyErr_Occurred()) return NULL;
+    if (key != Py_None && (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 32)) {
+        PyErr_SetString(PyExc_TypeError, "open_datagrams: a 32-byte key or None");
+        return NULL;
+    }
+    if (slot < DG_MIN || max_count < 0 || fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "open_datagrams: slot size, count or socket out of range");
+        return NULL;
+    }
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[3], &b, PyBUF_WRITABLE) < 0) return NULL;
+    Py_ssize_t slots = b.len / slot;
+    if (slots > DG_BATCH) slots = DG_BATCH;
+    PyObject *res = NULL, *items = PyList_New(0);
+    EVP_CIPHER_CTX *ctx = NULL;
+    if (!items || slots < 1) {
+        if (items) PyErr_SetString(PyExc_ValueError, "open_datagrams: the buffer holds no slot");
+        goto done;
+    }
+    if (key != Py_None && !(ctx = gcm_context(key, 0))) goto done;
+    Py_ssize_t taken = 0, dropped = 0;
+    while (taken < max_count) {
+        int k = max_count - taken > slots ? (int)slots : (int)(max_count - taken), r;
+        struct mmsghdr msgs[DG_BATCH];
+        struct iovec iov[DG_BATCH];
+        DgIn in[DG_BATCH];
+        memset(msgs, 0, sizeof msgs[0] * (size_t)k);
+        for (int j = 0; j < k; j++) {
+            iov[j].iov_base = (unsigned char *)b.buf + j * slot;
+            iov[j].iov_len = (size_t)slot;
+            msgs[j].msg_hdr.msg_iov = &iov[j];
+            msgs[j].msg_hdr.msg_iovlen = 1;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        do
+            r = recvmmsg(fd, msgs, (unsigned)k, MSG_DONTWAIT, NULL);
+        while (r < 0 && errno == EINTR);
+        for (int j = 0; j < r; j++) {
+            /* every bound checked before the tag: the head, a document word and the tag must fit */
+            const unsigned char *d = iov[j].iov_base;
+            Py_ssize_t n = (Py_ssize_t)msgs[j].msg_len;
+            DgIn *x = &in[j];
+            x->ok = 0;
+            if (!ctx || (msgs[j].msg_hdr.msg_flags & MSG_TRUNC) || n < DG_MIN || n > slot || d[0] != DG_VERSION)
+                continue;
+            x->seq = ld_be64(d + 1);
+            x->first = (int64_t)ld_be64(d + 9);
+            x->count = ld_be32(d + 17);
+            x->len = n - DG_HEAD - TAG;
+            if (x->first < 0 || x->count < 1 || x->seq >= (1ull << 63)) continue;
+            /* the documents opened in place, after the head */
+            if (dg_open(ctx, d, n, encrypt, (unsigned char *)d + DG_HEAD) < 0) continue;
+            Py_ssize_t docs = dg_walk(d + DG_HEAD, x->len, &x->data);
+            if (docs != (Py_ssize_t)x->count) x->data = -1;
+            x->ok = 1;
+        }
+        Py_END_ALLOW_THREADS
+        if (r <= 0) break; /* nothing more now (EAGAIN), or an error the next poll's recvmmsg reports again */
+        taken += r;
+        for (int j = 0; j < r; j++) {
+            DgIn *x = &in[j];
+            if (!ctx) continue;
+            if (!x->ok) {
+                dropped++;
+                continue;
+            }
+            PyObject *item = Py_BuildValue("(KLknN)", (unsigned long long)x->seq, (long long)x->first,
+                                           (unsigned long)x->count, x->data,
+                                           PyBytes_FromStringAndSize((const char *)iov[j].iov_base + DG_HEAD, x->len));
+            if (!item || PyList_Append(items, item) < 0) {
+                Py_XDECREF(item);
+                goto done;
+            }
+            Py_DECREF(item);
+        }
+        if (r < k) break;
+    }
+    res = Py_BuildValue("(Onn)", items, taken, dropped);
+done:
+    EVP_CIPHER_CTX_free(ctx);
+    Py_XDECREF(items);
+    PyBuffer_Release(&b);
+    return res;
+#endif
+}
+
 static PyMethodDef codec_methods[] = {
     {"frame_many", (PyCFunction)(void (*)(void))frame_many, METH_FASTCALL, frame_many_doc},
     {"read_frames", (PyCFunction)(void (*)(void))read_frames, METH_FASTCALL, read_frames_doc},
+    {"seal_datagrams", (PyCFunction)(void (*)(void))seal_datagrams, METH_FASTCALL, seal_datagrams_doc},
+    {"open_datagrams", (PyCFunction)(void (*)(void))open_datagrams, METH_FASTCALL, open_datagrams_doc},
     {NULL, NULL, 0, NULL},
 };
 

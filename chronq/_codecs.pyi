@@ -1,5 +1,6 @@
-"""Batch framing and unframing of codec payloads (chronq/_codecs.c), for chronq.codecs only: it links
-OpenSSL's libcrypto, so nothing a plain queue uses imports it."""
+"""Batch framing and unframing of codec payloads (chronq/_codecs.c), for chronq.codecs, and the batch
+sealing and opening of replication's datagrams, for chronq.replication._udp: it links OpenSSL's
+libcrypto, so nothing a plain queue uses imports it."""
 
 from typing import Any
 
@@ -32,3 +33,18 @@ def read_frames(
     zstd: tuple[Any, Any],
     /,
 ) -> tuple[list[Any], int, BaseException | None]: ...
+def seal_datagrams(  # the slots chronq._native.read_runs filled, sealed and sent with sendmmsg
+    key: bytes,
+    encrypt: bool,
+    buf: Buffer,
+    size: int,
+    ends: list[int],
+    seq: int,
+    first: int,
+    fd: int,
+    lenient: bool,
+    /,
+) -> tuple[list[tuple[bytes, int]], int]: ...
+def open_datagrams(  # a recvmmsg batch, every bound and tag checked
+    key: bytes | None, encrypt: bool, fd: int, buf: Buffer, slot: int, max_count: int, /
+) -> tuple[list[tuple[int, int, int, int, bytes]], int, int]: ...

@@ -88,6 +88,14 @@ def read_run(
     as a run, at most ``max_count``: ``(documents, data documents, end offset, index of the first,
     blocked)``; ``blocked`` is the size a first document too big for the room would need (else 0)."""
 
+def read_runs(
+    tailer: TailerCore, out: Buffer, size: int, start: int, stop: int, max_runs: int, max_count: int, /
+) -> tuple[int, int, int, int, list[int]]:
+    """``read_run`` into slots: runs of one cycle, run k in ``out[k*size + start:k*size + stop]``, at most
+    ``max_runs`` and ``max_count`` documents in all, a run going on in the next slot when its next
+    document does not fit: ``(documents, data documents, index of the first, blocked, each run's end
+    offset)``; ``blocked`` is the size a first document too big for a slot would need (else 0)."""
+
 def write_run(
     appender: AppenderCore, buf: Buffer, start: int, end: int, cycle: int, first_seq: int, count: int, /
 ) -> tuple[int, int]:

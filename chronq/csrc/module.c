@@ -80,6 +80,7 @@ static PyMethodDef module_methods[] = {
     {"index_array", (PyCFunction)py_index_array, METH_VARARGS, "locate an index document's int64 array"},
     {"check_run", (PyCFunction)py_check_run, METH_VARARGS, "check a replication run's documents"},
     {"read_run", (PyCFunction)py_read_run, METH_VARARGS, "copy a run of documents from a tailer"},
+    {"read_runs", (PyCFunction)py_read_runs, METH_VARARGS, "copy runs of documents into datagram-sized slots"},
     {"write_run", (PyCFunction)py_write_run, METH_VARARGS, "append a run of documents through an appender"},
     {"read_payloads", (PyCFunction)(void (*)(void))py_read_payloads, METH_FASTCALL, read_payloads_doc},
     DOORBELL_METHODS /* doorbell */

@@ -8,7 +8,7 @@
  *   appender.c AppenderCore: lock, find the end, copy the body, publish the header, writePosition + index
  *   tailer.c   Excerpt and TailerCore: header scan, index lookup, zero-copy excerpts; read_payloads
  *   merge.c    Merge: chronq.merge's k-way merge of finished inputs
- *   runs.c     replication runs: check_run, read_run, write_run
+ *   runs.c     replication runs: check_run, read_run, read_runs, write_run
  *
  * Sections of this header: includes and the document header bits; module state; errors; atomics on
  * memory (inline: the hot path); then one section per file with its structs and the functions the other
@@ -296,6 +296,7 @@ extern PyTypeObject MergeType;
 
 PyObject *py_check_run(PyObject *m, PyObject *args);
 PyObject *py_read_run(PyObject *m, PyObject *args);
+PyObject *py_read_runs(PyObject *m, PyObject *args);
 PyObject *py_write_run(PyObject *m, PyObject *args);
 
 #pragma GCC visibility pop

@@ -4,7 +4,8 @@
  *
  * Sections: the run format (big-endian words, the store's own documents left out); check_run (a
  * received run's documents, before anything is written); read_run (copy a run out of a tailer's mapped
- * cycle); write_run (append a run through an appender, as write()/write_meta() would).
+ * cycle); read_runs (several runs of one cycle into fixed-size slots, a datagram's each); write_run
+ * (append a run through an appender, as write()/write_meta() would).
  */
 #include "native.h"
 
@@ -104,34 +105,23 @@ PyObject *py_check_run(PyObject *m, PyObject *args) {
     return Py_BuildValue("nn", n, data);
 }
 
-PyObject *py_read_run(PyObject *m, PyObject *args) {
-    /* read_run(tailer, out, start, limit, max_count) -> (documents, data documents, end, first index,
-       blocked): copy the ready documents of the tailer's cycle into out[start, limit) */
-    PyObject *tobj, *out;
-    Py_ssize_t start, limit, max_count;
-    if (!PyArg_ParseTuple(args, "OOnnn", &tobj, &out, &start, &limit, &max_count)) return NULL;
-    if (!PyObject_TypeCheck(tobj, &TailerType)) {
-        PyErr_SetString(PyExc_TypeError, "read_run() reads a chronq tailer");
-        return NULL;
-    }
-    TailerObject *self = (TailerObject *)tobj;
-    if (self->direction != 1 || self->named_p || self->headerless) {
-        PyErr_SetString(PyExc_ValueError, "read_run() needs an unnamed forward tailer on a queue with headers");
-        return NULL;
-    }
-    BufRef b;
-    if (get_buf(out, &b, 1) < 0) return NULL;
-    PyObject *res = NULL;
-    if (run_bounds(&b, start, limit) < 0) goto done;
+/* One run out of the tailer into base[start, limit), at most max_count documents, of cycle *cycle (-1: the
+   tailer's next one, then set): *docs, *data, *end, *first (index of the first, -1 for none) and *blocked
+   (the size a first document too big for the room would need); -1 with an exception. *full: the next
+   document is ready but did not fit (another run may take it). */
+static int run_read(TailerObject *self, char *base, Py_ssize_t start, Py_ssize_t limit, Py_ssize_t max_count,
+                    int64_t *cycle, Py_ssize_t *docs_out, Py_ssize_t *data_out, Py_ssize_t *end_out,
+                    int64_t *first_out, Py_ssize_t *blocked_out, int *full) {
     Py_ssize_t docs = 0, data = 0, at = start, blocked = 0;
-    int64_t first = -1, cycle = -1;
+    int64_t first = -1;
+    *full = 0;
     while (docs < max_count) {
         uint32_t h;
         int r = Tl_next_doc(self, 1, &h);
-        if (r < 0) goto done;
+        if (r < 0) return -1;
         if (r == 0) break;
         Geometry *g = &self->g;
-        if (docs && g->cycle != cycle) break; /* a run holds one cycle */
+        if (*cycle >= 0 && g->cycle != *cycle) break; /* a run holds one cycle */
         Py_ssize_t pos = self->pos, len = (Py_ssize_t)(h & HDR_LENGTH_MASK);
         const char *body = g->base + pos + 4;
         int meta = (h & HDR_META) != 0;
@@ -141,24 +131,25 @@ PyObject *py_read_run(PyObject *m, PyObject *args) {
         }
         if (len > limit - at - 4) {
             if (!docs) blocked = 4 + len;
+            *full = 1;
             break;
         }
         if (!meta && g->i2i_arr && (self->seq & (((int64_t)1 << g->spacing_bits) - 1)) == 0) {
             int64_t entry; /* as read(): every indexed document cross-checks the chain against the index */
-            if (index_entry(g, self->seq, &entry) < 0) goto done;
+            if (index_entry(g, self->seq, &entry) < 0) return -1;
             if (entry != 0 && entry != (int64_t)pos) {
                 raise_corrupt(g->map->name, pos, "document chain and index disagree for sequence %lld (index says %lld)",
                               (long long)self->seq, (long long)entry);
-                goto done;
+                return -1;
             }
         }
         int64_t index = ((int64_t)g->cycle << g->shift) | self->seq;
         if (!docs) {
             first = index;
-            cycle = g->cycle;
+            *cycle = g->cycle;
         }
-        st_be32(b.base + at, (uint32_t)len | (meta ? RUN_META : 0));
-        memcpy(b.base + at + 4, body, (size_t)len);
+        st_be32(base + at, (uint32_t)len | (meta ? RUN_META : 0));
+        memcpy(base + at + 4, body, (size_t)len);
         at += 4 + len;
         self->pos = align_up(pos + 4 + len, g->align);
         if (!meta) {
@@ -168,13 +159,109 @@ PyObject *py_read_run(PyObject *m, PyObject *args) {
         }
         docs++;
     }
+    *docs_out = docs;
+    *data_out = data;
+    *end_out = at;
+    *first_out = first;
+    *blocked_out = blocked;
+    return 0;
+}
+
+/* As read(): drop the pages behind what was copied (release_pages_every). */
+static void run_release(TailerObject *self) {
     if (self->release_every && self->g.map && self->pos - self->released_to > self->release_every) {
-        /* as read(): drop the pages behind what was copied (release_pages_every) */
         Py_ssize_t released = release_range(self->g.base, self->g.size, self->released_to, self->pos);
         if (released > 0) self->released_to = released;
     }
+}
+
+static TailerObject *run_tailer(PyObject *tobj, const char *name) {
+    if (!PyObject_TypeCheck(tobj, &TailerType)) {
+        PyErr_Format(PyExc_TypeError, "%s() reads a chronq tailer", name);
+        return NULL;
+    }
+    TailerObject *self = (TailerObject *)tobj;
+    if (self->direction != 1 || self->named_p || self->headerless) {
+        PyErr_Format(PyExc_ValueError, "%s() needs an unnamed forward tailer on a queue with headers", name);
+        return NULL;
+    }
+    return self;
+}
+
+PyObject *py_read_run(PyObject *m, PyObject *args) {
+    /* read_run(tailer, out, start, limit, max_count) -> (documents, data documents, end, first index,
+       blocked): copy the ready documents of the tailer's cycle into out[start, limit) */
+    PyObject *tobj, *out;
+    Py_ssize_t start, limit, max_count;
+    if (!PyArg_ParseTuple(args, "OOnnn", &tobj, &out, &start, &limit, &max_count)) return NULL;
+    TailerObject *self = run_tailer(tobj, "read_run");
+    if (!self) return NULL;
+    BufRef b;
+    if (get_buf(out, &b, 1) < 0) return NULL;
+    PyObject *res = NULL;
+    if (run_bounds(&b, start, limit) < 0) goto done;
+    Py_ssize_t docs, data, at, blocked;
+    int64_t first, cycle = -1;
+    int full;
+    if (run_read(self, b.base, start, limit, max_count, &cycle, &docs, &data, &at, &first, &blocked, &full) < 0)
+        goto done;
+    run_release(self);
     res = Py_BuildValue("nnnLn", docs, data, at, (long long)first, blocked);
 done:
+    put_buf(&b);
+    return res;
+}
+
+PyObject *py_read_runs(PyObject *m, PyObject *args) {
+    /* read_runs(tailer, out, size, start, stop, max_runs, max_count) -> (documents, data documents, first
+       index, blocked, ends): runs of one cycle into the slots out[k*size + start, k*size + stop) */
+    PyObject *tobj, *out;
+    Py_ssize_t size, start, stop, max_runs, max_count;
+    if (!PyArg_ParseTuple(args, "OOnnnnn", &tobj, &out, &size, &start, &stop, &max_runs, &max_count)) return NULL;
+    TailerObject *self = run_tailer(tobj, "read_runs");
+    if (!self) return NULL;
+    if (size <= 0 || start < 0 || stop < start || stop > size || max_runs < 0) {
+        PyErr_Format(PyExc_ValueError, "read_runs(): slots of %zd bytes, documents in [%zd, %zd), %zd slots", size,
+                     start, stop, max_runs);
+        return NULL;
+    }
+    BufRef b;
+    if (get_buf(out, &b, 1) < 0) return NULL;
+    PyObject *res = NULL, *ends = NULL;
+    if (max_runs > b.len / size) {
+        PyErr_Format(PyExc_IndexError, "%zd slots of %zd bytes do not fit in the buffer (%zd bytes)", max_runs, size,
+                     b.len);
+        goto done;
+    }
+    if (!(ends = PyList_New(0))) goto done;
+    Py_ssize_t docs = 0, data = 0, blocked = 0;
+    int64_t first = -1, cycle = -1;
+    for (Py_ssize_t k = 0; k < max_runs && docs < max_count; k++) {
+        Py_ssize_t d, dd, at, bl;
+        int64_t f;
+        int full;
+        if (run_read(self, b.base, k * size + start, k * size + stop, max_count - docs, &cycle, &d, &dd, &at, &f,
+                     &bl, &full) < 0)
+            goto done;
+        if (!d) {
+            if (!k) blocked = bl;
+            break;
+        }
+        PyObject *e = PyLong_FromSsize_t(at);
+        if (!e || PyList_Append(ends, e) < 0) {
+            Py_XDECREF(e);
+            goto done;
+        }
+        Py_DECREF(e);
+        if (!k) first = f;
+        docs += d;
+        data += dd;
+        if (!full) break; /* nothing more ready, another cycle next, or max_count */
+    }
+    run_release(self);
+    res = Py_BuildValue("nnLnO", docs, data, (long long)first, blocked, ends);
+done:
+    Py_XDECREF(ends);
     put_buf(&b);
     return res;
 }

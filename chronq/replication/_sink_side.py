@@ -194,7 +194,8 @@ class SinkEndpoint:
         udp = None
         if self._qc.transport == "udp":  # its port (and key, inside TLS) before the subscription
             cfg = self._host.config
-            udp = UdpReceiver(cfg.udp, cfg.host(self._host.host_id), conn, self._link, self._qc.udp_group)
+            udp = UdpReceiver(cfg.udp, cfg.host(self._host.host_id), conn, self._link, self._qc.udp_group,
+                              rc.cycle_shift)
         try:
             with SinkWriter(self.path, rc, info.epoch, source_host=info.host_id) as writer:
                 if udp is not None:

@@ -15,6 +15,13 @@ datagram of another session, a forged, altered or truncated one fails its tag an
 counted, never written; a replayed one is a duplicate of a sequence number the sink already holds and
 is dropped and counted too.
 
+Python runs per batch of datagrams, not per datagram: the source reads up to BATCH runs into
+datagram-sized slots in one call (`SourceReader.read_runs`), and seals and sends them in another
+(`DatagramKey.seal_batch`: `chronq._codecs.seal_datagrams`, `sendmmsg`); the sink takes up to
+RECV_BATCH datagrams off its socket and checks them in one call (`chronq._codecs.open_datagrams`,
+`recvmmsg`). Built without OpenSSL, `chronq._codecs` leaves both to `cryptography`, a datagram at a
+time (the same datagrams).
+
 Sequence numbers start at 0 per session, one per run, in the order the source read them. The sink
 writes them strictly in that order through its usual `write_run`, so its cycle files are the source's
 byte for byte. It holds what arrived ahead of a gap (at most `udpWindow` datagrams); it learns of a gap
@@ -56,13 +63,14 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 import chronq
+from chronq import _native
 from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Link
 from chronq.replication.config import DEFAULT_DATAGRAM, MAX_DATAGRAM, MIN_DATAGRAM, HostCfg, UdpCfg
@@ -83,7 +91,11 @@ READS_PER_POLL = 256  # datagrams a sink takes off its socket per poll at most (
 SOCKET_BUFFER = 8 << 20  # bytes asked of the kernel for a UDP socket's buffer (it may give less)
 ACK_EVERY = 0.001  # s between a sink's UdpAcks on a busy link (and at once when it goes quiet)
 POSITION_AFTER = 0.0005  # s a source stays quiet after its last datagram before it says its position
-PUMP_BATCH = 16  # datagrams a group member's session sends to the group per step at most
+PUMP_BATCH = 16  # batches a group member's session sends to the group per step at most
+BATCH = 64  # datagrams read, sealed and sent in one native call at most
+RECV_SLOT = 65536  # bytes of a sink's receive slot: any datagram (a longer one is truncated: dropped)
+RECV_BATCH = 32  # slots per recvmmsg
+MERGE_BYTES = 1 << 20  # bytes of documents of consecutive datagrams a sink writes as one run at most
 GROUP_KEY_NONCE = b"\xff" * 12  # never a datagram's nonce (their sequence numbers stay below 2**63)
 GROUP_KEY_AAD = b"chronq replication group key"
 CAUGHT_UP = 2  # a TCP run filling less than 1/CAUGHT_UP of a frame: the catch-up is done, datagrams next
@@ -91,6 +103,21 @@ CAUGHT_UP = 2  # a TCP run filling less than 1/CAUGHT_UP of a frame: the catch-u
 # of them, before its session switches to the TCP catch-up: a sink that keeps taking datagrams, however
 # far behind a burst left it, stays on them (the window paces the source as it should)
 FALL_BACK_AFTER = 0.5
+
+
+# chronq._codecs' batch calls (seal_datagrams, open_datagrams)
+_Seal = Callable[..., tuple[list[tuple[bytes, int]], int]]
+_Open = Callable[..., tuple[list[tuple[int, int, int, int, bytes]], int, int]]
+
+
+def _batch_calls() -> tuple[_Seal, _Open] | None:
+    """chronq._codecs' datagram batch calls, loaded here (only a UDP queue needs it, and its libcrypto);
+    None where it is missing or was built without OpenSSL: a datagram at a time through `cryptography`."""
+    try:
+        from chronq import _codecs
+    except ImportError:
+        return None
+    return (_codecs.seal_datagrams, _codecs.open_datagrams) if _codecs.HAVE_AES else None
 
 
 def _nonce(seq: int) -> bytes:
@@ -106,16 +133,44 @@ class DatagramKey:
         if len(key) != 32:
             raise ProtocolError(f"a datagram key has 32 bytes, not {len(key)}")
         self._aead = AESGCM(key)
+        self.key = key
         self.encrypt = encrypt
+        # the batch path: read_runs' slots sealed and sent in one call (`seal_batch`)
+        calls = _batch_calls()
+        self._native = None if calls is None else calls[0]
 
-    def seal(self, buf: bytearray, end: int) -> bytes:
-        """The datagram whose head and documents are `buf[:end]`, sealed."""
-        seq = DATAGRAM_HEAD.unpack_from(buf, 0)[1]
-        head = DATAGRAM_HEAD.size
+    def seal(self, buf: bytearray, end: int, start: int = 0) -> bytes:
+        """The datagram whose head and documents are `buf[start:end]`, sealed."""
+        seq = DATAGRAM_HEAD.unpack_from(buf, start)[1]
+        head = start + DATAGRAM_HEAD.size
         with memoryview(buf) as view:
             if self.encrypt:
-                return bytes(view[:head]) + self._aead.encrypt(_nonce(seq), view[head:end], view[:head])
-            return bytes(view[:end]) + self._aead.encrypt(_nonce(seq), b"", view[:end])
+                return bytes(view[start:head]) + self._aead.encrypt(_nonce(seq), view[head:end],
+                                                                    view[start:head])
+            return bytes(view[start:end]) + self._aead.encrypt(_nonce(seq), b"", view[start:end])
+
+    def seal_batch(self, buf: bytearray, size: int, ends: list[int], seq: int, first: int,
+                   sock: socket.socket | None, lenient: bool) -> tuple[list[tuple[bytes, int]], int]:
+        """The runs `SourceReader.read_runs` put in the slots of `buf` (slot k at `k * size`, its head
+        left free), numbered from `seq` and sealed, each with its documents, and their bytes; sent to
+        `sock` (connected) unless None. A send refused because nothing listens there yet (or any more),
+        or any refused send when `lenient`, is left out: the sink asks for that datagram again. One
+        native call (the GIL released while sealing and sending) when chronq._codecs has OpenSSL."""
+        if self._native is not None:
+            return self._native(self.key, self.encrypt, buf, size, ends, seq, first,
+                                -1 if sock is None else sock.fileno(), lenient)
+        out, nbytes = [], 0
+        for k, end in enumerate(ends):
+            docs, data = _native.check_run(buf, k * size + DATAGRAM_HEAD.size, end)
+            DATAGRAM_HEAD.pack_into(buf, k * size, DATAGRAM_VERSION, seq + k, first, docs)
+            sealed = self.seal(buf, end, k * size)
+            first += data
+            out.append((sealed, docs))
+            nbytes += len(sealed)
+            if sock is not None:
+                with contextlib.suppress(OSError if lenient else ConnectionRefusedError):
+                    sock.send(sealed)
+        return out, nbytes
 
     def open(self, data: bytes | bytearray | memoryview) -> tuple[int, int, int, bytes] | None:
         """(sequence, first index, documents, their bytes) of an authentic datagram, None otherwise."""
@@ -217,9 +272,11 @@ class UdpSender:
             self._sock.close()
             raise ReplicationError(f"cannot send datagrams to {dest[0]}:{dest[1]}: {e}") from None
         self.dest = dest
-        self._buf = bytearray(datagram_size(cfg, self._sock))
-        self._in_flight = min(cfg.retransmit_buffer, max(sub.buffer, len(self._buf)))
-        self._out = self._buf  # where the last `read` put its datagram (a big one: the TCP frame buffer)
+        self._size = datagram_size(cfg, self._sock)
+        self._buf = bytearray(self._size * BATCH)  # BATCH slots, a datagram each (`read_runs`)
+        self._in_flight = min(cfg.retransmit_buffer, max(sub.buffer, self._size))
+        self._out = self._buf  # where the last `read` put its run (a big one: the TCP frame buffer)
+        self._ends: list[int] = []  # the slots the last `read` filled (none: the run in the big buffer)
         self.counts = _counts(link)
         self.live = False  # datagrams (after UdpStart), else TCP runs (the catch-up)
         self.next_seq = 0
@@ -256,8 +313,12 @@ class UdpSender:
         must write them before any run)."""
         if not self.live:
             return self._acked == self.next_seq
-        return (self.next_seq - self._acked < self._cfg.window
-                and self._kept_bytes + len(self._buf) <= self._in_flight)
+        return self._room() > 0
+
+    def _room(self) -> int:
+        """The datagrams the window has room for now (each counted as a full one)."""
+        return min(self._cfg.window - (self.next_seq - self._acked),
+                   (self._in_flight - self._kept_bytes) // self._size)
 
     def fall_back(self, waiting: int, now: float) -> None:
         """The window is full and `waiting` documents follow what was read: a sink further behind than
@@ -282,34 +343,43 @@ class UdpSender:
         self.counts.tcp_runs += 1
 
     def read(self, reader: SourceReader, big: bytearray, max_count: int) -> tuple[int, int, int, int]:
-        """The next run into a datagram: (documents, data documents, end, first index), as
-        `SourceReader.read_run`. A document larger than a datagram is read into `big` (the TCP frame
-        buffer) and goes over TCP."""
-        head = DATAGRAM_HEAD.size
+        """The next runs into datagrams, as many as the window has room for (at most BATCH): (documents,
+        data documents, end, first index), as `SourceReader.read_run`. A document larger than a
+        datagram is read into `big` (the TCP frame buffer) and goes over TCP."""
         try:
             self._out = self._buf
-            return reader.read_run(self._buf, head, len(self._buf) - TAG, max_count)
+            docs, data, first, self._ends = reader.read_runs(
+                self._buf, self._size, DATAGRAM_HEAD.size, self._size - TAG, min(BATCH, self._room()),
+                max_count)
+            return docs, data, 0, first
         except ReplicationError:
-            self._out = big
-            return reader.read_run(big, head, self._conn.max_frame - 1 - TAG, max_count)
+            self._out, self._ends = big, []
+            return reader.read_run(big, DATAGRAM_HEAD.size, self._conn.max_frame - 1 - TAG, max_count)
 
     def send(self, first: int, docs: int, end: int, over_tcp: bool) -> None:
-        """Seal and send the datagram `read` made; `over_tcp`: it must come after a TCP frame just sent
-        (a codec dictionary it may need), or it is too big for a datagram."""
-        buf = self._out
+        """Seal and send the datagrams `read` made; `over_tcp`: they must come after a TCP frame just
+        sent (a codec dictionary they may need), or the run is too big for a datagram."""
         seq = self.next_seq
-        DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
-        data = self._key.seal(buf, end)
-        self._kept[seq] = data, docs
-        self._kept_bytes += len(data)
-        self._kept_docs += docs
-        self.next_seq = seq + 1
-        if over_tcp or buf is not self._buf:
-            self._conn.send(p.Datagram(data))
+        if self._ends:
+            try:
+                sealed, nbytes = self._key.seal_batch(self._buf, self._size, self._ends, seq, first,
+                                                      None if over_tcp else self._sock, False)
+            except OSError as e:
+                raise ReplicationError(f"cannot send datagrams to {self._conn.peer} at {self.dest[0]}:"
+                                       f"{self.dest[1]}: {e}") from None
         else:
-            with contextlib.suppress(ConnectionRefusedError):  # no socket there yet, or any more: the
-                self._sock.send(data)                           # sink asks for it again or reconnects
-        self.counts.datagrams += 1
+            buf = self._out
+            DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
+            sealed = [(self._key.seal(buf, end), docs)]
+            nbytes, over_tcp = len(sealed[0][0]), True
+        self._kept.update(zip(range(seq, seq + len(sealed)), sealed, strict=True))
+        self._kept_bytes += nbytes
+        self._kept_docs += docs
+        self.next_seq = seq + len(sealed)
+        if over_tcp:
+            for data, _ in sealed:
+                self._conn.send(p.Datagram(data))
+        self.counts.datagrams += len(sealed)
         now = time.monotonic()
         self._sent_at = now
         if now - self._conn.last_send >= self._interval:  # a heartbeat that says where the source is
@@ -378,7 +448,8 @@ class GroupSender:
             raise ReplicationError(f"cannot send datagrams to the group {group[0]}:{group[1]} (udpGroup, "
                                    f"udpInterface {interface}): {e}") from None
         self._sock = sock
-        self._buf = bytearray(datagram_size(cfg, sock))
+        self.size = datagram_size(cfg, sock)
+        self._buf = bytearray(self.size * BATCH)  # BATCH slots, a datagram each (`read_runs`)
         self._big = bytearray(0)  # a document larger than a datagram: read here, sent over TCP
         self.members: set[GroupMember] = set()
         self.next_seq = 0
@@ -391,24 +462,26 @@ class GroupSender:
         self._reader: SourceReader | None = None
         self._codec: CodecState | None = None
 
-    def _room(self) -> bool:
+    def _room(self) -> int:
+        """The datagrams the window has room for now (each counted as a full one)."""
         if not self.members:
-            return False
+            return 0
         slowest = min(m.acked for m in self.members)
         in_flight = min(m.in_flight for m in self.members)
-        return (self.next_seq - slowest < self._cfg.window
-                and self._kept_bytes + len(self._buf) <= in_flight)
+        return min(self._cfg.window - (self.next_seq - slowest), (in_flight - self._kept_bytes) // self.size)
 
     def pump(self, max_count: int) -> int:
-        """Read the next run into a datagram and send it to the group, if the window has room: its
-        documents (0: none ready, or no room). The caller holds `lock`."""
+        """Read the next runs into datagrams and send them to the group, as many as the window has room
+        for (at most BATCH): their documents (0: none ready, or no room). The caller holds `lock`."""
         reader, codec, sealer = self._reader, self._codec, self._sealer
-        if reader is None or codec is None or sealer is None or not self._room():
+        room = self._room()
+        if reader is None or codec is None or sealer is None or room <= 0:
             return 0
         head = DATAGRAM_HEAD.size
-        buf = self._buf
         try:
-            docs, data, end, first = reader.read_run(buf, head, len(buf) - TAG, max_count)
+            docs, data, first, ends = reader.read_runs(self._buf, self.size, head, self.size - TAG,
+                                                       min(BATCH, room), max_count)
+            buf = self._buf
         except ReplicationError:
             if len(self._big) < self._max_frame:
                 self._big = bytearray(self._max_frame)
@@ -417,17 +490,21 @@ class GroupSender:
         if not docs:
             return 0
         # a datagram that needs a codec frame first, or too big for a datagram, is not sent to the group:
-        # each sink asks for it and gets it over its TCP link, after that frame
+        # each sink asks for it and gets it over its TCP link, after that frame (no route for a moment:
+        # the sinks ask for it again too)
         hold = buf is not self._buf or bool(codec.news(data))
         seq = self.next_seq
-        DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
-        sealed = sealer.seal(buf, end)
-        self.kept[seq] = sealed
-        self._kept_bytes += len(sealed)
-        self.next_seq = seq + 1
-        if not hold:
-            with contextlib.suppress(OSError):  # no route for a moment: the sinks ask for it again
-                self._sock.send(sealed)
+        if buf is self._buf:
+            batch, nbytes = sealer.seal_batch(buf, self.size, ends, seq, first, None if hold else self._sock,
+                                              True)
+            sealed = [d for d, _ in batch]
+        else:
+            DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
+            sealed = [sealer.seal(buf, end)]
+            nbytes = len(sealed[0])
+        self.kept.update(zip(range(seq, seq + len(sealed)), sealed, strict=True))
+        self._kept_bytes += nbytes
+        self.next_seq = seq + len(sealed)
         if data:
             self.last_data = first + data - 1
         self.sent_at = time.monotonic()
@@ -460,7 +537,7 @@ class GroupSender:
                 break
         else:
             return False
-        return self._room()
+        return self._room() > 0
 
     def _close_reader(self) -> None:
         if self._reader is not None:
@@ -493,7 +570,7 @@ class GroupMember:
         self.dest = group.dest
         self.counts = _counts(link)
         # unacknowledged bytes at most: what the source keeps, and what the sink's socket holds
-        self.in_flight = min(group._cfg.retransmit_buffer, max(sub.buffer, len(group._buf)))
+        self.in_flight = min(group._cfg.retransmit_buffer, max(sub.buffer, group.size))
         self.live = False
         self.acked = 0
         self._first = 0  # the group's first datagram for this sink
@@ -622,9 +699,11 @@ class UdpReceiver:
     and a `poll` that returns the TCP link's frames and, in sequence order, the runs to write."""
 
     def __init__(self, cfg: UdpCfg, me: HostCfg, conn: Conn, link: Link,
-                 group: tuple[str, int] | None = None) -> None:
-        """`group`: the queue's multicast group (`udpGroup`), joined on the host's `udpInterface`."""
-        self._cfg, self._conn, self._group = cfg, conn, group
+                 group: tuple[str, int] | None = None, cycle_shift: int | None = None) -> None:
+        """`group`: the queue's multicast group (`udpGroup`), joined on the host's `udpInterface`;
+        `cycle_shift`: the roll cycle's (`RollCycle.cycle_shift`): consecutive datagrams of one cycle
+        then go to the writer as one run (None: a run per datagram)."""
+        self._cfg, self._conn, self._group, self._shift = cfg, conn, group, cycle_shift
         bind = group or me.udp_bind or (me.host, 0)  # any free port of its connectUri's address: announced
         self._sock = socket.socket(_family(bind[0]), socket.SOCK_DGRAM)
         try:
@@ -656,12 +735,15 @@ class UdpReceiver:
         key = session_key(conn, self._sent_key)
         # a group's key comes with its UdpGroup: until then nothing is taken
         self._key = None if group is not None else DatagramKey(key, encrypt=conn.frame_auth is None)
-        self._rbuf = bytearray(65536)
+        # recvmmsg's slots (opened in one native call per batch when chronq._codecs has OpenSSL)
+        calls = _batch_calls()
+        self._open_many = None if calls is None else calls[1]
+        self._rbuf = bytearray(RECV_SLOT * (RECV_BATCH if self._open_many is not None else 1))
         self.counts = _counts(link)
         self.live = False
         self.expected = 0  # the next datagram to write
         self._high = 0  # the source sent every datagram before this one, as far as this sink knows
-        self._ahead: dict[int, tuple[int, int, bytes]] = {}
+        self._ahead: dict[int, tuple[int, int, int, bytes]] = {}  # first index, documents, data ones, bytes
         self._asked: set[int] = set()
         self._acked, self._acked_at = 0, 0.0
         self._stop_at: int | None = None  # the source's UdpStop: its datagrams end before this one
@@ -692,7 +774,15 @@ class UdpReceiver:
         tcp, udp = self._wait(wait, spin)
         out: list[p.Frame] = []
         got = 0
-        if udp:
+        if udp and self._open_many is not None:
+            key = self._key  # None: a group not joined yet (its datagrams are taken and dropped uncounted)
+            items, got, dropped = self._open_many(None if key is None else key.key,
+                                                  key is not None and key.encrypt, self._sock.fileno(),
+                                                  self._rbuf, RECV_SLOT, READS_PER_POLL)
+            self.counts.dropped += dropped
+            for item in items:
+                self._hold(*item)
+        elif udp:
             sock, view = self._sock, memoryview(self._rbuf)
             try:
                 while got < READS_PER_POLL:
@@ -750,11 +840,15 @@ class UdpReceiver:
         if self._key is None:  # a group not joined yet: its datagrams are for the sinks already in it
             return
         opened = self._key.open(data)
-        counts = self.counts
         if opened is None:
-            counts.dropped += 1
+            self.counts.dropped += 1
             return
         seq, first, count, docs = opened
+        self._hold(seq, first, count, -1, docs)
+
+    def _hold(self, seq: int, first: int, count: int, data: int, docs: bytes) -> None:
+        """Hold an authentic datagram (`data`: its data documents, -1 if not counted) until it is next."""
+        counts = self.counts
         if seq < self.expected or seq in self._ahead:
             counts.duplicates += 1
             return
@@ -762,18 +856,35 @@ class UdpReceiver:
             counts.dropped += 1  # beyond what may be held (asked for again later), or after the datagrams
             return
         counts.datagrams += 1
-        self._ahead[seq] = (first, count, docs)
-        self._high = max(self._high, seq + 1)
+        self._ahead[seq] = (first, count, data, docs)
+        if seq >= self._high:
+            self._high = seq + 1
 
     def _release(self, out: list[p.Frame]) -> None:
+        """The datagrams now in order, as runs: consecutive ones of one cycle (each index following the
+        one before's, up to MERGE_BYTES) as one run, written in one call."""
         if not self.live:
             return
-        ahead, seq = self._ahead, self.expected
+        ahead, seq, shift = self._ahead, self.expected, self._shift
+        first = count = nxt = size = 0
+        parts: list[bytes] = []
         while (item := ahead.pop(seq, None)) is not None:
-            out.append(p.Run(*item))
-            self._unacked_bytes += len(item[2]) + DATAGRAM_HEAD.size + TAG
+            f, c, data, docs = item
+            self._unacked_bytes += len(docs) + DATAGRAM_HEAD.size + TAG
             self._asked.discard(seq)
             seq += 1
+            if parts and f == nxt and data >= 0 and shift is not None and f >> shift == first >> shift \
+                    and size + len(docs) <= MERGE_BYTES:
+                parts.append(docs)
+                count += c
+                size += len(docs)
+            else:
+                if parts:
+                    out.append(p.Run(first, count, parts[0] if len(parts) == 1 else b"".join(parts)))
+                parts, first, count, size = [docs], f, c, len(docs)
+            nxt = f + data if data >= 0 else -1
+        if parts:
+            out.append(p.Run(first, count, parts[0] if len(parts) == 1 else b"".join(parts)))
         self.expected = seq
         if seq == self._stop_at:  # every datagram before the UdpStop written: the TCP catch-up follows
             self.live = False

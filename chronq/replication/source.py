@@ -86,6 +86,19 @@ class SourceReader:
                                    f"frame of at most {limit - start} bytes of documents (maxFrameSize)")
         return docs, data, end, first
 
+    def read_runs(self, out: bytearray, size: int, start: int, stop: int, max_runs: int,
+                  max_count: int) -> tuple[int, int, int, list[int]]:
+        """Copy the ready documents of one cycle (at most `max_count`) as runs into the slots of `out`,
+        at most `max_runs` (slot k holds its run in `out[k * size + start:k * size + stop]`: a datagram's
+        documents each), in one native call: (documents, data documents, index of the first, each run's
+        end offset). ReplicationError if the next document alone does not fit in a slot."""
+        docs, data, first, blocked, ends = _native.read_runs(self._tailer, out, size, start, stop, max_runs,
+                                                             max_count)
+        if blocked:
+            raise ReplicationError(f"{self.queue.path}: a document of {blocked - 4} bytes does not fit in a "
+                                   f"datagram of at most {stop - start} bytes of documents")
+        return docs, data, first, ends
+
     def close(self) -> None:
         self._tailer.close()
 

@@ -342,8 +342,9 @@ def test_an_asyncio_reader_is_woken_through_its_native_waiter_by_a_writer_proces
     find each message (the watched words moved)."""
     with chronq.open(tmp_path / "q") as q:
         got: list[str] = []
-        writer = subprocess.Popen([sys.executable, "-c", SAY_EACH, str(tmp_path / "q")], cwd=REPO,
-                                  stdin=subprocess.PIPE, text=True, env={**child_env(), "CHRONQ_DOORBELL": ringing})
+        env = {**child_env(), "CHRONQ_DOORBELL": ringing}
+        writer = subprocess.Popen([sys.executable, "-c", SAY_EACH, str(tmp_path / "q")], cwd=REPO, env=env,
+                                  stdin=subprocess.PIPE, text=True)
         assert writer.stdin is not None
 
         async def scenario() -> tuple[int, int]:

@@ -17,8 +17,10 @@ an event loop records handler time - stamp (`time.perf_counter_ns`, one clock fo
 machine): the time from the append to the handler, through the queue's doorbell, the reader's native
 waiter (`chronq.doorbell.Notifier`) and the loop. Beside it, alternating in the same run (`--rounds`):
 the design it replaced (a Python thread waiting in `Tailer.wait` wakes the loop with
-`call_soon_threadsafe`), and the reader with ringing off in the writer (`CHRONQ_DOORBELL=0`): it then
-finds each call on its `max_wait` look, as it would an appender that does not ring.
+`call_soon_threadsafe`); the floor of one wake-up (the same method reader read by a plain loop
+sleeping in `tailer.wait`, no event loop); and the reader with ringing off in the writer
+(`CHRONQ_DOORBELL=0`): it then finds each call on its `max_wait` look, as it would an appender that
+does not ring.
 """
 
 from __future__ import annotations
@@ -228,9 +230,10 @@ async def run_thread_woken(reader: rpc.MethodReader, q: chronq.Queue, stopped: C
         thread.join()
 
 
-def asyncio_wakeups(count: int, rate: int, ringing: bool, native: bool = True) -> list[int]:
-    """Append-to-handler times (ns) of an idle `AsyncMethodReader` (see the module's docstring); with
-    `native` False, of the thread-woken baseline (`run_thread_woken`)."""
+def asyncio_wakeups(count: int, rate: int, ringing: bool, how: str = "native") -> list[int]:
+    """Append-to-handler times (ns) of an idle `AsyncMethodReader` (see the module's docstring); `how`
+    "thread": of the thread-woken baseline (`run_thread_woken`); "blocking": of the same method reader
+    read by a plain loop that sleeps in `tailer.wait` (no event loop: one wake-up, the floor)."""
     from rpc.aio import AsyncMethodReader
 
     lags: list[int] = []
@@ -247,10 +250,16 @@ def asyncio_wakeups(count: int, rate: int, ringing: bool, native: bool = True) -
         writer = subprocess.Popen([sys.executable, __file__, "--role", "stamper", d, str(count), str(rate)],
                                   env=env)
         try:
-            if native:
+            if how == "native":
                 asyncio.run(reader.run())
-            else:
+            elif how == "thread":
                 asyncio.run(run_thread_woken(reader.reader, q, lambda: len(lags) >= count))
+            else:
+                tailer = reader.reader.tailer
+                assert tailer is not None
+                while len(lags) < count:
+                    if not reader.reader.read_many(256):
+                        tailer.wait(1.0)
         finally:
             writer.wait(60)
     return lags
@@ -287,18 +296,19 @@ def main() -> None:
         print(f"\nasyncio wake-up: append in another process -> asyncio handler, {a.wakeups} calls at "
               f"{a.rate}/s, the reader asleep before each; {a.rounds} alternating rounds (p50 of each)")
         print(f"{'case':<56} {'p50 us (rounds)':>22} {'p99 us':>8} {'max us':>8} {'target':>10}")
-        cases = [("AsyncMethodReader: native waiter, eventfd", True, True),
-                 ("baseline: Python thread + call_soon_threadsafe (before)", True, False),
-                 ("AsyncMethodReader, writer not ringing (CHRONQ_DOORBELL=0)", False, True)]
+        cases = [("AsyncMethodReader: native waiter, eventfd", True, "native"),
+                 ("baseline: Python thread + call_soon_threadsafe (before)", True, "thread"),
+                 ("floor: no event loop, blocking in tailer.wait", True, "blocking"),
+                 ("AsyncMethodReader, writer not ringing (CHRONQ_DOORBELL=0)", False, "native")]
         runs: dict[str, list[list[int]]] = {name: [] for name, _, _ in cases}
         for _ in range(a.rounds):
-            for name, ringing, native in cases:
-                runs[name].append(asyncio_wakeups(a.wakeups, a.rate, ringing, native))
-        for name, ringing, native in cases:
+            for name, ringing, how in cases:
+                runs[name].append(asyncio_wakeups(a.wakeups, a.rate, ringing, how))
+        for name, ringing, how in cases:
             p50s = [_pct(lags, 0.5) for lags in runs[name]]
             every = [x for lags in runs[name] for x in lags]
             met = ""
-            if ringing and native:
+            if ringing and how == "native":
                 met = f"<= {WAKEUP_P50}: " + ("met" if _pct(every, 0.5) <= WAKEUP_P50 else "NO")
             print(f"{name:<56} {'/'.join(f'{p:.0f}' for p in p50s):>22} {_pct(every, 0.99):>8.0f} "
                   f"{max(every) / 1000:>8.0f} {met:>10}")

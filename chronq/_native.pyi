@@ -36,6 +36,24 @@ def doorbell_watch(buf: Buffer, off: int, seen: int, epoch: int, timeout: float,
     """doorbell_wait that, every `max_wait` (each look that finds nothing doubling the next sleep, up to
     `max_idle`, default `max_wait`), compares the watched (buffer, offset, width, value) words in C
     instead of returning: True once rung or a word moved on, False on timeout."""
+class DoorbellNotifier:
+    """Wakes an event loop's eventfd when the doorbell rings or a watched word moves, from a thread that
+    runs `serve()` without the GIL (chronq.doorbell.Notifier)."""
+    def __init__(self) -> None: ...
+    def arm(self, buf: Buffer | None, off: int, seen: int, epoch: int,
+            watches: tuple[tuple[Buffer, int, int, int], ...] | None, max_wait: float, max_idle: float,
+            /) -> None:
+        """Hand the thread a wait (buf None: no doorbell word); replaces the one in progress."""
+    def serve(self) -> None:
+        """The thread's body: serves armed waits until `stop()`."""
+    def cancel(self) -> None: ...
+    def stop(self) -> None: ...
+    def close(self) -> None:
+        """Release the buffers and the eventfd; RuntimeError while `serve()` runs."""
+    def wake(self) -> None: ...
+    def consume(self) -> int: ...
+    def fileno(self) -> int: ...
+
 def set_max64(buf: Buffer, off: int, value: int, /) -> int:
     """Raise the value to at least ``value``; returns the value now stored."""
 

@@ -29,6 +29,12 @@ change), so an idle reader does not return to Python every `max_wait`; there the
 wait space out, each that finds nothing doubling the next sleep up to `max_idle` (a timer wake-up every
 `max_wait` alone costs an idle reader about 2% of a core here).
 
+An event loop waits through a `Notifier`: a thread that runs no Python (its body is C, without the
+GIL) sleeps on the word for the loop, with the same race-free rule and `max_wait` looks as
+`wait_watching`, and on a ring (or a watched word that moved) makes an eventfd readable that the loop
+watches (`loop.add_reader`): the loop is woken by the kernel, and reads the new excerpts in its own
+thread, with no Python thread, GIL hand-off or `call_soon_threadsafe` on the way (`rpc.aio`).
+
 `CHRONQ_DOORBELL=0` in the environment turns ringing off (appenders neither ring nor look for the word;
 `ring()` does nothing): waiters then wake only on their timeouts. For A/B measurements.
 """
@@ -37,7 +43,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -47,7 +55,7 @@ from chronq import _native
 from chronq.errors import ChronqError
 from chronq.table import TableStore
 
-__all__ = ["DOORBELL_KEY", "Doorbell", "ringing_enabled"]
+__all__ = ["DOORBELL_KEY", "Doorbell", "Notifier", "ringing_enabled"]
 
 #: the table-store key holding the doorbell word
 DOORBELL_KEY = "chronq.doorbell"
@@ -75,6 +83,7 @@ class Doorbell:
         self._off: int | None = None
         self._epoch = -1          # the epoch this doorbell is counted in (-1: not counted)
         self._closed = False
+        self._notifiers: weakref.WeakSet[Notifier] = weakref.WeakSet()  # woken by close()
 
     def _word(self) -> tuple[TableStore, int] | None:
         """The table store and the word's offset, adding the key if this process may; None without."""
@@ -167,6 +176,22 @@ class Doorbell:
             raise ValueError(f"at most {_WAIT_ANY_MAX} doorbells can be waited on at once, not {len(bells)}")
         return _native.doorbell_wait_any(tuple(bells), max(0.0, timeout)) >= 0
 
+    def arm_notifier(self, notifier: Notifier, seen: int,
+                     watches: tuple[tuple[Buffer, int, int, int], ...] | None,
+                     max_wait: float, max_idle: float | None = None) -> None:
+        """Hand `notifier`'s thread the wait `wait_watching(seen, ..., max_wait, watches, max_idle)`
+        would make, without a timeout, and return at once: its `fileno()` becomes readable once the
+        doorbell rang or a watched word moved on; with `watches` None (the caller must look itself),
+        after `max_wait`. Replaces the notifier's wait in progress. `close()` wakes it too."""
+        at = self._word()
+        idle = max_wait if max_idle is None else max_idle
+        if at is None:
+            notifier.native.arm(None, -1, seen & _SEQ, -1, watches, max_wait, idle)
+        else:
+            table, off = at
+            notifier.native.arm(table.buffer, off, seen & _SEQ, self._epoch, watches, max_wait, idle)
+        self._notifiers.add(notifier)
+
     def ring(self) -> None:
         """Wake the sleepers (if any is armed): appenders do this after every publication; call it after
         publishing by other means (a table-store value readers wait on)."""
@@ -192,6 +217,8 @@ class Doorbell:
         """Stop being counted (the queue closes its doorbell)."""
         if self._closed:
             return
+        for n in list(self._notifiers):  # their loops look now (and find the queue closed)
+            n.wake()
         table = self._own or self._table
         if table is not None and self._off is not None and self._epoch >= 0 and not table.readonly:
             _native.doorbell_disarm(table.buffer, self._off, self._epoch)
@@ -200,3 +227,57 @@ class Doorbell:
         if self._own is not None:
             self._own.close()
             self._own = None
+
+
+class Notifier:
+    """Wakes an event loop when the doorbell rings, with no Python on the way: `fileno()` (an eventfd)
+    becomes readable when the wait last armed (`Tailer.notify_when_readable`, `Doorbell.arm_notifier`)
+    ends; `consume()` reads it. `rpc.aio` waits through one.
+
+    Its thread (named `name`, started here) runs C without the GIL (`_native.DoorbellNotifier.serve`)
+    and sleeps on the doorbell word and on a private futex word that arming, `cancel()` and `close()`
+    move on, so a new wait replaces the one in progress at once and `close()` ends the thread at once.
+    `close()` ends the thread, releases the mappings it watched and closes the eventfd: unregister the
+    fd from the loop first. Not thread-safe, except `wake()` and `close()`.
+    """
+
+    def __init__(self, name: str = "chronq-doorbell-notifier") -> None:
+        self.native = _native.DoorbellNotifier()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = threading.Thread(target=self.native.serve, name=name,
+                                                                 daemon=True)
+        self._thread.start()
+
+    def fileno(self) -> int:
+        """The eventfd to watch (`loop.add_reader`); ValueError once closed."""
+        return self.native.fileno()
+
+    def consume(self) -> int:
+        """Read the eventfd: the wake-ups since the last call (0: none). Raises OSError if the thread
+        failed to write it."""
+        return self.native.consume()
+
+    def cancel(self) -> None:
+        """End the armed wait without a wake-up (a wait the loop gave up)."""
+        self.native.cancel()
+
+    def wake(self) -> None:
+        """Make the eventfd readable now (from any thread); nothing once closed."""
+        with self._lock:
+            if self._thread is not None:
+                self.native.wake()
+
+    @property
+    def closed(self) -> bool:
+        return self._thread is None
+
+    def close(self) -> None:
+        """End the thread (it returns at once) and wait for it; release what it watched; close the fd."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            if thread is None:
+                return
+            self.native.stop()
+        if thread is not threading.current_thread():
+            thread.join()
+        self.native.close()

@@ -19,6 +19,7 @@ from chronq.store import load32, load64, process_alive
 from chronq.table import MOD_COUNT, UNLOCKED, tailer_index_key, tailer_lock_key, tailer_version_key
 
 if TYPE_CHECKING:
+    from chronq.doorbell import Notifier
     from chronq.queue import CycleFile, Queue
 
 __all__ = ["Direction", "Excerpt", "ExcerptLike", "Reader", "Tailer", "TailerState", "read_failed"]
@@ -504,6 +505,21 @@ class Tailer(_native.TailerCore[E], Generic[E]):
             # again above
             if rung and bell.rung_since(seen) and self._readable():
                 return True
+
+    def notify_when_readable(self, notifier: Notifier) -> bool:
+        """For an event loop, the non-blocking half of `wait`: True if the next excerpt is readable now;
+        otherwise the same race-free look hands the wait to `notifier` (its `fileno()` becomes readable
+        once the doorbell rang or a word `watch_words()` names moved; with no such words, after
+        `chronq.pausers.DEFAULT_MAX_WAIT`) and returns False: look again then. ChronqError once the
+        queue is closed. (Internal API: `rpc.aio`.)"""
+        self._queue.check_open()
+        bell = self._queue.doorbell
+        seen = bell.sequence()  # before the look: a publication after it rings
+        words = self.watch_words()  # likewise: an appender that does not ring changes one of them
+        if self._readable():
+            return True
+        bell.arm_notifier(notifier, seen, words, DEFAULT_MAX_WAIT)
+        return False
 
     def watch_words(self) -> tuple[tuple[Buffer, int, int, int], ...] | None:
         """What an appender publishing the next excerpt this tailer would read changes even if it does

@@ -2,10 +2,12 @@
 
 Ready messages are taken in batches of up to `batch`, yielding to the loop between batches. When none
 is ready, a reader of a chronq queue (a `chronq.Tailer`) waits on the queue's doorbell
-(`chronq.doorbell`) in a thread of its own, which wakes the loop (`call_soon_threadsafe`) when the
-appender of the next message rings: the loop has no timer running while the reader is idle, and an
-idle reader costs the loop nothing until a message comes. The thread also looks every `max_wait` of
-the doorbell's (1 ms by default) for appenders that do not ring (Java's, an older chronq's).
+(`chronq.doorbell`) through a `chronq.doorbell.Notifier`: a thread that runs no Python sleeps on the
+doorbell and, when the appender of the next message rings, makes an eventfd readable that the loop
+watches (`loop.add_reader`), so the kernel wakes the loop itself, which reads the message in its own
+thread. The loop has no timer running while the reader is idle, and an idle reader costs the loop
+nothing until a message comes. The notifier's thread also looks every `max_wait` of the doorbell's
+(1 ms by default), in C, for appenders that do not ring (Java's, an older chronq's).
 
 Any other reader (an archive or acknowledged tailer, a `MethodReader` fed otherwise) is polled as
 before: the poll interval doubles from `min_sleep` up to `max_latency`, so a message reaches an idle
@@ -17,20 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
+import weakref
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, TypeVar
 
 from rpc._reader import MethodReader
 
 if TYPE_CHECKING:
+    from chronq.doorbell import Notifier
     from chronq.tailer import ExcerptLike, Reader, Tailer
 
 E = TypeVar("E", bound="ExcerptLike")
 
 __all__ = ["AsyncMethodReader", "excerpts"]
 
-LOOK_EVERY = 0.05  # s between the waiting thread's looks at whether it was cancelled or closed
+THREAD_NAME = "chronq-aio-doorbell"  # the notifier's thread
 
 
 class _Waiter:
@@ -63,21 +66,25 @@ def _wake(fut: asyncio.Future[None], error: BaseException | None = None) -> None
 
 
 class _Bell:
-    """Waits in a thread of its own for the excerpt at an index of a queue to become readable, for a
-    task that awaits `wait(index)`.
+    """Wakes the loop when the excerpt a chronq tailer reads next may be readable, for a task that
+    awaits `wait()`.
 
-    The thread watches through a tailer of its own (`probe`), so the reader's tailer is only ever used
-    by the loop's thread, even when a wait is cancelled; it is started with the first wait and ends
-    with `close()`. An error in the thread (the queue closed under it) ends it and goes to the wait in
-    progress, if any.
+    The loop's thread makes the race-free look itself (`Tailer.notify_when_readable`) and hands the
+    wait to a `chronq.doorbell.Notifier`, whose thread runs no Python: it sleeps on the doorbell (and
+    makes the `max_wait` looks for appenders that do not ring) and makes an eventfd readable that the
+    loop watches (`add_reader`), so the kernel wakes the loop directly and the reading happens in the
+    loop's thread. The notifier is started with the first wait and ends with `close()`, with a
+    cancelled wait (e.g. `asyncio.run` ending: no thread or fd outlives the loop; the next wait
+    starts another), or when the bell is garbage-collected.
     """
 
     def __init__(self, tailer: Tailer[E]) -> None:
-        self._queue = tailer.queue
-        self._cond = threading.Condition()
-        self._armed: tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+        self._tailer = tailer
+        self._notifier: Notifier | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop watching the notifier's fd
+        self._fut: asyncio.Future[None] | None = None
+        self._finalizer: weakref.finalize[[], _Bell] | None = None
         self._closed = False
-        self._thread: threading.Thread | None = None
 
     @staticmethod
     def of(reader: object) -> _Bell | None:
@@ -86,72 +93,87 @@ class _Bell:
 
         return _Bell(reader) if isinstance(reader, Tailer) else None
 
-    async def wait(self, index: int) -> None:
-        """Return once the excerpt at `index` (where the reader's tailer is) is readable."""
+    def _attach(self, loop: asyncio.AbstractEventLoop) -> Notifier:
+        """The notifier, started and watched by `loop`."""
+        n = self._notifier
+        if n is not None and self._loop is loop:
+            return n
+        self._detach()
+        from chronq.doorbell import Notifier
+
+        n = Notifier(name=THREAD_NAME)
+        try:
+            loop.add_reader(n.fileno(), self._on_ready)
+        except BaseException:
+            n.close()
+            raise
+        self._notifier, self._loop = n, loop
+        self._finalizer = weakref.finalize(self, n.close)  # (a bell dropped without close(): its thread ends)
+        return n
+
+    def _detach(self) -> None:
+        """Stop watching the notifier's fd and end its thread (on the loop's thread, or without a loop)."""
+        n, self._notifier = self._notifier, None
+        loop, self._loop = self._loop, None
+        if n is None:
+            return
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(n.fileno())
+        n.close()
+
+    def _on_ready(self) -> None:
+        """The notifier's fd is readable (rung, a watched word moved, a look due, the queue closed)."""
+        n, fut = self._notifier, self._fut
+        if n is None:
+            return
+        try:
+            n.consume()
+        except OSError as e:
+            if fut is not None:
+                _wake(fut, e)
+            return
+        if fut is not None:
+            _wake(fut)
+
+    async def wait(self) -> None:
+        """Return once the tailer's next excerpt may be readable: the caller looks again (and waits
+        again if it is not)."""
+        if self._closed:
+            raise RuntimeError("this reader was stopped")
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        armed = (index, loop, fut)
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("this reader was stopped")
-            self._armed = armed
-            self._cond.notify()
-            if self._thread is None:
-                probe = self._queue.tailer()  # (here: an error opening it is the caller's)
-                self._thread = threading.Thread(target=self._run, args=(probe,), name="chronq-aio-doorbell",
-                                                daemon=True)
-                self._thread.start()
+        n = self._attach(loop)
+        if self._tailer.notify_when_readable(n):
+            return
+        fut = self._fut = loop.create_future()
         try:
             await fut
+        except asyncio.CancelledError:
+            self._detach()  # nobody may wait again on this loop (it may be closing)
+            raise
         finally:
-            with self._cond:
-                if self._armed is armed:  # cancelled: the thread drops it at its next look
-                    self._armed = None
+            self._fut = None
 
     def close(self) -> None:
-        """End the thread (within LOOK_EVERY; it closes its tailer itself) and the wait in progress."""
-        with self._cond:
-            self._closed = True
-            armed, self._armed = self._armed, None
-            self._cond.notify()
-        if armed is not None:
-            with contextlib.suppress(RuntimeError):  # (a closed loop: nobody waits any more)
-                armed[1].call_soon_threadsafe(_wake, armed[2])
-
-    def _run(self, probe: Tailer[ExcerptLike]) -> None:
+        """End the thread and the wait in progress (from any thread)."""
+        self._closed = True
+        loop, fut = self._loop, self._fut
         try:
-            self._serve(probe)
-        except Exception as e:  # (the queue closed under the thread, a failing look)
-            with self._cond:
-                self._closed = True
-                armed, self._armed = self._armed, None
-            if armed is not None:
-                with contextlib.suppress(RuntimeError):  # (a closed loop: nobody waits any more)
-                    armed[1].call_soon_threadsafe(_wake, armed[2], e)
-        finally:
-            with contextlib.suppress(Exception):  # (closing a tailer of a closed queue)
-                probe.close()
-
-    def _serve(self, probe: Tailer[ExcerptLike]) -> None:
-        while True:
-            with self._cond:
-                while self._armed is None and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                armed = self._armed
-            assert armed is not None
-            index, loop, fut = armed
-            probe.move_to_index(index)  # (False, at the end: the next excerpt written is read there)
-            ready = probe.wait(LOOK_EVERY)
-            with self._cond:
-                if self._armed is not armed:  # cancelled or closed meanwhile
-                    continue
-                if ready:
-                    self._armed = None
-            if ready:
-                with contextlib.suppress(RuntimeError):  # (a closed loop: nobody waits any more)
-                    loop.call_soon_threadsafe(_wake, fut)
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        detached = False
+        if loop is not None and loop is not running and loop.is_running():
+            with contextlib.suppress(RuntimeError):  # (closed meanwhile: detach here)
+                loop.call_soon_threadsafe(self._detach)
+                detached = True
+        if not detached:
+            self._detach()
+        if fut is not None:
+            with contextlib.suppress(RuntimeError):  # (a closed loop: nobody waits any more)
+                fut.get_loop().call_soon_threadsafe(_wake, fut)
 
 
 async def excerpts(
@@ -178,7 +200,7 @@ async def excerpts(
                 w.busy()
                 await asyncio.sleep(0)
             elif bell is not None:
-                await bell.wait(tailer.index)
+                await bell.wait()
             else:
                 await w.idle()
     finally:
@@ -206,7 +228,7 @@ class AsyncMethodReader:
     async def _idle(self) -> None:
         tailer, bell = self.reader.tailer, self._bell
         if bell is not None and tailer is not None:
-            await bell.wait(tailer.index)
+            await bell.wait()
         else:
             await self._waiter.idle()
 

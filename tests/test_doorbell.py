@@ -5,6 +5,7 @@ never by how long it took."""
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import chronq
-from chronq.doorbell import DOORBELL_KEY
+from chronq.doorbell import DOORBELL_KEY, Notifier
 from chronq.table import TableStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,3 +274,40 @@ def test_ringing_off_leaves_the_sleeper_to_its_timeout(tmp_path: Path,
         q.appender()  # the same thread's appender: still the one made while ringing was off
         a.write(b"still not rung")
         assert bell.wait(seen, 0.0) is False
+
+
+def test_a_notifier_wakes_its_fd_on_a_ring_on_a_watched_word_and_on_close(tmp_path: Path) -> None:
+    """The native waiter of an event loop: its eventfd stays unreadable until the wait armed ends; a
+    ring ends it, so does a watched word that moved (an appender that does not ring), so does the
+    queue closing; bad waits are refused with what is wrong."""
+    with chronq.open(tmp_path / "q") as q:
+        t, n = q.tailer(), Notifier()
+        try:
+            assert not t.notify_when_readable(n)
+            assert select.select([n], [], [], 0.05)[0] == [] and n.consume() == 0  # nothing yet
+            q.appender().write(b"rung")
+            assert select.select([n], [], [], 30)[0] == [n] and n.consume() == 1
+            assert t.notify_when_readable(n)  # readable: nothing armed
+            assert bytes(t.read().payload) == b"rung"  # type: ignore[union-attr]
+            # a watched word moves (here by hand: what a writer that does not ring changes)
+            buf = bytearray(8)
+            q.doorbell.arm_notifier(n, q.doorbell.sequence(), ((buf, 0, 8, 0),), 0.001)
+            buf[0] = 1
+            assert select.select([n], [], [], 30)[0] == [n] and n.consume() == 1
+            with pytest.raises(ValueError, match="watched offset 4 is outside the buffer"):
+                q.doorbell.arm_notifier(n, 0, ((buf, 4, 8, 0),), 0.001)
+            with pytest.raises(ValueError, match="4 or 8 bytes wide, not 3"):
+                q.doorbell.arm_notifier(n, 0, ((buf, 0, 3, 0),), 0.001)
+            with pytest.raises(ValueError, match="max_wait must be positive"):
+                q.doorbell.arm_notifier(n, 0, None, -1.0)
+            with pytest.raises(ValueError, match="doorbell offset 3 is out of range or not 8-byte aligned"):
+                n.native.arm(bytearray(16), 3, 0, -1, None, 0.001, 0.001)
+            assert not t.notify_when_readable(n)
+            q.close()  # wakes the loop, whose next look finds the queue closed
+            assert select.select([n], [], [], 30)[0] == [n] and n.consume() == 1
+            with pytest.raises(chronq.ChronqError, match="closed"):
+                t.notify_when_readable(n)
+        finally:
+            n.close()
+        with pytest.raises(ValueError, match="closed"):
+            n.fileno()

@@ -43,7 +43,7 @@ EXPORTS: dict[str, list[str]] = {
         "dictionary_ids", "dictionary_path", "encode", "payload_decoder", "store_dictionary",
         "stored_payload_decoder", "train_dictionary",
     ],
-    "chronq.doorbell": ["DOORBELL_KEY", "Doorbell", "ringing_enabled"],
+    "chronq.doorbell": ["DOORBELL_KEY", "Doorbell", "Notifier", "ringing_enabled"],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.durable": ["replacing", "write_file"],
     "chronq.errors": [
@@ -199,9 +199,9 @@ EXPORTS: dict[str, list[str]] = {
         "whole_decoders", "whole_encoders", "write_fields", "write_object",
     ],
     "wire.methods": [
-        "EventCall", "EventValue", "HistoryHop", "PendingHop", "ReadOne", "ReadOneType", "Table", "accelerated",
-        "encode_call", "event_at", "event_bytes", "event_call", "event_value", "events", "history_call",
-        "history_hop",
+        "EventCall", "EventValue", "HistoryHop", "PendingHop", "ReadOne", "ReadOneType", "Table",
+        "accelerated", "encode_call", "event_at", "event_bytes", "event_call", "event_value", "events",
+        "history_call", "history_hop",
     ],
     "wire.record": ["KINDS", "Layout", "RecordReader", "RecordWriter"],
     "wire.registry": ["alias_of", "lookup", "note_unknown", "register", "unknown_types"],

@@ -368,3 +368,115 @@ def test_an_asyncio_reader_whose_queue_is_closed_fails_instead_of_waiting(tmp_pa
 
     error = asyncio.run(scenario())
     assert error is not None and "closed" in str(error)
+
+
+class ThreadsafeCountingLoop(asyncio.SelectorEventLoop):
+    """An event loop counting `call_soon_threadsafe` (how the thread-woken design woke it) and timers."""
+
+    threadsafe = 0
+    timers = 0
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
+        self.threadsafe += 1
+        return super().call_soon_threadsafe(callback, *args, context=context)
+
+    def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+        self.timers += 1
+        return super().call_at(when, callback, *args, context=context)
+
+
+SAY_EACH = """
+import sys
+import chronq, rpc
+from tests.rpc_support import Events
+with chronq.open(sys.argv[1]) as q:
+    w = rpc.writer(q, Events)
+    for line in sys.stdin:
+        w.say(line.strip())
+"""
+
+
+def threads_and_fds() -> tuple[int, int]:
+    """This process's threads and open file descriptors, as the kernel counts them."""
+    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("ringing", ["1", "0"])
+def test_an_asyncio_reader_is_woken_through_its_native_waiter_by_a_writer_process(tmp_path: Path,
+                                                                                 ringing: str) -> None:
+    """A writer process says three things, one at a time, each after the reader is asleep again; the
+    loop is woken through the notifier's eventfd (never by `call_soon_threadsafe`, no timer while
+    asleep). With ringing off in the writer (`CHRONQ_DOORBELL=0`) the native waiter's `max_wait` looks
+    find each message (the watched words moved)."""
+    with chronq.open(tmp_path / "q") as q:
+        got: list[str] = []
+        env = {**child_env(), "CHRONQ_DOORBELL": ringing}
+        writer = subprocess.Popen([sys.executable, "-c", SAY_EACH, str(tmp_path / "q")], cwd=REPO, env=env,
+                                  stdin=subprocess.PIPE, text=True)
+        assert writer.stdin is not None
+
+        async def scenario() -> tuple[int, int]:
+            loop = asyncio.get_running_loop()
+            assert isinstance(loop, ThreadsafeCountingLoop)
+
+            class Handler(Recording):
+                def say(self, text: str) -> None:
+                    got.append(text)
+
+            ar = AsyncMethodReader(rpc.reader(q.tailer(), Handler(), interfaces=[Events]))
+            task = asyncio.create_task(ar.run())
+            idle_timers = 0
+            for i in range(3):
+                # asleep again: armed on the doorbell, the handler's last call done (one look a turn)
+                while q.doorbell.waiters < 1 or len(got) < i:
+                    await asyncio.sleep(0.001)
+                before = loop.timers
+                await asyncio.sleep(0)  # (the task runs into its wait)
+                writer.stdin.write(f"message {i}\n")
+                writer.stdin.flush()
+                while len(got) <= i:
+                    await asyncio.sleep(0)  # no timer: the loop turns until the handler ran
+                idle_timers += loop.timers - before
+            ar.stop()
+            await asyncio.wait_for(task, 30)
+            return loop.threadsafe, idle_timers
+
+        try:
+            with asyncio.Runner(loop_factory=ThreadsafeCountingLoop) as runner:
+                threadsafe, idle_timers = runner.run(scenario())
+        finally:
+            writer.stdin.close()
+            writer.wait(30)
+        assert got == ["message 0", "message 1", "message 2"]
+        assert threadsafe == 0 and idle_timers == 0
+
+
+@pytest.mark.parametrize("end", ["stop", "loop closed"])
+def test_an_asyncio_reader_ended_while_waiting_leaves_no_thread_or_fd(tmp_path: Path, end: str) -> None:
+    """While the reader waits, its native waiter is one more thread and one more fd (the eventfd) of
+    this process; `stop()`, or the loop ending (`asyncio.run` cancels the waiting task), takes both
+    back, as /proc/self counts them."""
+    with chronq.open(tmp_path / "q") as q:
+        ar = AsyncMethodReader(rpc.reader(q.tailer(), Recording(), interfaces=[Events]))
+        counts: dict[str, tuple[int, int]] = {}
+
+        async def scenario() -> None:
+            counts["in the loop"] = threads_and_fds()
+            task = asyncio.create_task(ar.run())
+            while q.doorbell.waiters < 1:
+                await asyncio.sleep(0.001)
+            counts["waiting"] = threads_and_fds()
+            if end == "stop":
+                ar.stop()
+                assert await asyncio.wait_for(task, 30) == 0
+                counts["stopped"] = threads_and_fds()
+            # else: the task still waits as the runner closes the loop (it cancels the task first)
+
+        before = threads_and_fds()
+        with asyncio.Runner() as runner:
+            runner.run(scenario())
+        after = threads_and_fds()
+        threads, fds = counts["in the loop"]
+        assert counts["waiting"] == (threads + 1, fds + 1)
+        assert counts.get("stopped", counts["in the loop"]) == counts["in the loop"]
+        assert after == before

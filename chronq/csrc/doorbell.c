@@ -179,8 +179,8 @@ static void raise_bad_seconds(const char *what, PyObject *value) {
     PyErr_Format(PyExc_ValueError, "%s, not %R", what, value);
 }
 
-/* the (seen, epoch, timeout) at args[2..4] both waits take; -1 with an exception set if one is bad */
-static int wait_args(PyObject *const *args, unsigned long long *seen, long long *epoch, double *timeout) {
+/* the (seen, epoch) at args[2..3] every wait takes; -1 with an exception set if one is bad */
+static int seen_args(PyObject *const *args, unsigned long long *seen, long long *epoch) {
     *seen = PyLong_AsUnsignedLongLong(args[2]);
     if (*seen == (unsigned long long)-1 && PyErr_Occurred()) return -1;
     if (*seen > DOORBELL_SEQ_MASK) {
@@ -189,6 +189,12 @@ static int wait_args(PyObject *const *args, unsigned long long *seen, long long 
     }
     *epoch = PyLong_AsLongLong(args[3]);
     if (*epoch == -1 && PyErr_Occurred()) return -1;
+    return 0;
+}
+
+/* the (seen, epoch, timeout) at args[2..4] both waits take; -1 with an exception set if one is bad */
+static int wait_args(PyObject *const *args, unsigned long long *seen, long long *epoch, double *timeout) {
+    if (seen_args(args, seen, epoch) < 0) return -1;
     *timeout = PyFloat_AsDouble(args[4]);
     if (*timeout == -1.0 && PyErr_Occurred()) return -1;
     if (!(*timeout >= 0.0) || *timeout > 1e9) {
@@ -477,3 +483,439 @@ done:
     PyBuffer_Release(&view);
     return result;
 }
+
+/* -------------------------------------------------------------------------- the native waiter */
+
+/* DoorbellNotifier: waits for an event loop, in a thread that runs no Python. The loop's thread makes the
+ * race-free look (arm, read the sequence and the watched words, look for its excerpt) and hands the wait
+ * to `arm()`; the thread (a Python thread whose target is `serve()`, which gives up the GIL for good)
+ * sleeps on the doorbell word exactly as doorbell_watch does, and when the sequence or the epoch moves
+ * on, or a watched word moves, it writes the eventfd the loop watches (`add_reader`): the loop is woken
+ * by the kernel, with no Python thread, GIL hand-off or call_soon_threadsafe in between. Without watched
+ * words (`watches` None: the caller must look from Python) it writes the eventfd after `max_wait`.
+ *
+ * The thread also sleeps on a private futex word of its own (`ctl`, with futex_waitv; without it, on
+ * the doorbell alone, noticing `ctl` at its next look), which `arm()`, `cancel()` and `stop()` move on:
+ * a new wait replaces the one being served at once, and `stop()` ends `serve()` at once.
+ *
+ * A request's buffers stay exported while the thread may read them (no mapping can be unmapped under
+ * it); the thread cannot release them (that needs the GIL), so it marks the request retired and the next
+ * `arm()`, `close()` or the object's end release it. */
+
+#include <pthread.h>
+#include <sys/eventfd.h>
+
+#ifndef FUTEX2_SIZE_U32
+#define FUTEX2_SIZE_U32 0x02
+#endif
+#ifndef FUTEX2_PRIVATE
+#define FUTEX2_PRIVATE 128
+#endif
+
+enum { SLOT_FREE, SLOT_PENDING, SLOT_SERVING, SLOT_RETIRED };
+#define NOTIFIER_SLOTS 2 /* at most one served and one pending */
+
+typedef struct {
+    int state;        /* SLOT_*: FREE and RETIRED slots belong to Python's side, PENDING/SERVING to the thread */
+    int has_word;
+    Py_buffer word_view;
+    uint64_t *word;   /* NULL: no doorbell word (sleep on ctl; look at the watches) */
+    uint32_t seen;
+    long long epoch;
+    Py_ssize_t held;  /* watched words (their views held) */
+    int watching;     /* 0: no watches given, wake the loop after max_wait for a look from Python */
+    Watched ws[WATCH_MAX];
+    double max_wait, max_idle;
+} Request;
+
+typedef struct {
+    PyObject_HEAD
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ready;        /* mu and cv initialised */
+    int efd;          /* the eventfd the loop watches (-1: closed) */
+    uint32_t ctl;     /* private futex word, moved on by arm/cancel/stop (atomic) */
+    int stop;         /* under mu */
+    int serving;      /* under mu: serve() runs */
+    int error;        /* errno of a failed eventfd write in the thread (atomic), raised by consume() */
+    Request slots[NOTIFIER_SLOTS];
+} Notifier;
+
+static void request_release(Request *r) {
+    for (Py_ssize_t i = 0; i < r->held; i++) PyBuffer_Release(&r->ws[i].view);
+    r->held = 0;
+    if (r->has_word) {
+        r->has_word = 0;
+        PyBuffer_Release(&r->word_view);
+    }
+    r->word = NULL;
+    r->state = SLOT_FREE;
+}
+
+/* end the wait being served: called with mu held, before a new request becomes pending (the thread reads
+ * ctl under mu when it takes one, so it never sees a bump meant for the wait before); ctl_wake after */
+static void ctl_bump(Notifier *self) { __atomic_add_fetch(&self->ctl, 1, __ATOMIC_SEQ_CST); }
+
+static void ctl_wake(Notifier *self) {
+    /* wake the thread if it sleeps on ctl; errors (none expected: the word is ours) change nothing */
+    (void)syscall(SYS_futex, &self->ctl, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static int notify_fd(int efd) {
+    uint64_t one = 1;
+    for (;;) {
+        ssize_t r = write(efd, &one, sizeof one);
+        if (r == (ssize_t)sizeof one) return 0;
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EAGAIN) return 0; /* the counter is full: the loop has a wake-up pending */
+        return r < 0 ? errno : EIO;
+    }
+}
+
+static PyObject *notifier_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
+        PyErr_SetString(PyExc_TypeError, "DoorbellNotifier() takes no arguments");
+        return NULL;
+    }
+    Notifier *self = (Notifier *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    self->efd = -1;
+    int e = pthread_mutex_init(&self->mu, NULL);
+    if (e == 0 && (e = pthread_cond_init(&self->cv, NULL)) != 0) pthread_mutex_destroy(&self->mu);
+    if (e != 0) {
+        errno = e;
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->ready = 1;
+    self->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (self->efd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void notifier_dealloc(Notifier *self) {
+    /* serve() holds a reference (its bound method) while it runs: nobody serves here */
+    for (int i = 0; i < NOTIFIER_SLOTS; i++) request_release(&self->slots[i]);
+    if (self->efd >= 0) close(self->efd);
+    if (self->ready) {
+        pthread_cond_destroy(&self->cv);
+        pthread_mutex_destroy(&self->mu);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* release the slots the thread is done with (the GIL held, mu not) */
+static void release_retired(Notifier *self) {
+    for (int i = 0; i < NOTIFIER_SLOTS; i++) {
+        Request *r = &self->slots[i];
+        pthread_mutex_lock(&self->mu);
+        int retired = r->state == SLOT_RETIRED;
+        pthread_mutex_unlock(&self->mu);
+        if (retired) request_release(r);
+    }
+}
+
+/* arm(buf, off, seen, epoch, watches, max_wait, max_idle): buf None (and off -1) without a doorbell word;
+ * watches None where the caller must look from Python every max_wait. Replaces a wait not yet ended. */
+static PyObject *notifier_arm(Notifier *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs_is("arm", nargs, 7) < 0) return NULL;
+    unsigned long long seen;
+    long long epoch;
+    if (seen_args(args, &seen, &epoch) < 0) return NULL;
+    double max_wait = PyFloat_AsDouble(args[5]), max_idle = PyFloat_AsDouble(args[6]);
+    if ((max_wait == -1.0 || max_idle == -1.0) && PyErr_Occurred()) return NULL;
+    if (!(max_wait > 0.0) || max_wait > 1e9) {
+        raise_bad_seconds("doorbell max_wait must be positive and at most 1e9 seconds", args[5]);
+        return NULL;
+    }
+    if (!(max_idle >= max_wait) || max_idle > 1e9) {
+        raise_bad_seconds("doorbell max_idle must be at least max_wait and at most 1e9 seconds", args[6]);
+        return NULL;
+    }
+    PyObject *watches = args[4];
+    if (watches != Py_None && (!PyTuple_Check(watches) || PyTuple_GET_SIZE(watches) > WATCH_MAX)) {
+        PyErr_Format(PyExc_TypeError, "arm() watches must be None or a tuple of at most %d (buffer, offset, width, "
+                     "value)", WATCH_MAX);
+        return NULL;
+    }
+    pthread_mutex_lock(&self->mu);
+    int stopped = self->stop || self->efd < 0;
+    Request *r = NULL;
+    for (int i = 0; i < NOTIFIER_SLOTS && !stopped; i++)
+        if (self->slots[i].state == SLOT_PENDING) { /* not taken yet: replaced */
+            self->slots[i].state = SLOT_RETIRED;
+        }
+    pthread_mutex_unlock(&self->mu);
+    if (stopped) {
+        PyErr_SetString(PyExc_RuntimeError, "this doorbell notifier is stopped");
+        return NULL;
+    }
+    release_retired(self);
+    for (int i = 0; i < NOTIFIER_SLOTS && !r; i++)
+        if (self->slots[i].state == SLOT_FREE) r = &self->slots[i];
+    if (!r) { /* cannot happen: at most one slot is served, and none is pending now */
+        PyErr_SetString(PyExc_RuntimeError, "doorbell notifier has no free slot");
+        return NULL;
+    }
+    /* fill the free slot (the thread does not look at free slots) */
+    r->seen = (uint32_t)seen;
+    r->epoch = epoch;
+    r->max_wait = max_wait;
+    r->max_idle = max_idle;
+    r->watching = watches != Py_None;
+    if (args[0] != Py_None) {
+        r->word = word_at(args, &r->word_view, 0);
+        if (!r->word) return NULL;
+        r->has_word = 1;
+    }
+    Py_ssize_t n = watches == Py_None ? 0 : PyTuple_GET_SIZE(watches);
+    for (; r->held < n;) {
+        Watched *w = &r->ws[r->held];
+        PyObject *t = PyTuple_GET_ITEM(watches, r->held), *obj;
+        Py_ssize_t off;
+        int width;
+        unsigned long long expected;
+        if (!PyTuple_Check(t) || !PyArg_ParseTuple(t, "OniK;arm() watches are (buffer, offset, width, value)", &obj,
+                                                   &off, &width, &expected)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "arm() watches are (buffer, offset, width, value)");
+            goto fail;
+        }
+        if (width != 4 && width != 8) {
+            PyErr_Format(PyExc_ValueError, "a watched word is 4 or 8 bytes wide, not %d", width);
+            goto fail;
+        }
+        if (PyObject_GetBuffer(obj, &w->view, PyBUF_SIMPLE) < 0) goto fail;
+        if (off < 0 || off > w->view.len - width) {
+            PyErr_Format(PyExc_ValueError, "watched offset %zd is outside the buffer (%zd bytes)", off, w->view.len);
+            PyBuffer_Release(&w->view);
+            goto fail;
+        }
+        w->at = (const char *)w->view.buf + off;
+        w->width = width;
+        w->expected = width == 4 ? (expected & 0xFFFFFFFFull) : expected;
+        r->held++;
+    }
+    pthread_mutex_lock(&self->mu);
+    ctl_bump(self); /* the wait being served (if any) is replaced */
+    r->state = SLOT_PENDING;
+    pthread_cond_signal(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+    ctl_wake(self);
+    Py_RETURN_NONE;
+fail:
+    request_release(r);
+    return NULL;
+}
+
+/* the wait of request r, without the GIL: 1 to wake the loop, 0 when replaced, cancelled or stopped */
+static int serve_one(Notifier *self, Request *r, uint32_t ctl) {
+    double start = now_s(), step = r->max_wait;
+    for (;;) {
+        if (r->word) {
+            uint64_t v = __atomic_load_n(r->word, __ATOMIC_SEQ_CST);
+            if ((v & DOORBELL_SEQ_MASK) != r->seen || (r->epoch >= 0 && EPOCH(v) != r->epoch)) return 1;
+        }
+        for (Py_ssize_t i = 0; i < r->held; i++)
+            if (load_watched(&r->ws[i]) != r->ws[i].expected) return 1;
+        if (__atomic_load_n(&self->ctl, __ATOMIC_SEQ_CST) != ctl) return 0;
+        double l = step;
+        if (!r->watching) { /* the caller looks from Python every max_wait */
+            l = start + r->max_wait - now_s();
+            if (l <= 0) return 1;
+        } else {
+            step = step * 2 < r->max_idle ? step * 2 : r->max_idle;
+        }
+        struct timespec rel = {(time_t)l, (long)((l - (double)(time_t)l) * 1e9)};
+        long res = -1;
+        int err = ENOSYS;
+#if defined(SYS_futex_waitv)
+        struct timespec until;
+        if (clock_gettime(CLOCK_MONOTONIC, &until) == 0) {
+            until.tv_sec += rel.tv_sec;
+            until.tv_nsec += rel.tv_nsec;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec += 1;
+                until.tv_nsec -= 1000000000L;
+            }
+            struct futex_waitv ws[2];
+            memset(ws, 0, sizeof ws);
+            unsigned nr = 0;
+            ws[nr].val = ctl;
+            ws[nr].uaddr = (uintptr_t)&self->ctl;
+            ws[nr++].flags = FUTEX2_SIZE_U32 | FUTEX2_PRIVATE;
+            if (r->word) { /* shared: the appenders are other processes */
+                ws[nr].val = r->seen;
+                ws[nr].uaddr = (uintptr_t)seq_word(r->word);
+                ws[nr++].flags = FUTEX2_SIZE_U32;
+            }
+            res = syscall(SYS_futex_waitv, ws, nr, 0, &until, CLOCK_MONOTONIC);
+            err = res < 0 ? errno : 0;
+        }
+#endif
+        if (res < 0 && err == ENOSYS) { /* an older kernel: one word at a time, ctl seen at the next look */
+            if (r->word)
+                res = syscall(SYS_futex, seq_word(r->word), FUTEX_WAIT, r->seen, &rel, NULL, 0);
+            else
+                res = syscall(SYS_futex, &self->ctl, FUTEX_WAIT_PRIVATE, ctl, &rel, NULL, 0);
+            err = res < 0 ? errno : 0;
+        }
+        /* woken, timed out, a value that had moved, a signal: look again; anything else (not expected)
+           must not spin: sleep the step out */
+        if (res < 0 && err != EAGAIN && err != ETIMEDOUT && err != EINTR) {
+            while (nanosleep(&rel, &rel) != 0 && errno == EINTR) {
+            }
+        }
+    }
+}
+
+/* serve(): the thread's body (a Python thread's target): serves the armed waits until stop(), without
+ * the GIL (returns at once if stopped already). */
+static PyObject *notifier_serve(Notifier *self, PyObject *unused) {
+    pthread_mutex_lock(&self->mu);
+    int refused = self->serving, stopped = self->stop || self->efd < 0;
+    if (!refused && !stopped) self->serving = 1;
+    pthread_mutex_unlock(&self->mu);
+    if (refused) {
+        PyErr_SetString(PyExc_RuntimeError, "this doorbell notifier is already served by another thread");
+        return NULL;
+    }
+    if (stopped) Py_RETURN_NONE; /* stopped before its thread began */
+    int efd = self->efd; /* close() refuses while serving: it stays open */
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->mu);
+    for (;;) {
+        Request *r = NULL;
+        while (!self->stop) {
+            for (int i = 0; i < NOTIFIER_SLOTS && !r; i++)
+                if (self->slots[i].state == SLOT_PENDING) r = &self->slots[i];
+            if (r) break;
+            pthread_cond_wait(&self->cv, &self->mu);
+        }
+        if (self->stop) break;
+        r->state = SLOT_SERVING;
+        uint32_t ctl = __atomic_load_n(&self->ctl, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&self->mu);
+        if (serve_one(self, r, ctl)) {
+            int e = notify_fd(efd);
+            if (e) __atomic_store_n(&self->error, e, __ATOMIC_SEQ_CST);
+        }
+        pthread_mutex_lock(&self->mu);
+        r->state = SLOT_RETIRED;
+    }
+    self->serving = 0;
+    pthread_mutex_unlock(&self->mu);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* cancel(): the wait armed (if any) ends without waking the loop */
+static PyObject *notifier_cancel(Notifier *self, PyObject *unused) {
+    pthread_mutex_lock(&self->mu);
+    for (int i = 0; i < NOTIFIER_SLOTS; i++)
+        if (self->slots[i].state == SLOT_PENDING) self->slots[i].state = SLOT_RETIRED;
+    ctl_bump(self);
+    pthread_mutex_unlock(&self->mu);
+    ctl_wake(self);
+    release_retired(self);
+    Py_RETURN_NONE;
+}
+
+/* stop(): serve() returns (at once; the caller joins its thread, then calls close()) */
+static PyObject *notifier_stop(Notifier *self, PyObject *unused) {
+    pthread_mutex_lock(&self->mu);
+    self->stop = 1;
+    ctl_bump(self);
+    pthread_cond_signal(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+    ctl_wake(self);
+    Py_RETURN_NONE;
+}
+
+/* close(): release the buffers and the eventfd; refused while serve() runs */
+static PyObject *notifier_close(Notifier *self, PyObject *unused) {
+    pthread_mutex_lock(&self->mu);
+    int serving = self->serving;
+    if (!serving) self->stop = 1;
+    pthread_mutex_unlock(&self->mu);
+    if (serving) {
+        PyErr_SetString(PyExc_RuntimeError, "stop the doorbell notifier and end its thread before closing it");
+        return NULL;
+    }
+    for (int i = 0; i < NOTIFIER_SLOTS; i++) request_release(&self->slots[i]);
+    if (self->efd >= 0) {
+        int fd = self->efd;
+        self->efd = -1;
+        if (close(fd) != 0) return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static int check_open(Notifier *self) {
+    if (self->efd >= 0) return 0;
+    PyErr_SetString(PyExc_ValueError, "this doorbell notifier is closed");
+    return -1;
+}
+
+/* wake(): wake the loop now (another thread closing the queue): the eventfd becomes readable */
+static PyObject *notifier_wake(Notifier *self, PyObject *unused) {
+    if (check_open(self) < 0) return NULL;
+    int e = notify_fd(self->efd);
+    if (e) {
+        errno = e;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+/* consume() -> int: the wake-ups since the last consume (0: none; the eventfd is non-blocking) */
+static PyObject *notifier_consume(Notifier *self, PyObject *unused) {
+    if (check_open(self) < 0) return NULL;
+    int e = __atomic_exchange_n(&self->error, 0, __ATOMIC_SEQ_CST);
+    if (e) {
+        errno = e;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    uint64_t v = 0;
+    for (;;) {
+        ssize_t r = read(self->efd, &v, sizeof v);
+        if (r == (ssize_t)sizeof v) break;
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EAGAIN) return PyLong_FromLong(0);
+        if (r >= 0) errno = EIO;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromUnsignedLongLong(v);
+}
+
+static PyObject *notifier_fileno(Notifier *self, PyObject *unused) {
+    if (check_open(self) < 0) return NULL;
+    return PyLong_FromLong(self->efd);
+}
+
+static PyMethodDef notifier_methods[] = {
+    {"arm", (PyCFunction)(void (*)(void))notifier_arm, METH_FASTCALL,
+     "arm(buf, off, seen, epoch, watches, max_wait, max_idle): hand a wait to the thread"},
+    {"serve", (PyCFunction)notifier_serve, METH_NOARGS, "serve(): the thread's body, until stop()"},
+    {"cancel", (PyCFunction)notifier_cancel, METH_NOARGS, "cancel(): end the armed wait without a wake-up"},
+    {"stop", (PyCFunction)notifier_stop, METH_NOARGS, "stop(): serve() returns"},
+    {"close", (PyCFunction)notifier_close, METH_NOARGS, "close(): release the buffers and the eventfd"},
+    {"wake", (PyCFunction)notifier_wake, METH_NOARGS, "wake(): make the eventfd readable"},
+    {"consume", (PyCFunction)notifier_consume, METH_NOARGS, "consume() -> wake-ups since the last one"},
+    {"fileno", (PyCFunction)notifier_fileno, METH_NOARGS, "fileno() -> the eventfd"},
+    {NULL}};
+
+PyTypeObject DoorbellNotifierType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chronq._native.DoorbellNotifier",
+    .tp_basicsize = sizeof(Notifier),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Wakes an event loop's eventfd when the doorbell rings or a watched word moves (no Python in "
+              "between).",
+    .tp_new = notifier_new,
+    .tp_dealloc = (destructor)notifier_dealloc,
+    .tp_methods = notifier_methods,
+};

@@ -54,6 +54,9 @@ PyObject *doorbell_py_ring(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 PyObject *doorbell_py_watch(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 PyObject *doorbell_py_wait_any(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 
+/* DoorbellNotifier: a waiter without Python for an event loop (see doorbell.c and chronq/doorbell.py) */
+extern PyTypeObject DoorbellNotifierType;
+
 #define DOORBELL_METHODS                                                                                   \
     {"doorbell_arm", (PyCFunction)(void (*)(void))doorbell_py_arm, METH_FASTCALL,                          \
      "doorbell_arm(buf, off, epoch) -> epoch armed in (-1: the waiter count is full)"},                     \

@@ -94,7 +94,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&MapType) < 0 || PyType_Ready(&GeometryType) < 0 || PyType_Ready(&AppenderType) < 0 ||
         PyType_Ready(&ExcerptType) < 0 || PyType_Ready(&TailerType) < 0)
         return NULL;
-    if (PyType_Ready(&MergeType) < 0) return NULL;
+    if (PyType_Ready(&MergeType) < 0 || PyType_Ready(&DoorbellNotifierType) < 0) return NULL;
     PyObject *m = PyModule_Create(&native_module);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Map", (PyObject *)&MapType) < 0 ||
@@ -105,7 +105,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddObjectRef(m, "Merge", (PyObject *)&MergeType) < 0) {
+    if (PyModule_AddObjectRef(m, "Merge", (PyObject *)&MergeType) < 0 ||
+        PyModule_AddObjectRef(m, "DoorbellNotifier", (PyObject *)&DoorbellNotifierType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -210,3 +210,49 @@ def test_the_default_clock_read_natively_is_time_monotonic_ns(tmp_path) -> None:
     (history,) = seen
     assert len(history.timings) == 3 and before <= history.timings[0] <= history.timings[1] <= \
         history.timings[2] <= after
+
+
+def test_a_batch_makes_each_message_current_in_turn_and_leaves_nothing_current(tmp_path) -> None:
+    """`read_many` of a reader with a source id sets each message's history for its handlers without
+    restoring it between messages of the batch (one reset at its end): every handler, the general path
+    (an unknown event), and a handler that raises see exactly what `read_one` per message shows them,
+    and nothing is current after the batch, also when a handler raised."""
+    import chronq
+
+    def run(batched: bool) -> list[object]:
+        seen: list[object] = []
+
+        def hist() -> object:
+            h = rpc.current_history()
+            return None if h is None else (tuple(h.sources), len(h.timings))
+
+        class Handler:
+            def say(self, text: str) -> None:
+                seen.append(("say", text, hist()))
+                if text == "boom":
+                    raise ValueError("boom")
+
+        with chronq.open(tmp_path / f"q{batched}", source_id=1) as q:
+            w = rpc.writer(q, Events)
+            w.say("a")
+            q.appender().write(b"\xb9\x07unknown\xe0")  # an event no interface has: the general path
+            w.say("b")
+            w.say("boom")
+            w.say("c")
+            reader = rpc.reader(q.tailer(), Handler(), interfaces=[Events], source_id=2,
+                                on_unknown=lambda event, index: seen.append(("unknown", event, hist())))
+            while True:
+                try:
+                    got = reader.read_many(100) if batched else int(reader.read_one())
+                except Exception as e:
+                    seen.append(("raised", type(e).__name__, hist()))
+                    continue
+                seen.append(("after", None, hist()))
+                if not got:
+                    break
+        return [x for x in seen if not (x[0] == "after" and not batched and x[2] is None)]
+
+    batched, single = run(True), run(False)
+    assert [x for x in batched if x[0] != "after"] == [x for x in single if x[0] != "after"]
+    assert all(x[2] is None for x in batched if x[0] in ("after", "raised"))
+    assert [x[1] for x in batched if x[0] == "say"] == ["a", "b", "boom", "c"]

@@ -1673,6 +1673,11 @@ static PyTypeObject DecodeType = FRONT_TYPE("Decode");
 
 /* ------------------------------------------------------------------ method events */
 /* The raised exception as one object (normalized), clearing it; PyErr_GetRaisedException from 3.12. */
+/* raise `exc` (stolen) as it is: its context is not replaced by an exception the caller is handling */
+static void raise_as_is(PyObject *exc) {
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+}
+
 static PyObject *take_raised(void) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -2059,11 +2064,21 @@ static PyObject *read_one_pending(ReadOne *self, Decoded *d, PyObject *ex) {
     return result;
 }
 
-static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    if (PyVectorcall_NARGS(nargsf) || kwnames) {
-        PyErr_SetString(PyExc_TypeError, "read_one() takes no arguments");
-        return NULL;
-    }
+/* `current` as it was before the batch's first set (the batch token used and cleared); 0 or -1 */
+static int read_one_end_batch(ReadOne *self, PyObject **batch) {
+    if (!*batch) return 0;
+    PyObject *token = *batch;
+    *batch = NULL;
+    int rc = PyContextVar_Reset(self->current, token);
+    Py_DECREF(token);
+    return rc;
+}
+
+/* One message (see ReadOne). `batch`, in `many()` of a reader with a source id (every message sets
+ * `current`): the token of the batch's first set, kept instead of resetting after each message's
+ * handlers (the next message sets `current` again; `many()` resets it once at the end), and reset
+ * before anything else runs (the general path, a failed handler's report) or when NULL is returned. */
+static PyObject *read_one_core(ReadOne *self, PyObject **batch) {
     if (!self->read) {
         PyErr_SetString(PyExc_RuntimeError, "ReadOne was cleared");
         return NULL;
@@ -2093,12 +2108,17 @@ static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_
         return NULL;
     }
     if (rc == 0) {
+        if (batch && read_one_end_batch(self, batch) < 0) {
+            Py_DECREF(ex);
+            return NULL;
+        }
         PyObject *got = PyObject_CallOneArg(self->slow, ex);
         Py_DECREF(ex);
         return got;
     }
     PyObject *token = NULL, *got = NULL;
     int hop = d.history || self->has_source;
+    if (batch && !self->has_source) batch = NULL; /* (only where every message sets `current`) */
     if (!hop) { /* a history current here (a reader inside a handler) is not this message's */
         PyObject *outer = NULL;
         if (PyContextVar_Get(self->current, Py_None, &outer) < 0) goto done;
@@ -2111,6 +2131,11 @@ static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_
         token = PyContextVar_Set(self->current, pending);
         Py_DECREF(pending);
         if (!token) goto done;
+        if (batch) { /* kept: the batch's first token restores what was current before it */
+            if (!*batch) *batch = token;
+            else Py_DECREF(token);
+            token = NULL;
+        }
     }
     PyObject *handlers = PyTuple_GET_ITEM(d.hit, 2);
     Py_ssize_t i = 0;
@@ -2122,6 +2147,10 @@ static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_
     int failed = i < PyTuple_GET_SIZE(handlers);
     PyObject *exc = failed ? take_raised() : NULL;
     if (token && PyContextVar_Reset(self->current, token) < 0) {
+        Py_XDECREF(exc);
+        goto done;
+    }
+    if (failed && batch && read_one_end_batch(self, batch) < 0) {
         Py_XDECREF(exc);
         goto done;
     }
@@ -2138,6 +2167,14 @@ done:
     decoded_clear(&d);
     Py_DECREF(ex);
     return got;
+}
+
+static PyObject *read_one_vectorcall(ReadOne *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) || kwnames) {
+        PyErr_SetString(PyExc_TypeError, "read_one() takes no arguments");
+        return NULL;
+    }
+    return read_one_core(self, NULL);
 }
 
 static PyObject *read_one_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -2231,15 +2268,25 @@ static PyObject *read_one_many(ReadOne *self, PyObject *const *args, Py_ssize_t 
     }
     Py_ssize_t limit = PyLong_AsSsize_t(args[0]), count = 0;
     if (limit == -1 && PyErr_Occurred()) return NULL;
+    PyObject *batch = NULL; /* (see read_one_core) */
     while (count < limit) {
-        PyObject *got = read_one_vectorcall(self, NULL, 0, NULL);
-        if (!got) return NULL;
-        int more = PyObject_IsTrue(got);
-        Py_DECREF(got);
-        if (more < 0) return NULL;
+        PyObject *got = read_one_core(self, &batch);
+        int more = got ? PyObject_IsTrue(got) : -1;
+        Py_XDECREF(got);
+        if (more < 0) {
+            PyObject *exc = take_raised();
+            int rc = read_one_end_batch(self, &batch);
+            if (rc < 0) {
+                Py_XDECREF(exc); /* (the reset's error stands) */
+                return NULL;
+            }
+            if (exc) raise_as_is(exc);
+            return NULL;
+        }
         if (!more) break;
         count++;
     }
+    if (read_one_end_batch(self, &batch) < 0) return NULL;
     return PyLong_FromSsize_t(count);
 }
 
@@ -2463,11 +2510,6 @@ done:
     Py_XDECREF(pending);
     Py_DECREF(now_obj);
     return result;
-}
-
-/* raise `exc` (stolen) as it is: its context is not replaced by an exception the caller is handling */
-static void raise_as_is(PyObject *exc) {
-    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
 }
 
 /* the raised argument error replaced by on_error(exception, values), as the generated methods do */

@@ -67,17 +67,25 @@ def test_service_sleeps_on_its_input_doorbell(tmp_path: Path) -> None:
         handler = Recording()
         svc = rpc.Service(ins, outs, lambda out: handler, 2, start=rpc.Start.NEW)
         assert isinstance(svc.pauser, WakeupPauser)
-        runner = threading.Thread(target=svc.run)
-        runner.start()
-        try:
-            asleep_on(ins, "the idle service")
-            say_from_another_process(tmp_path / "in", "from another process")
-            wait_until(lambda: handler.calls != [], 30, "the service to handle the message")
-        finally:
-            svc.stop()
-            runner.join(30)
-        assert not runner.is_alive()
-        assert handler.calls == [("say", ("from another process",))]
+        handled_after_sleeping(svc, handler, [ins], tmp_path / "in", "from another process")
+
+
+def handled_after_sleeping(svc: rpc.Service, handler: Recording, inputs: list[chronq.Queue], path: Path,
+                           text: str) -> None:
+    """Run `svc` until it sleeps on every one of `inputs`' doorbells, have another process say `text` on
+    the queue at `path`, and check the service handled it (and nothing else), then stopped."""
+    runner = threading.Thread(target=svc.run)
+    runner.start()
+    try:
+        for q in inputs:
+            asleep_on(q, f"the idle service ({q.path})")
+        say_from_another_process(path, text)
+        wait_until(lambda: handler.calls != [], 30, "the service to handle the message")
+    finally:
+        svc.stop()
+        runner.join(30)
+    assert not runner.is_alive()
+    assert handler.calls == [("say", (text,))]
 
 
 def test_a_service_with_two_inputs_sleeps_on_both_doorbells(tmp_path: Path) -> None:
@@ -88,18 +96,7 @@ def test_a_service_with_two_inputs_sleeps_on_both_doorbells(tmp_path: Path) -> N
         handler = Recording()
         svc = rpc.Service({1: a, 3: b}, outs, lambda out: handler, 2, start=rpc.Start.NEW)
         assert isinstance(svc.pauser, WakeupPauser) and svc.pauser.also == (b.doorbell,)
-        runner = threading.Thread(target=svc.run)
-        runner.start()
-        try:
-            asleep_on(a, "the idle service (first input)")
-            asleep_on(b, "the idle service (second input)")
-            say_from_another_process(tmp_path / "b", "on the second input")
-            wait_until(lambda: handler.calls != [], 30, "the service to handle the message")
-        finally:
-            svc.stop()
-            runner.join(30)
-        assert not runner.is_alive()
-        assert handler.calls == [("say", ("on the second input",))]
+        handled_after_sleeping(svc, handler, [a, b], tmp_path / "b", "on the second input")
 
 
 def test_wait_any_returns_for_a_ring_on_any_doorbell_and_times_out_otherwise(tmp_path: Path) -> None:

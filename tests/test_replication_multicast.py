@@ -368,3 +368,54 @@ def test_a_group_member_that_falls_behind_leaves_for_tcp_and_rejoins(tmp_path: P
     for host in hosts:
         assert " ended: " not in host.text() and "refused" not in host.text(), host.text()
     _check_equal(tmp_path, list(SINKS))
+
+
+def test_the_group_knows_where_a_reader_goes_on_after_its_datagrams(tmp_path: Path) -> None:
+    """A member leaving the group for the TCP catch-up goes on from where the group's datagrams ended
+    (`GroupSender.tail`): after data, after metadata documents following data (in the same datagrams
+    and in datagrams of their own) and after data following metadata, it is where a sink holding all
+    the group sent ends (`read_position` of the source's queue, once the group read all of it)."""
+    import socket
+
+    from chronq.replication import protocol as p
+    from chronq.replication._transport import Conn, Link
+    from chronq.replication._udp import GroupMember, GroupSender
+    from chronq.replication.config import UdpCfg
+    from chronq.replication.errors import ReplicationError
+    from chronq.replication.sink import Position, read_position
+    from chronq.replication.status import Role
+    from tests.replication_support import free_port
+
+    path = tmp_path / "queue1"
+    with chronq.open(path) as q:
+        try:
+            group = GroupSender(UdpCfg(), ("239.7.0.3", free_port()), "127.0.0.1", path, 1 << 20)
+        except ReplicationError as e:  # no multicast route on this loopback: said, not failed
+            skip_unless_strict(f"cannot send to a multicast group on 127.0.0.1 here: {e}")
+        ours, theirs = socket.socketpair()
+        member = GroupMember(group, Conn(ours, "sink2", 1 << 20, 5.0),
+                             p.UdpSubscribe(free_port(), 1 << 20, bytes(32)),
+                             Link("queue1", Role.SOURCE, "sink2", 2), 0.1)
+        try:
+            with member.joining(True) as ready:
+                assert ready
+                member.join(-1)
+            a = q.appender()
+            steps = [[b"data"] * 3, [b"data", None, None], [None], [b"data", None, b"data"],
+                     [None, None, b"data", None]]
+            for step in steps:
+                for body in step:
+                    if body is None:
+                        a.write_meta(b"metadata")
+                    else:
+                        a.write(body)
+                with group.lock:
+                    while group.pump(256):
+                        pass
+                assert member.handle(p.UdpAck(group.next_seq))
+                assert group.tail == read_position(q) and group.tail != Position(None), step
+        finally:
+            member.close()
+            ours.close()
+            theirs.close()
+            group.close()

@@ -49,7 +49,11 @@ pre-shared key, as is inside TLS) together with the group's sequence number it s
 (`GroupMember.joining`) once its TCP catch-up has read all the queue holds and the group has too (both
 are then at the same place); recovery stays per sink (its Naks answered over its TCP link from the
 datagrams the group keeps), and the group sends no further than the slowest joined sink acknowledged
-within the window.
+within the window. A member that holds the group's full window back and stops taking datagrams (as a
+unicast session's sink falls back above) leaves the group (`GroupMember.fall_back`): `UdpStop` at the
+group's sequence number, the datagrams before it it has not acknowledged kept for it alone, the group no
+longer waiting for it; its session goes on over TCP from where the group's datagrams ended
+(`GroupSender.tail`) and joins the group again once caught up.
 """
 
 from __future__ import annotations

@@ -106,9 +106,10 @@ def lab() -> Iterator[Lab]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
 
 
-def _config(folder: Path, tls: bool, context: str = "", acknowledge: bool = True) -> Path:
+def _config(folder: Path, tls: bool, context: str = "", acknowledge: bool = True,
+            timeout_ms: int = 3000) -> Path:
     """The pre-shared key, or (`tls`) TLS alone: the group's key then travels inside TLS. `context`: more
-    of the cluster's context (", key: value")."""
+    of the cluster's context (", key: value"); `timeout_ms`: heartbeatTimeoutMs."""
     (folder / "cluster.key").write_text(KEY + "\n")
     auth, certs = "keyFile: cluster.key", dict.fromkeys((1, *SINKS), "")
     if tls:
@@ -119,7 +120,7 @@ def _config(folder: Path, tls: bool, context: str = "", acknowledge: bool = True
             make_cert(folder, "ca", f"host{h}", f"{SOURCE_NET}.1" if h == 1 else f"{SINK_NET}.{h}")
             certs[h] = f", tlsCertFile: host{h}.pem, tlsKeyFile: host{h}.key"
         auth = "tlsCaFile: ca.pem"
-    lines = ["cluster: {", "  context: { heartbeatIntervalMs: 100, heartbeatTimeoutMs: 3000, "
+    lines = ["cluster: {", f"  context: {{ heartbeatIntervalMs: 100, heartbeatTimeoutMs: {timeout_ms}, "
              f"baseSourcePath: source, {auth}{context} }},",
              f'  host1: {{ hostId: 1, connectUri: "{SOURCE_NET}.1:7001", udpInterface: {SOURCE_NET}.1'
              f"{certs[1]} }},"]
@@ -295,7 +296,9 @@ def test_a_group_member_that_falls_behind_leaves_for_tcp_and_rejoins(tmp_path: P
     from chronq.replication.status import LinkStatus
     from tests.replication_support import last_index
 
-    cfg = _config(tmp_path, False, ", udpDatagramSize: 1472, udpWindow: 16", acknowledge=False)
+    # a session outlives the sink's stop on a loaded machine (its heartbeats stop with it)
+    cfg = _config(tmp_path, False, ", udpDatagramSize: 1472, udpWindow: 16", acknowledge=False,
+                  timeout_ms=20_000)
     relay = subprocess.Popen(
         ["ip", "netns", "exec", lab.router, sys.executable, "-m", "tests.udp_relay", f"{GROUP[0]}:{GROUP[1]}",
          f"{SOURCE_NET}.{ROUTER}", f"{SINK_NET}.{ROUTER}", "1", "0"],

@@ -693,14 +693,17 @@ class GroupMember:
             stop = g.next_seq
             self._own = {seq: g.kept[seq] for seq in range(self.acked, stop)}
             self._resume = g.tail if stop > self._first else None
-            g.drop(self)
         log.info("replication: %s is %d documents behind, no datagram taken in %.1f s: leaves the group for "
                  "the TCP catch-up after datagram %d", self._conn.peer, waiting, now - self._behind_since,
                  stop - 1)
         self._stop, self.live, self._behind_since = stop, False, None
         self._later = [(lo, min(hi, stop)) for lo, hi in self._later if lo < stop]
+        # said before the group goes on (nothing moves it meanwhile: it waits for this sink's UdpAck,
+        # which this thread takes), so the sink learns of the stop before any later datagram is sent
         self._conn.send(p.UdpStop(stop))
         self.counts.catch_ups += 1
+        with g.lock:
+            g.drop(self)
 
     def resume_at(self) -> Position | None:
         """Where the session's reader goes on after a `fall_back` (once; None: where it is)."""

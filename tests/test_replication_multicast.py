@@ -106,8 +106,10 @@ def lab() -> Iterator[Lab]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
 
 
-def _config(folder: Path, tls: bool) -> Path:
-    """The pre-shared key, or (`tls`) TLS alone: the group's key then travels inside TLS."""
+def _config(folder: Path, tls: bool, context: str = "", acknowledge: bool = True,
+            timeout_ms: int = 3000) -> Path:
+    """The pre-shared key, or (`tls`) TLS alone: the group's key then travels inside TLS. `context`: more
+    of the cluster's context (", key: value"); `timeout_ms`: heartbeatTimeoutMs."""
     (folder / "cluster.key").write_text(KEY + "\n")
     auth, certs = "keyFile: cluster.key", dict.fromkeys((1, *SINKS), "")
     if tls:
@@ -118,13 +120,14 @@ def _config(folder: Path, tls: bool) -> Path:
             make_cert(folder, "ca", f"host{h}", f"{SOURCE_NET}.1" if h == 1 else f"{SINK_NET}.{h}")
             certs[h] = f", tlsCertFile: host{h}.pem, tlsKeyFile: host{h}.key"
         auth = "tlsCaFile: ca.pem"
-    lines = ["cluster: {", "  context: { heartbeatIntervalMs: 100, heartbeatTimeoutMs: 3000, "
-             f"baseSourcePath: source, {auth} }},",
+    lines = ["cluster: {", f"  context: {{ heartbeatIntervalMs: 100, heartbeatTimeoutMs: {timeout_ms}, "
+             f"baseSourcePath: source, {auth}{context} }},",
              f'  host1: {{ hostId: 1, connectUri: "{SOURCE_NET}.1:7001", udpInterface: {SOURCE_NET}.1'
              f"{certs[1]} }},"]
     lines += [f'  host{h}: {{ hostId: {h}, connectUri: "{SINK_NET}.{h}:7001", udpInterface: {SINK_NET}.{h}, '
               f"baseSinkPath: sink{h}{certs[h]} }}," for h in SINKS]
-    lines += ["}", "queues: { queue1: { path: queue1, acknowledge: true, masterId: 1, "
+    ack = "true" if acknowledge else "false"
+    lines += ["}", f"queues: {{ queue1: {{ path: queue1, acknowledge: {ack}, masterId: 1, "
               f'rollCycle: TEST_SECONDLY, transport: udp, udpGroup: "{GROUP[0]}:{GROUP[1]}" }} }}']
     path = folder / "cluster.yaml"
     path.write_text("\n".join(lines) + "\n")
@@ -278,4 +281,144 @@ def test_a_nak_is_answered_after_the_codec_frame_its_datagram_needs(tmp_path: Pa
                 reader.close()
                 conn.sock.close()
                 peer.close()
+            group.close()
+
+
+def test_a_group_member_that_falls_behind_leaves_for_tcp_and_rejoins(tmp_path: Path, lab: Lab) -> None:
+    """One of three sinks stopped (SIGSTOP) while the source writes 50,000 messages holds the group's
+    window back: after it took no datagram for a while the source tells it where the group's datagrams
+    for it end (`UdpStop`) and the group goes on without it, the two others taking datagrams (and
+    catching up) while it is still stopped. Resumed, it writes the datagrams before the stop, takes the
+    rest over TCP runs in the same session, and joins the group again (datagrams after the catch-up).
+    Every sink ends byte for byte the source's."""
+    import signal
+
+    from chronq.replication.status import LinkStatus
+    from tests.replication_support import last_index
+
+    # a session outlives the sink's stop on a loaded machine (its heartbeats stop with it)
+    cfg = _config(tmp_path, False, ", udpDatagramSize: 1472, udpWindow: 16", acknowledge=False,
+                  timeout_ms=20_000)
+    relay = subprocess.Popen(
+        ["ip", "netns", "exec", lab.router, sys.executable, "-m", "tests.udp_relay", f"{GROUP[0]}:{GROUP[1]}",
+         f"{SOURCE_NET}.{ROUTER}", f"{SINK_NET}.{ROUTER}", "1", "0"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(), cwd=REPO)
+    hosts: list[Host] = []
+
+    def link(host: int) -> LinkStatus:
+        return read_status_file(status_file_path(cfg, host)).links[0]
+
+    def source_link(host: int) -> LinkStatus:
+        (out,) = [s for s in read_status_file(status_file_path(cfg, 1)).links if s.peer_host_id == host]
+        return out
+
+    slow, others = SINKS[-1], list(SINKS[:-1])
+    try:
+        assert relay.stdout is not None and relay.stdout.readline().strip() == "relaying"
+        hosts.append(Host(cfg, 1, netns=lab.source))
+        hosts += [Host(cfg, h, netns=lab.sinks[h]) for h in SINKS]
+        stopped = hosts[-1]
+        with chronq.open(tmp_path / "source" / "queue1") as q:
+            a = q.appender()
+
+            def paced(count: int) -> None:  # a few documents a datagram: the sinks stay on datagrams
+                for i in range(count):
+                    a.write(b"paced %d" % i)
+                    if i % 4 == 3:
+                        time.sleep(0.001)
+
+            a.write(b"first")
+            wait_until(lambda: _caught_up(tmp_path, list(SINKS)), 30, "the sinks to join the group")
+            paced(200)
+            wait_until(lambda: _caught_up(tmp_path, list(SINKS))
+                       and all(link(h).datagrams > 0 for h in SINKS), 30, "datagrams to every sink")
+            stopped.proc.send_signal(signal.SIGSTOP)
+            try:
+                held = last_index(tmp_path / f"sink{slow}" / "queue1")
+                before = {h: link(h) for h in others}
+                a.write_many([b"%040d" % i for i in range(50_000)])
+                last = last_index(tmp_path / "source" / "queue1")
+                wait_until(lambda: source_link(slow).catch_ups == 1, 20,
+                           "the source to send the stopped sink to the TCP catch-up")
+                # the group went on without it: the others hold everything, taken as datagrams
+                wait_until(lambda: _caught_up(tmp_path, others), 20, "the other sinks to catch up")
+                wait_until(lambda: all(link(h).replicated_index == last for h in others), 10,
+                           "the other sinks' status")
+                during = {h: link(h) for h in others}
+                assert last_index(tmp_path / f"sink{slow}" / "queue1") == held  # still stopped
+            finally:
+                stopped.proc.send_signal(signal.SIGCONT)
+            wait_until(lambda: _caught_up(tmp_path, list(SINKS)), 30, "the stopped sink to catch up over TCP")
+            # the status file is replaced every heartbeat: wait for the one written after the last run
+            wait_until(lambda: link(slow).replicated_index == last and link(slow).catch_ups == 1
+                       and link(slow).tcp_runs > 0, 10, "the stopped sink's status")
+            caught_up = link(slow)
+            paced(200)
+            wait_until(lambda: _caught_up(tmp_path, list(SINKS)) and link(slow).datagrams
+                       > caught_up.datagrams, 20, "datagrams again after the catch-up")
+            after = link(slow)
+    finally:
+        for host in hosts:
+            host.stop()
+        relay.communicate("", timeout=20)
+    for h in others:  # they took the 50,000 messages as datagrams, never switched
+        assert during[h].datagrams > before[h].datagrams and during[h].tcp_runs == before[h].tcp_runs, \
+            (before[h], during[h])
+        assert during[h].catch_ups == 0, during[h]
+    assert after.tcp_runs == caught_up.tcp_runs and after.catch_ups == 1, (caught_up, after)
+    source = hosts[0].text()
+    assert source.count(" follows queue1") == len(SINKS), source  # one session each throughout
+    for host in hosts:
+        assert " ended: " not in host.text() and "refused" not in host.text(), host.text()
+    _check_equal(tmp_path, list(SINKS))
+
+
+def test_the_group_knows_where_a_reader_goes_on_after_its_datagrams(tmp_path: Path) -> None:
+    """A member leaving the group for the TCP catch-up goes on from where the group's datagrams ended
+    (`GroupSender.tail`): after data, after metadata documents following data (in the same datagrams
+    and in datagrams of their own) and after data following metadata, it is where a sink holding all
+    the group sent ends (`read_position` of the source's queue, once the group read all of it)."""
+    import socket
+
+    from chronq.replication import protocol as p
+    from chronq.replication._transport import Conn, Link
+    from chronq.replication._udp import GroupMember, GroupSender
+    from chronq.replication.config import UdpCfg
+    from chronq.replication.errors import ReplicationError
+    from chronq.replication.sink import Position, read_position
+    from chronq.replication.status import Role
+    from tests.replication_support import free_port
+
+    path = tmp_path / "queue1"
+    with chronq.open(path) as q:
+        try:
+            group = GroupSender(UdpCfg(), ("239.7.0.3", free_port()), "127.0.0.1", path, 1 << 20)
+        except ReplicationError as e:  # no multicast route on this loopback: said, not failed
+            skip_unless_strict(f"cannot send to a multicast group on 127.0.0.1 here: {e}")
+        ours, theirs = socket.socketpair()
+        member = GroupMember(group, Conn(ours, "sink2", 1 << 20, 5.0),
+                             p.UdpSubscribe(free_port(), 1 << 20, bytes(32)),
+                             Link("queue1", Role.SOURCE, "sink2", 2), 0.1)
+        try:
+            with member.joining(True) as ready:
+                assert ready
+                member.join(-1)
+            a = q.appender()
+            steps = [[b"data"] * 3, [b"data", None, None], [None], [b"data", None, b"data"],
+                     [None, None, b"data", None]]
+            for step in steps:
+                for body in step:
+                    if body is None:
+                        a.write_meta(b"metadata")
+                    else:
+                        a.write(body)
+                with group.lock:
+                    while group.pump(256):
+                        pass
+                assert member.handle(p.UdpAck(group.next_seq))
+                assert group.tail == read_position(q) and group.tail != Position(None), step
+        finally:
+            member.close()
+            ours.close()
+            theirs.close()
             group.close()

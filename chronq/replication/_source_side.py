@@ -258,6 +258,15 @@ class _Stream:
                             udp.join(self.sent_upto)
                 else:
                     docs, data, end, first = udp.read(self.reader, frame, RUN_COUNT)
+                    if not docs and now >= fall_back_at and udp.held_back():
+                        # a multicast group's window is full, held by this sink: it may leave the group
+                        # for the TCP catch-up, its reader going on where the group's datagrams ended
+                        fall_back_at = now + FALL_BACK_LOOK
+                        udp.fall_back(messages_after(self.q, self.sent_upto), now)
+                        resume = udp.resume_at()
+                        if resume is not None:
+                            self.reader.close()
+                            self.reader = SourceReader(self.q, resume)
                 if docs:
                     if self.sent_upto == self.recorded:  # the oldest unrecorded read: the lag counts from it
                         self.read_at = time.time()

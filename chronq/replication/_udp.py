@@ -49,7 +49,11 @@ pre-shared key, as is inside TLS) together with the group's sequence number it s
 (`GroupMember.joining`) once its TCP catch-up has read all the queue holds and the group has too (both
 are then at the same place); recovery stays per sink (its Naks answered over its TCP link from the
 datagrams the group keeps), and the group sends no further than the slowest joined sink acknowledged
-within the window.
+within the window. A member that holds the group's full window back and stops taking datagrams (as a
+unicast session's sink falls back above) leaves the group (`GroupMember.fall_back`): `UdpStop` at the
+group's sequence number, the datagrams before it it has not acknowledged kept for it alone, the group no
+longer waiting for it; its session goes on over TCP from where the group's datagrams ended
+(`GroupSender.tail`) and joins the group again once caught up.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ from chronq.replication import protocol as p
 from chronq.replication._transport import Conn, Link
 from chronq.replication.config import DEFAULT_DATAGRAM, MAX_DATAGRAM, MIN_DATAGRAM, HostCfg, UdpCfg
 from chronq.replication.errors import ProtocolError, ReplicationError
-from chronq.replication.sink import Position
+from chronq.replication.sink import Position, read_position
 from chronq.replication.source import CodecState, SourceReader
 from chronq.replication.status import DatagramCounts
 
@@ -320,6 +324,14 @@ class UdpSender:
         return min(self._cfg.window - (self.next_seq - self._acked),
                    (self._in_flight - self._kept_bytes) // self._size)
 
+    def held_back(self) -> bool:
+        """A session's own full window is seen before its read (`can_send`): never after it."""
+        return False
+
+    def resume_at(self) -> Position | None:
+        """A session's own reader read its datagrams: it goes on where it is."""
+        return None
+
     def fall_back(self, waiting: int, now: float) -> None:
         """The window is full and `waiting` documents follow what was read: a sink further behind than
         the datagrams kept for it (their documents) that acknowledged none of them for
@@ -454,6 +466,9 @@ class GroupSender:
         self.members: set[GroupMember] = set()
         self.next_seq = 0
         self.last_data = -1  # the last data index read into a datagram
+        # where a reader goes on after the last document read into a datagram (a member leaving the group
+        # for the TCP catch-up: `GroupMember.fall_back`)
+        self.tail = Position(None)
         self.sent_at = 0.0
         self.kept: dict[int, bytes] = {}
         self._kept_bytes = 0
@@ -507,8 +522,27 @@ class GroupSender:
         self.next_seq = seq + len(sealed)
         if data:
             self.last_data = first + data - 1
+        if data == docs:  # data documents alone (as nearly always): the reader goes on after the last
+            self.tail = Position(first + data)
+        else:
+            self._follow(buf, [(k * self.size + head, e) for k, e in enumerate(ends)]
+                         if buf is self._buf else [(head, end)], first)
         self.sent_at = time.monotonic()
         return docs
+
+    def _follow(self, buf: bytearray, runs: list[tuple[int, int]], first: int) -> None:
+        """Move `tail` over runs holding metadata documents (`buf[start:end]` each, the first from index
+        `first`): a metadata document takes the index of the data document after it."""
+        tail = self.tail
+        for start, end in runs:
+            count, data = _native.check_run(buf, start, end)
+            for index, meta, _ in p.Run(first, count, bytes(buf[start:end])).items():
+                if not meta:
+                    tail = Position(index + 1)
+                else:
+                    tail = Position(index, tail.metadata + 1 if tail.next_index == index else 1)
+            first += data
+        self.tail = tail
 
     def trim(self) -> None:
         """Drop the datagrams every member acknowledged. The caller holds `lock`."""
@@ -531,6 +565,7 @@ class GroupSender:
             self._reader = SourceReader(self._queue, Position(None, 0), at_end=True)
             self._codec = CodecState(self._queue, self._max_frame - 64)
             self.last_data = sent_upto
+            self.tail = read_position(self._queue)
             return True
         for _ in range(self._cfg.window):
             if not self.pump(max_count):
@@ -553,15 +588,27 @@ class GroupSender:
     def leave(self, member: GroupMember) -> None:
         """A member's session ended: the group no longer waits for it (the last one: it stops reading)."""
         with self.lock:
-            self.members.discard(member)
-            self.trim()
-            if not self.members:
-                self._close_reader()
+            self.drop(member)
+
+    def drop(self, member: GroupMember) -> None:
+        """The group no longer waits for `member` (the last one: it stops reading). The caller holds
+        `lock`."""
+        self.members.discard(member)
+        self.trim()
+        if not self.members:
+            self._close_reader()
+
+    def held_by(self, member: GroupMember) -> bool:
+        """Whether the window is full and `member` is the slowest joined sink, holding it. The caller
+        holds `lock`."""
+        return member in self.members and self._room() <= 0 \
+            and member.acked == min(m.acked for m in self.members)
 
 
 class GroupMember:
     """One sink's session of a queue with a `udpGroup`: the `UdpSender` interface `_Stream` drives,
-    over the group's datagrams. Before it joins, the session sends runs over TCP (its catch-up)."""
+    over the group's datagrams. Before it joins, the session sends runs over TCP (its catch-up); a sink
+    that holds the group back too long leaves it for the TCP catch-up (`fall_back`) and joins again."""
 
     def __init__(self, group: GroupSender, conn: Conn, sub: p.UdpSubscribe, link: Link,
                  interval: float) -> None:
@@ -577,6 +624,13 @@ class GroupMember:
         self._seen_seq, self._seen_data = 0, -1
         self._told = 0
         self._later: list[tuple[int, int]] = []  # datagrams asked for, [from, to), not sent again yet
+        self._behind_since: float | None = None  # holding the group's full window back, since
+        # after `fall_back`: the group's datagrams for this sink ended before `_stop`; those it has not
+        # acknowledged yet, kept here (the group no longer keeps them for it); where the session's reader
+        # goes on (None: where it is, the group having sent nothing since the join)
+        self._stop: int | None = None
+        self._own: dict[int, bytes] = {}
+        self._resume: Position | None = None
 
     @contextlib.contextmanager
     def joining(self, idle: bool) -> Iterator[bool]:
@@ -594,6 +648,7 @@ class GroupMember:
         g = self._group
         self._first = self.acked = self._seen_seq = self._told = g.next_seq
         self._seen_data = sent_upto
+        self._stop, self._own, self._later, self._behind_since = None, {}, [], None
         if not g.members:
             g.last_data = sent_upto
         self._conn.send(p.UdpGroup(g.next_seq, seal_group_key(self._conn, g.key)))
@@ -606,10 +661,54 @@ class GroupMember:
         """A group is joined through `joining`, not when a TCP run was short."""
 
     def can_send(self) -> bool:
-        return True
+        """A member's own window is the group's (`read` sends nothing when it is full); after a
+        `fall_back`, TCP runs wait until the sink acknowledged every datagram before the stop."""
+        return self._stop is None or self.acked == self._stop
+
+    def held_back(self) -> bool:
+        """Whether the group's window is full and this sink, the slowest, holds it (`fall_back` then)."""
+        with self._group.lock:
+            return self._group.held_by(self)
 
     def fall_back(self, waiting: int, now: float) -> None:
-        """A group member never waits for its own window (`can_send`): the group waits for its slowest."""
+        """The group's window is full, held by this sink, and `waiting` documents follow what the group
+        read: a sink further behind than the datagrams kept for it that acknowledged none of them for
+        `FALL_BACK_AFTER` leaves the group (the others go on at full speed) for the TCP catch-up, from
+        where the group's datagrams for it end (`UdpStop`); it joins again once caught up."""
+        g = self._group
+        with g.lock:
+            # everything the group sent, this session has looked at (its codec frames sent): it stops there
+            held = self.live and g.held_by(self) and self._seen_seq == g.next_seq
+            kept = 0
+            if held:
+                kept = sum(DATAGRAM_HEAD.unpack_from(g.kept[seq])[3] for seq in range(self.acked, g.next_seq))
+            if not held or waiting <= kept:
+                self._behind_since = None
+                return
+            if self._behind_since is None:
+                self._behind_since = now
+                return
+            if now - self._behind_since < FALL_BACK_AFTER:
+                return
+            stop = g.next_seq
+            self._own = {seq: g.kept[seq] for seq in range(self.acked, stop)}
+            self._resume = g.tail if stop > self._first else None
+        log.info("replication: %s is %d documents behind, no datagram taken in %.1f s: leaves the group for "
+                 "the TCP catch-up after datagram %d", self._conn.peer, waiting, now - self._behind_since,
+                 stop - 1)
+        self._stop, self.live, self._behind_since = stop, False, None
+        self._later = [(lo, min(hi, stop)) for lo, hi in self._later if lo < stop]
+        # said before the group goes on (nothing moves it meanwhile: it waits for this sink's UdpAck,
+        # which this thread takes), so the sink learns of the stop before any later datagram is sent
+        self._conn.send(p.UdpStop(stop))
+        self.counts.catch_ups += 1
+        with g.lock:
+            g.drop(self)
+
+    def resume_at(self) -> Position | None:
+        """Where the session's reader goes on after a `fall_back` (once; None: where it is)."""
+        pos, self._resume = self._resume, None
+        return pos
 
     def sent_run(self) -> None:
         """A run went over TCP (the catch-up before the sink joins the group)."""
@@ -643,12 +742,13 @@ class GroupMember:
     def _again(self) -> None:
         """Send the datagrams asked for over TCP, those this session has looked at (`read`) only: another
         session may have driven the group past what this one told its sink, a codec frame the datagram
-        needs included (sent after `read`); the rest wait for the next `send`."""
+        needs included (sent after `read`); the rest wait for the next `send`. After a `fall_back`, from
+        those kept for this sink (none after the stop)."""
         g, seen = self._group, self._seen_seq
         with g.lock:
-            again = [g.kept[seq] for lo, hi in self._later
-                     for seq in range(max(lo, self.acked), min(hi, seen))]
-        self._later = [(max(lo, seen), hi) for lo, hi in self._later if hi > seen]
+            kept = g.kept if self._stop is None else self._own
+            again = [kept[seq] for lo, hi in self._later for seq in range(max(lo, self.acked), min(hi, seen))]
+        self._later = [(max(lo, seen), hi) for lo, hi in self._later if hi > seen and self._stop is None]
         for data in again:
             self._conn.send(p.Datagram(data))
         self.counts.retransmitted += len(again)
@@ -665,13 +765,21 @@ class GroupMember:
         """Take the sink's UdpAck or Nak (False: not one of those)."""
         g = self._group
         if isinstance(f, p.UdpAck):
-            # the group may have sent more than this session has looked at (another session drove it)
+            # the group may have sent more than this session has looked at (another session drove it);
+            # after a `fall_back`, nothing from the stop on is this sink's
             with g.lock:
-                if not self._first <= f.next_seq <= g.next_seq:
+                top = g.next_seq if self._stop is None else self._stop
+                if not self._first <= f.next_seq <= top:
                     raise ProtocolError(f"{self._conn.peer} acknowledged datagram {f.next_seq - 1}, outside "
-                                        f"those it was sent ({self._first} to {g.next_seq - 1})")
+                                        f"those it was sent ({self._first} to {top - 1})")
+                if f.next_seq > self.acked:  # the sink takes datagrams: it does not leave the group
+                    self._behind_since = None
                 self.acked = max(self.acked, f.next_seq)
-                g.trim()
+                if self._stop is None:
+                    g.trim()
+                else:
+                    for seq in [seq for seq in self._own if seq < self.acked]:
+                        del self._own[seq]
             return True
         if isinstance(f, p.Nak):
             with g.lock:
@@ -679,8 +787,10 @@ class GroupMember:
                     raise ProtocolError(f"{self._conn.peer} asked for datagrams {f.first} to "
                                         f"{f.first + f.count - 1}, outside those it was sent ({self._first} "
                                         f"to {g.next_seq - 1})")
-            self._later.append((f.first, f.first + f.count))
-            self._again()
+            if self._stop is None or f.first < self._stop:  # (asked before it learnt of the stop)
+                self._later.append((f.first, f.first + f.count if self._stop is None
+                                    else min(f.first + f.count, self._stop)))
+                self._again()
             return True
         return False
 
@@ -809,19 +919,24 @@ class UdpReceiver:
                                             encrypt=self._conn.frame_auth is None)
                     self.expected = self._high = self._acked = f.next_seq
                     self._ahead.clear()
+                    self._asked.clear()
                 elif isinstance(f, p.UdpStart):
                     if self.live or self._key is None:
                         raise ProtocolError(f"{self._conn.peer} sent UdpStart twice, or before its UdpGroup")
                     self.live = True
                     self._release(out)
                 elif isinstance(f, p.UdpStop):
+                    # a group goes on after the stop: what this sink took of it from there on is not its
+                    # own (a session's datagrams end there)
                     if not self.live or self._stop_at is not None or f.next_seq < self.expected \
-                            or any(seq >= f.next_seq for seq in self._ahead):
+                            or (self._group is None and any(seq >= f.next_seq for seq in self._ahead)):
                         raise ProtocolError(f"{self._conn.peer} sent UdpStop at datagram {f.next_seq} "
                                             f"(this sink expects {self.expected}, "
                                             f"{'on datagrams' if self.live else 'on TCP'})")
-                    self._stop_at = f.next_seq
-                    self._high = max(self._high, f.next_seq)
+                    for seq in [seq for seq in self._ahead if seq >= f.next_seq]:
+                        del self._ahead[seq]
+                    self._asked = {seq for seq in self._asked if seq < f.next_seq}
+                    self._stop_at = self._high = f.next_seq  # every datagram before it was sent
                     self.counts.catch_ups += 1
                     self._release(out)
                 elif isinstance(f, p.Run):
@@ -852,8 +967,12 @@ class UdpReceiver:
         if seq < self.expected or seq in self._ahead:
             counts.duplicates += 1
             return
-        if seq >= self.expected + self._cfg.window or (self._stop_at is not None and seq >= self._stop_at):
-            counts.dropped += 1  # beyond what may be held (asked for again later), or after the datagrams
+        if self._stop_at is not None and seq >= self._stop_at:
+            if self._group is None:
+                counts.dropped += 1  # after the session's datagrams (a group's go on: not this sink's)
+            return
+        if seq >= self.expected + self._cfg.window:
+            counts.dropped += 1  # beyond what may be held (asked for again later)
             return
         counts.datagrams += 1
         self._ahead[seq] = (first, count, data, docs)
@@ -889,6 +1008,10 @@ class UdpReceiver:
         if seq == self._stop_at:  # every datagram before the UdpStop written: the TCP catch-up follows
             self.live = False
             self._stop_at = None
+            if self._group is not None:  # the group's datagrams are not taken until it joins again
+                self._key = None
+                self._ahead.clear()
+                self._asked.clear()
 
     def _ask(self) -> None:
         """A Nak for every datagram missing before the highest known, within the window, asked once."""

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Protocol
 
 import msgspec
-from bench_queue import latency
+from bench_queue import latency, latency_cpus
 
 import chronq
 import rpc
@@ -152,16 +152,22 @@ def load() -> str:
     return f"load average {one:.2f} (5 min {five:.2f}), {os.cpu_count()} CPUs"
 
 
-def service_hop(tmp: Path, samples: int, rate_hz: int) -> tuple[int, int, int, int]:
-    """p50, p99, p99.9, worst ns of append -> the service's answer readable, paced at `rate_hz`."""
-    ins_path, outs_path = tmp / "hop-in", tmp / "hop-out"
+def service_hop(tmp: Path, samples: int, rate_hz: int, pinned: bool = False) -> tuple[int, int, int, int]:
+    """p50, p99, p99.9, worst ns of append -> the service's answer readable, paced at `rate_hz`;
+    `pinned`: the writer and the busy-spinning service each on a CPU of its own (as bench_queue's)."""
+    ins_path, outs_path = tmp / ("hop-in-pinned" if pinned else "hop-in"), tmp / ("hop-out-pinned" if pinned
+                                                                                 else "hop-out")
+    pin, cpus = latency_cpus(pinned), os.sched_getaffinity(0)
     with chronq.open(ins_path, source_id=1) as ins, chronq.open(outs_path, source_id=2) as outs:
         ins.appender().write(b"\xb9\x04ping\xa1\x00")  # both cycles exist before the service starts
         outs.appender().write(b"\xb9\x04ping\xa1\x00")
         child = subprocess.Popen([sys.executable, "-c", SERVICE_CHILD, str(ins_path), str(outs_path),
-                                  str(Path(__file__).parent)], stdout=subprocess.PIPE, text=True)
+                                  str(Path(__file__).parent)], stdout=subprocess.PIPE, text=True,
+                                 preexec_fn=(lambda: os.sched_setaffinity(0, {pin[1]})) if pin else None)
         assert child.stdout is not None
         child.stdout.readline()
+        if pin:
+            os.sched_setaffinity(0, {pin[0]})
         got: list[int] = []
         now = time.perf_counter_ns
 
@@ -186,6 +192,8 @@ def service_hop(tmp: Path, samples: int, rate_hz: int) -> tuple[int, int, int, i
                 read_one()
         finally:
             gc.enable()
+            if pin:
+                os.sched_setaffinity(0, cpus)
             child.kill()
             child.communicate()
     if len(got) < samples:
@@ -313,12 +321,13 @@ def main() -> None:
 def hop(tmp: Path, samples: int, rate: int) -> None:
     print(f"hop latency at {rate:,} msg/s, {samples:,} samples; {load()}")
     print(f"{'hop':<52} {'p50 us':>8} {'p99 us':>8} {'p99.9 us':>9} {'worst us':>9}")
-    raw = latency(samples, tmp, rate)
-    svc = service_hop(tmp, samples, rate)
-    for name, (p50, p99, p999, worst) in (
-        ("raw queue hop: append -> readable (baseline)", raw[:4]),
-        ("service hop: append -> answer readable (targets 10/50)", svc),
-    ):
+    rows = []
+    for pinned in (False, True):  # pinned: each busy-spinning process on a CPU of its own
+        how = ", pinned" if pinned else ""
+        rows.append((f"raw queue hop{how}: append -> readable", latency(samples, tmp, rate, pinned)[:4]))
+        rows.append((f"service hop{how}: append -> answer (targets 10/50)",
+                     service_hop(tmp, samples, rate, pinned)))
+    for name, (p50, p99, p999, worst) in rows:
         print(f"{name:<52} {p50 / 1e3:>8.1f} {p99 / 1e3:>8.1f} {p999 / 1e3:>9.1f} {worst / 1e3:>9.1f}")
     print()
 

@@ -23,7 +23,7 @@ import rpc
 from chronq.pausers import WakeupPauser
 from chronq.replication import ReplicatedQueue, last_acknowledged_index
 from chronq.replication.status import Role
-from rpc.aio import AsyncMethodReader
+from rpc.aio import THREAD_NAME, AsyncMethodReader
 from tests.procs.qhelp import REPO, child_env
 from tests.replication_support import Host, last_index, wait_until, write_config
 from tests.rpc_support import Events, Recording
@@ -394,8 +394,16 @@ with chronq.open(sys.argv[1]) as q:
 
 
 def threads_and_fds() -> tuple[int, int]:
-    """This process's threads and open file descriptors, as the kernel counts them."""
-    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd"))
+    """The asyncio readers' waiter threads alive in the kernel (named `rpc.aio.THREAD_NAME`, their ids in
+    /proc/self/task) and the eventfds open in this process (/proc/self/fd): what a waiter owns. Counting
+    every thread and fd would count those of other tests' objects ending meanwhile in this worker too."""
+    tids = [t.native_id for t in threading.enumerate() if t.name == THREAD_NAME]
+    threads = sum(1 for tid in tids if os.path.exists(f"/proc/self/task/{tid}"))
+    eventfds = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (the listing's own fd, closed by now)
+            eventfds += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]"
+    return threads, eventfds
 
 
 @pytest.mark.parametrize("ringing", ["1", "0"])
@@ -452,7 +460,7 @@ def test_an_asyncio_reader_is_woken_through_its_native_waiter_by_a_writer_proces
 def test_an_asyncio_reader_ended_while_waiting_leaves_no_thread_or_fd(tmp_path: Path, end: str) -> None:
     """While the reader waits, its native waiter is one more thread and one more fd (the eventfd) of
     this process; `stop()`, or the loop ending (`asyncio.run` cancels the waiting task), takes both
-    back, as /proc/self counts them."""
+    back, as /proc/self shows them."""
     with chronq.open(tmp_path / "q") as q:
         ar = AsyncMethodReader(rpc.reader(q.tailer(), Recording(), interfaces=[Events]))
         counts: dict[str, tuple[int, int]] = {}

@@ -208,6 +208,15 @@ def last_index(path: Path) -> int | None:
         return q.last_index
 
 
+def write_paced(appender: chronq.Appender, count: int) -> None:
+    """`count` small documents, a millisecond's pause after every fourth: a few documents per datagram,
+    so a UDP link stays on datagrams (written at once, they would fill its window)."""
+    for i in range(count):
+        appender.write(b"paced %d" % i)
+        if i % 4 == 3:
+            time.sleep(0.001)
+
+
 def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not cond():

@@ -24,7 +24,7 @@ import chronq
 from chronq.replication.status import read_status_file, status_file_path
 from tests.conftest import skip_unless_strict
 from tests.procs.qhelp import REPO, child_env
-from tests.replication_support import KEY, Host, wait_until
+from tests.replication_support import KEY, Host, wait_until, write_paced
 from tests.test_replication_udp import _caught_up, _check_equal, _write_across_cycles
 
 GROUP = ("239.7.0.1", 7100)
@@ -321,15 +321,9 @@ def test_a_group_member_that_falls_behind_leaves_for_tcp_and_rejoins(tmp_path: P
         with chronq.open(tmp_path / "source" / "queue1") as q:
             a = q.appender()
 
-            def paced(count: int) -> None:  # a few documents a datagram: the sinks stay on datagrams
-                for i in range(count):
-                    a.write(b"paced %d" % i)
-                    if i % 4 == 3:
-                        time.sleep(0.001)
-
             a.write(b"first")
             wait_until(lambda: _caught_up(tmp_path, list(SINKS)), 30, "the sinks to join the group")
-            paced(200)
+            write_paced(a, 200)
             wait_until(lambda: _caught_up(tmp_path, list(SINKS))
                        and all(link(h).datagrams > 0 for h in SINKS), 30, "datagrams to every sink")
             stopped.proc.send_signal(signal.SIGSTOP)
@@ -353,7 +347,7 @@ def test_a_group_member_that_falls_behind_leaves_for_tcp_and_rejoins(tmp_path: P
             wait_until(lambda: link(slow).replicated_index == last and link(slow).catch_ups == 1
                        and link(slow).tcp_runs > 0, 10, "the stopped sink's status")
             caught_up = link(slow)
-            paced(200)
+            write_paced(a, 200)
             wait_until(lambda: _caught_up(tmp_path, list(SINKS)) and link(slow).datagrams
                        > caught_up.datagrams, 20, "datagrams again after the catch-up")
             after = link(slow)

@@ -35,6 +35,7 @@ from tests.replication_support import (
     java_documents,
     last_index,
     wait_until,
+    write_paced,
 )
 from tests.udp_relay import UdpRelay
 
@@ -355,13 +356,7 @@ def test_a_sink_that_falls_behind_catches_up_over_tcp_and_returns_to_datagrams(t
         with chronq.open(tmp_path / "source" / "queue1") as q:
             a = q.appender()
 
-            def paced(count: int) -> None:  # a few documents a datagram: the session stays on datagrams
-                for i in range(count):
-                    a.write(b"paced %d" % i)
-                    if i % 4 == 3:
-                        time.sleep(0.001)
-
-            paced(200)
+            write_paced(a, 200)
             wait_until(lambda: _caught_up(tmp_path, [2]) and link(2).datagrams > 0, 20, "datagrams")
             sink.proc.send_signal(signal.SIGSTOP)
             try:
@@ -375,7 +370,7 @@ def test_a_sink_that_falls_behind_catches_up_over_tcp_and_returns_to_datagrams(t
             wait_until(lambda: link(2).replicated_index == last and link(2).catch_ups == 1
                        and link(2).tcp_runs > 0, 10, "the sink's status")
             caught_up = link(2)
-            paced(200)
+            write_paced(a, 200)
             wait_until(lambda: _caught_up(tmp_path, [2]) and link(2).datagrams > caught_up.datagrams, 20,
                        "datagrams again after the catch-up")
             after = link(2)

@@ -393,16 +393,16 @@ with chronq.open(sys.argv[1]) as q:
 """
 
 
-def threads_and_fds() -> tuple[int, int]:
+def waiters_and_eventfds() -> tuple[set[int], set[int]]:
     """The asyncio readers' waiter threads alive in the kernel (named `rpc.aio.THREAD_NAME`, their ids in
-    /proc/self/task) and the eventfds open in this process (/proc/self/fd): what a waiter owns. Counting
-    every thread and fd would count those of other tests' objects ending meanwhile in this worker too."""
-    tids = [t.native_id for t in threading.enumerate() if t.name == THREAD_NAME]
-    threads = sum(1 for tid in tids if os.path.exists(f"/proc/self/task/{tid}"))
-    eventfds = 0
+    /proc/self/task) and the eventfds open in this process (/proc/self/fd): what a waiter owns."""
+    tids = {t.native_id for t in threading.enumerate() if t.name == THREAD_NAME and t.native_id is not None}
+    threads = {tid for tid in tids if os.path.exists(f"/proc/self/task/{tid}")}
+    eventfds = set()
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # (the listing's own fd, closed by now)
-            eventfds += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]"
+            if os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]":
+                eventfds.add(int(fd))
     return threads, eventfds
 
 
@@ -463,25 +463,26 @@ def test_an_asyncio_reader_ended_while_waiting_leaves_no_thread_or_fd(tmp_path: 
     back, as /proc/self shows them."""
     with chronq.open(tmp_path / "q") as q:
         ar = AsyncMethodReader(rpc.reader(q.tailer(), Recording(), interfaces=[Events]))
-        counts: dict[str, tuple[int, int]] = {}
+        seen: dict[str, tuple[set[int], set[int]]] = {}
 
         async def scenario() -> None:
-            counts["in the loop"] = threads_and_fds()
+            seen["in the loop"] = waiters_and_eventfds()
             task = asyncio.create_task(ar.run())
             while q.doorbell.waiters < 1:
                 await asyncio.sleep(0.001)
-            counts["waiting"] = threads_and_fds()
+            seen["waiting"] = waiters_and_eventfds()
             if end == "stop":
                 ar.stop()
                 assert await asyncio.wait_for(task, 30) == 0
-                counts["stopped"] = threads_and_fds()
+                seen["stopped"] = waiters_and_eventfds()
             # else: the task still waits as the runner closes the loop (it cancels the task first)
 
-        before = threads_and_fds()
         with asyncio.Runner() as runner:
             runner.run(scenario())
-        after = threads_and_fds()
-        threads, fds = counts["in the loop"]
-        assert counts["waiting"] == (threads + 1, fds + 1)
-        assert counts.get("stopped", counts["in the loop"]) == counts["in the loop"]
-        assert after == before
+        seen["after"] = waiters_and_eventfds()
+        # this reader's own: what appeared while it waited (other tests' waiters may be ending meanwhile)
+        threads = seen["waiting"][0] - seen["in the loop"][0]
+        fds = seen["waiting"][1] - seen["in the loop"][1]
+        assert len(threads) == 1 and len(fds) == 1, seen
+        for when in ("stopped", "after") if end == "stop" else ("after",):
+            assert not threads & seen[when][0] and not fds & seen[when][1], (when, seen)

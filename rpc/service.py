@@ -991,6 +991,9 @@ class Service:
     def status(self) -> ServiceStatus:
         """A snapshot of what the service is doing (safe to call from another thread)."""
         now = time.monotonic()
+        # the count before the positions: the service thread counts a batch after consuming it, so a
+        # snapshot never shows more processed than its inputs' positions say was consumed
+        processed = self.processed
         inputs = []
         for inp in self.inputs:
             last = inp.queue.last_index
@@ -1008,7 +1011,7 @@ class Service:
         state = self._state
         if state == "running" and self.replaying:
             state = "replaying"
-        return ServiceStatus(self.source_id, state, self.processed, self.dead_letters, inputs,
+        return ServiceStatus(self.source_id, state, processed, self.dead_letters, inputs,
                              self.snapshot_index, age, list(self.snapshot_errors), self._error)
 
 

@@ -666,6 +666,9 @@ class SourceEndpoint:
                             raise ProtocolError(f"expected back-filled excerpts, got {type(f).__name__}")
                         if not f.items:  # the end of the back-fill
                             conn.push_back(frames[i + 1:])
+                            if locked_here:  # writable again before the log says it is done
+                                table.set(REPLICATION_BACKFILL, NOT_A_SINK)
+                                locked_here = False
                             log.info("replication: %s back-filled %d documents from host %d", q.path, count,
                                      sink_host)
                             return

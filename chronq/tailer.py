@@ -349,8 +349,12 @@ class Tailer(_native.TailerCore[E], Generic[E]):
         )
 
     def _map_end(self) -> bool:
+        # The cycle file is shared by every tailer and appender of this queue: another of them may have
+        # mapped the grown file already, leaving cf.remap() nothing to do but this tailer on the old map.
         cf = self._file
-        if cf is None or not cf.remap():
+        if cf is None or self._map is None:
+            return False
+        if not cf.remap() and cf.map.size <= self._map.size:
             return False
         self._remap(cf.map)
         return True

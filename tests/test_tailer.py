@@ -392,3 +392,38 @@ def test_release_pages_every_keeps_a_replaying_reader_flat(tmp_path: Path) -> No
         grown[mode] = int(out[1])
     assert grown["plain"] > 48 << 20
     assert grown["release"] < 16 << 20, grown
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["read", "read_runs"])
+def test_tailers_of_one_queue_read_on_after_another_mapped_the_grown_file(tmp_path: Path, bulk: bool) -> None:
+    """Tailers of one queue share its cycle file: the first to reach the end of its mapping maps the grown
+    file for all, and the others must take that mapping, not report the rest of the file as corrupt
+    (replication's source reads for several sinks from one queue; with several sessions this failed at
+    the first growth)."""
+    from chronq import _native
+
+    with open_q(tmp_path) as q:
+        tailers = [q.tailer(), q.tailer()]
+        app = q.appender()
+        for tailer in tailers:
+            app.write(b"first")
+            while tailer.read() is not None:
+                pass  # both map the file as it is now
+        size = tailers[0]._map.size
+        n = 0
+        while tailers[0]._map.size == size:
+            app.write(b"x" * 40)
+            n += 1
+            tailers[0].read()
+        # tailers[0] now reads through the grown mapping; tailers[1] still has the small one
+        assert tailers[1]._map.size == size
+        if bulk:
+            out = bytearray(1 << 20)
+            got = _native.read_runs(tailers[1], out, len(out), 0, len(out), 1, n)[1]
+        else:
+            got = 0
+            while (ex := tailers[1].read()) is not None:
+                assert ex.bytes() == b"x" * 40
+                got += 1
+        assert got == n
+        assert tailers[1]._map.size > size

@@ -460,7 +460,8 @@ static PyObject *read_frames(PyObject *mod, PyObject *const *args, Py_ssize_t na
         const char *doc;
         Py_ssize_t len;
         int metadata;
-        PyObject *ex = src->read(tailer, &doc, &len, &metadata);
+        int64_t index;
+        PyObject *ex = src->read(tailer, &doc, &len, &metadata, &index);
         if (!ex) {
             /* the tailer could not read on: what was read before is decoded and returned with the error */
             error = take_error();

@@ -318,6 +318,14 @@ def test_a_replaced_read_is_called_and_a_plain_tailer_is_read_natively(tmp_path)
         assert patched.document_source() is None
 
 
+def _history_of(document: bytes) -> Any:
+    from wire.history import read_history
+
+    history, _ = read_history(document)
+    assert history is not None
+    return history
+
+
 def _reference_document(name: str, args: tuple[Any, ...], pending: Any, now: int) -> bytes:
     """A history-carrying writer's document built from wire's Python reference alone."""
     from wire import binary
@@ -454,3 +462,72 @@ def test_the_one_step_history_writer_is_the_generated_method_for_keywords_errors
     assert (str(fast), type(fast.__cause__), type(fast.__context__)) == \
         (str(slow), type(slow.__cause__), type(slow.__context__))
     assert isinstance(fast.__context__, TypeError)  # the encoder's error, not the KeyError being handled
+
+
+@needs_speedups
+def test_the_one_step_history_writer_splices_a_readers_hop_as_the_python_reference_does(tmp_path) -> None:
+    """A reader keeps each message's hop (source id, index, read time) as C values, made objects only when
+    Python asks; the writer splices those values directly: what it writes while handling a batch is what
+    wire's Python reference builds from the same hop."""
+    from rpc import _history
+
+    rec = Recorder()
+    w = rpc.writer(rec, Events, source_id=9, clock=lambda: 1234)
+    expected: list[bytes] = []
+
+    class Answer:
+        def say(self, text: str) -> None:
+            pending = _history.current.get()
+            assert pending is not None and pending.source[0] == 7 and pending.read_ns > 0
+            expected.append(_reference_document("say", (text,), pending, 1234))
+            del pending
+            w.say(text)
+
+    with chronq.open(tmp_path / "q", source_id=1) as q:
+        feed = rpc.writer(q, Events)
+        for i in range(200):
+            feed.say(f"m{i}")
+        assert rpc.reader(q.tailer(), Answer(), interfaces=[Events], source_id=7).read_many(1000) == 200
+        indexes = [ex.index for ex in iter(q.tailer().read, None)]
+    assert [bytes(d) for d in rec.documents] == expected
+    assert [_history_of(d).sources[-1] for d in expected] == [(7, i) for i in indexes]
+
+
+@needs_speedups
+def test_the_one_step_history_writer_reads_where_documents_go_as_getattr_would() -> None:
+    """The writer finds `_write` and `_start` in its class's slots without a lookup per call, learning the
+    slots once per class: a subclass whose `_start` is a property, a class changed after use, and
+    writers of different classes in turn still get what getattr gives."""
+    rec, other = Recorder(), Recorder()
+    w = rpc.writer(rec, Events, source_id=9, clock=lambda: 5)
+    w.say("a")
+    cls = type(w)
+
+    class Fixed(cls):  # type: ignore[misc, valid-type]
+        __slots__ = ()
+
+        @property
+        def _start(self) -> Any:
+            return lambda: 99
+
+        @_start.setter
+        def _start(self, value: Any) -> None:
+            pass
+
+    f = Fixed(other.write, lambda: 5)
+    for writer in (f, w, f):
+        writer.say("b")
+    cls.extra_attribute = 1  # a change to the class after use (a new version of it)
+    try:
+        w.say("c")
+    finally:
+        del cls.extra_attribute
+    del w._write
+    with pytest.raises(AttributeError, match="_write"):
+        w.say("d")
+
+    def last_timing(doc: Any) -> int:
+        return int(_history_of(bytes(doc)).timings[-1])
+
+    assert [last_timing(d) for d in rec.documents] == [5, 5, 5]
+    assert [last_timing(d) for d in other.documents] == [99, 99]

@@ -264,3 +264,81 @@ def test_a_batch_makes_each_message_current_in_turn_and_leaves_nothing_current(t
     assert [x for x in batched if x[0] != "after"] == [x for x in single if x[0] != "after"]
     assert all(x[2] is None for x in batched if x[0] in ("after", "raised"))
     assert [x[1] for x in batched if x[0] == "say"] == ["a", "b", "boom", "c"]
+
+
+def test_a_batch_keeps_each_message_history_where_a_handler_can_still_see_it(tmp_path) -> None:
+    """Within `read_many` the reader changes the history it made current for the previous message in place
+    when nothing else can see it, instead of setting a new one per message. Whatever a handler kept must
+    stay its own message's: a copied context (as a task or a callback scheduled from the handler holds),
+    the pending hop itself, a built history; and a callback scheduled on an event loop from a handler
+    writes with the history of the message that scheduled it."""
+    import asyncio
+    import contextvars
+
+    import chronq
+    from rpc._history import current
+
+    n = 300
+    kept: list[tuple[int, str, object]] = []
+
+    with chronq.open(tmp_path / "in", source_id=1) as ins, chronq.open(tmp_path / "out", source_id=3) as outs:
+        w = rpc.writer(ins, Events)
+        for i in range(n):
+            w.say(f"m{i}")
+        out = rpc.writer(outs, Events)
+
+        class Keep:
+            def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+                self.loop = loop
+                self.i = 0
+
+            def say(self, text: str) -> None:
+                i, self.i = self.i, self.i + 1
+                index = rpc.current_history().sources[-1][1]
+                if i % 3 == 0:
+                    kept.append((i, "context", contextvars.copy_context()))
+                elif i % 3 == 1:
+                    kept.append((i, "pending", current.get()))
+                kept.append((i, "built", rpc.current_history()))
+                if i % 5 == 0:
+                    self.loop.call_soon(out.say, f"later {i} {index}")
+                else:
+                    out.say(f"now {i} {index}")
+
+        async def main() -> int:
+            keep = Keep(asyncio.get_running_loop())
+            reader = rpc.reader(ins.tailer(), keep, interfaces=[Events], source_id=2)
+            got = reader.read_many(1000)
+            await asyncio.sleep(0)  # the scheduled callbacks write now, after the batch
+            return got
+
+        assert asyncio.run(main()) == n
+        first = ins.tailer()
+        indexes = [ex.index for ex in iter(first.read, None)]
+        assert len(indexes) == n
+
+        def index_of(history: object) -> int:
+            assert isinstance(history, MessageHistory)
+            assert history.sources[-1][0] == 2
+            return int(history.sources[-1][1])
+
+        for i, kind, obj in kept:
+            if kind == "context":
+                assert isinstance(obj, contextvars.Context)
+                assert index_of(obj.run(rpc.current_history)) == indexes[i], (i, kind)
+            elif kind == "pending":
+                assert index_of(obj.get()) == indexes[i], (i, kind)  # type: ignore[attr-defined]
+            else:
+                assert index_of(obj) == indexes[i], (i, kind)
+
+        seen: list[tuple[str, int]] = []
+
+        class Check:
+            def say(self, text: str) -> None:
+                history = rpc.current_history()
+                assert history is not None and history.sources[-2] == (2, int(text.split()[2]))
+                seen.append((text.split()[0], int(text.split()[1])))
+
+        assert rpc.reader(outs.tailer(), Check(), interfaces=[Events]).read_many(1000) == n
+    assert sorted(i for _, i in seen) == list(range(n))
+    assert {kind for kind, _ in seen} == {"now", "later"}

@@ -1917,6 +1917,10 @@ static PyObject *event_call(PyObject *module, PyObject *const *args, Py_ssize_t 
 typedef struct {
     PyObject_HEAD
     PyObject *base, *source, *read_ns, *built;
+    /* c_hop: made by a reader (read_one_hop), `source` is (sid, idx) and `read_ns` is read_c, kept as C
+     * values (HistoryCall splices them as they are) and made objects only when Python asks for them */
+    int c_hop;
+    int64_t sid, idx, read_c;
 } PendingHop;
 
 static PyObject *pending_hop_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -1959,10 +1963,33 @@ static void pending_hop_dealloc(PendingHop *self) {
 
 static PyMemberDef pending_hop_members[] = {
     {"base", T_OBJECT, offsetof(PendingHop, base), 0, "the carried history: payload bytes as read, a MessageHistory, or None"},
-    {"source", T_OBJECT, offsetof(PendingHop, source), 0, "(source id, index) of this read, or None"},
-    {"read_ns", T_OBJECT, offsetof(PendingHop, read_ns), 0, "when this read happened (the reader's clock)"},
     {"_built", T_OBJECT, offsetof(PendingHop, built), 0, "the MessageHistory built from it, once asked for"},
     {NULL, 0, 0, 0, NULL},
+};
+
+/* `source` and `read_ns`: made from the C values of a reader's hop the first time they are asked for */
+static PyObject *pending_hop_source(PendingHop *self, void *c) {
+    if (!self->source) {
+        if (!self->c_hop) Py_RETURN_NONE;
+        self->source = Py_BuildValue("(LL)", (long long)self->sid, (long long)self->idx);
+        if (!self->source) return NULL;
+    }
+    return Py_NewRef(self->source);
+}
+
+static PyObject *pending_hop_read_ns(PendingHop *self, void *c) {
+    if (!self->read_ns) {
+        if (!self->c_hop) Py_RETURN_NONE;
+        self->read_ns = PyLong_FromLongLong((long long)self->read_c);
+        if (!self->read_ns) return NULL;
+    }
+    return Py_NewRef(self->read_ns);
+}
+
+static PyGetSetDef pending_hop_getset[] = {
+    {"source", (getter)pending_hop_source, NULL, "(source id, index) of this read, or None", NULL},
+    {"read_ns", (getter)pending_hop_read_ns, NULL, "when this read happened (the reader's clock)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyTypeObject PendingHopType = {
@@ -1975,6 +2002,7 @@ static PyTypeObject PendingHopType = {
     .tp_clear = (inquiry)pending_hop_clear,
     .tp_doc = "PendingHop(base, source, read_ns): the history of the message being dispatched, as read.",
     .tp_members = pending_hop_members,
+    .tp_getset = pending_hop_getset,
     .tp_new = pending_hop_new,
 };
 
@@ -2009,6 +2037,8 @@ typedef struct {
     PyTypeObject *ex_type; /* the excerpt class last seen, and its `metadata` data descriptor (or NULL) */
     PyObject *ex_metadata;
     int pending_direct; /* `pending` is a PendingHop class made as PendingHop makes it: allocated here */
+    int sid_c_ok;       /* source_id fits in 64 bits, as sid_c */
+    int64_t sid_c;
 } ReadOne;
 
 /* ex.metadata as 1/0, -1 with an error: through the excerpt class's data descriptor, found once per
@@ -2047,38 +2077,139 @@ static PyObject *read_one_make_pending(ReadOne *self, PyObject *base, PyObject *
     return PyObject_Vectorcall(self->pending, call, 3, NULL);
 }
 
-/* The `pending` object for a document (new reference; None when there is nothing to record). */
-static PyObject *read_one_pending(ReadOne *self, Decoded *d, PyObject *ex) {
+/* clock() as int64 in *ns (1), or its result in *obj when that is not an int of 64 bits (0); -1: error */
+static int clock_ns(PyObject *clock, int64_t *ns, PyObject **obj) {
+    *obj = NULL;
+    if (clock == monotonic_ns) {
+        struct timespec ts;
+        if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) {
+            *ns = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+            return 1;
+        }
+    }
+    PyObject *r = PyObject_CallNoArgs(clock);
+    if (!r) return -1;
+    if (PyLong_CheckExact(r)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(r, &overflow);
+        if (!overflow && !(v == -1 && PyErr_Occurred())) {
+            Py_DECREF(r);
+            *ns = (int64_t)v;
+            return 1;
+        }
+        PyErr_Clear();
+    }
+    *obj = r;
+    return 0;
+}
+
+/* The `pending` object for a document (new reference; None when there is nothing to record). `index`:
+ * the document's queue index as its source gave it, -1 when unknown (asked of the excerpt). A plain
+ * PendingHop class with the index and the default clock gets the hop as C values (no objects made). */
+static PyObject *read_one_pending(ReadOne *self, Decoded *d, PyObject *ex, int64_t index) {
     if (!self->has_source) {
         if (!d->history) Py_RETURN_NONE;
         return read_one_make_pending(self, d->history, Py_None, int_zero);
     }
-    PyObject *index = PyObject_GetAttr(ex, str_index);
-    if (!index) return NULL;
-    PyObject *source = PyTuple_Pack(2, self->source_id, index);
-    Py_DECREF(index);
-    PyObject *now = source ? call_clock(self->clock) : NULL;
-    PyObject *result = now ? read_one_make_pending(self, d->history ? d->history : Py_None, source, now) : NULL;
-    Py_XDECREF(source);
+    PyObject *base = d->history ? d->history : Py_None, *now = NULL, *index_obj = NULL, *result = NULL;
+    int64_t now_c = 0;
+    if (index >= 0 && self->pending_direct && self->sid_c_ok) {
+        int rc = clock_ns(self->clock, &now_c, &now);
+        if (rc < 0) return NULL;
+        if (rc == 1) {
+            PyTypeObject *tp = (PyTypeObject *)self->pending;
+            PendingHop *hop = (PendingHop *)tp->tp_alloc(tp, 0);
+            if (!hop) return NULL;
+            hop->base = Py_NewRef(base);
+            hop->built = Py_NewRef(Py_None);
+            hop->c_hop = 1;
+            hop->sid = self->sid_c;
+            hop->idx = index;
+            hop->read_c = now_c;
+            return (PyObject *)hop;
+        }
+    }
+    index_obj = index >= 0 ? PyLong_FromLongLong((long long)index) : PyObject_GetAttr(ex, str_index);
+    if (!index_obj) goto done;
+    PyObject *source = PyTuple_Pack(2, self->source_id, index_obj);
+    if (!source) goto done;
+    if (!now) { /* (not taken above) */
+        int rc = clock_ns(self->clock, &now_c, &now);
+        if (rc == 1) now = PyLong_FromLongLong((long long)now_c);
+    }
+    if (now) result = read_one_make_pending(self, base, source, now);
+    Py_DECREF(source);
+done:
+    Py_XDECREF(index_obj);
     Py_XDECREF(now);
     return result;
 }
 
+/* A batch of `many()` (see read_one_core): the token of its first set of `current` and the hop it set last */
+typedef struct {
+    PyObject *token, *hop;
+} Batch;
+
 /* `current` as it was before the batch's first set (the batch token used and cleared); 0 or -1 */
-static int read_one_end_batch(ReadOne *self, PyObject **batch) {
-    if (!*batch) return 0;
-    PyObject *token = *batch;
-    *batch = NULL;
+static int read_one_end_batch(ReadOne *self, Batch *batch) {
+    Py_CLEAR(batch->hop);
+    if (!batch->token) return 0;
+    PyObject *token = batch->token;
+    batch->token = NULL;
     int rc = PyContextVar_Reset(self->current, token);
     Py_DECREF(token);
     return rc;
 }
 
+/* A context's layout (CPython's own, the same in 3.11-3.13; checked at import against the type's size and
+ * a new context's mapping, else ctx_layout_ok stays 0 and hops are never reused) */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ctx_prev, *ctx_vars, *ctx_weakreflist;
+    int ctx_entered;
+} ContextLayout;
+static int ctx_layout_ok;
+
+/* Make the batch's hop, current since the previous message, this message's in place: 1 done, 0 not
+ * possible (a new hop is set), -1 error. Only where nothing can see the change: `current` still holds
+ * that hop, nothing but the context's mapping and the batch refers to it, and that mapping is the current
+ * context's alone (a context copied by a handler, e.g. for a task or a callback, keeps its mapping
+ * alive: the hop it holds must stay that message's). Saves a context-variable set (a new mapping and a
+ * token) and a hop per message. */
+static int read_one_reuse_hop(ReadOne *self, Batch *batch, Decoded *d, int64_t index) {
+    PendingHop *hop = (PendingHop *)batch->hop;
+    if (!hop || !ctx_layout_ok || index < 0 || !self->sid_c_ok || Py_REFCNT(hop) != 2) return 0;
+    ContextLayout *ctx = (ContextLayout *)PyThreadState_Get()->context;
+    if (!ctx || !ctx->ctx_vars || Py_REFCNT(ctx->ctx_vars) != 1) return 0;
+    PyObject *cur = NULL;
+    if (PyContextVar_Get(self->current, NULL, &cur) < 0) return -1;
+    Py_XDECREF(cur);
+    if (cur != (PyObject *)hop) return 0;
+    int64_t now = 0;
+    PyObject *now_obj = NULL;
+    int rc = clock_ns(self->clock, &now, &now_obj);
+    if (rc <= 0) { /* (a clock beyond 64 bits: a new hop with its objects) */
+        if (rc < 0) return -1;
+        Py_DECREF(now_obj);
+        return 0;
+    }
+    Py_SETREF(hop->base, Py_NewRef(d->history ? d->history : Py_None));
+    Py_CLEAR(hop->source);
+    Py_CLEAR(hop->read_ns);
+    Py_SETREF(hop->built, Py_NewRef(Py_None));
+    hop->c_hop = 1;
+    hop->sid = self->sid_c;
+    hop->idx = index;
+    hop->read_c = now;
+    return 1;
+}
+
 /* One message (see ReadOne). `batch`, in `many()` of a reader with a source id (every message sets
  * `current`): the token of the batch's first set, kept instead of resetting after each message's
- * handlers (the next message sets `current` again; `many()` resets it once at the end), and reset
- * before anything else runs (the general path, a failed handler's report) or when NULL is returned. */
-static PyObject *read_one_core(ReadOne *self, PyObject **batch) {
+ * handlers (the next message sets `current` again, or changes the hop set last in place:
+ * read_one_reuse_hop; `many()` resets it once at the end), and reset before anything else runs (the
+ * general path, a failed handler's report) or when NULL is returned. */
+static PyObject *read_one_core(ReadOne *self, Batch *batch) {
     if (!self->read) {
         PyErr_SetString(PyExc_RuntimeError, "ReadOne was cleared");
         return NULL;
@@ -2086,7 +2217,8 @@ static PyObject *read_one_core(ReadOne *self, PyObject **batch) {
     const char *data = NULL;
     Py_ssize_t len = 0;
     int metadata = -1;
-    PyObject *ex = self->source_api ? self->source_api->read(self->source, &data, &len, &metadata)
+    int64_t index = -1;
+    PyObject *ex = self->source_api ? self->source_api->read(self->source, &data, &len, &metadata, &index)
                                     : PyObject_CallNoArgs(self->read);
     if (!ex) return NULL;
     if (ex == Py_None) {
@@ -2126,15 +2258,24 @@ static PyObject *read_one_core(ReadOne *self, PyObject **batch) {
         Py_DECREF(outer);
     }
     if (hop) {
-        PyObject *pending = read_one_pending(self, &d, ex);
-        if (!pending) goto done;
-        token = PyContextVar_Set(self->current, pending);
-        Py_DECREF(pending);
-        if (!token) goto done;
-        if (batch) { /* kept: the batch's first token restores what was current before it */
-            if (!*batch) *batch = token;
-            else Py_DECREF(token);
-            token = NULL;
+        int reused = batch ? read_one_reuse_hop(self, batch, &d, metadata < 0 ? -1 : index) : 0;
+        if (reused < 0) goto done;
+        if (!reused) {
+            PyObject *pending = read_one_pending(self, &d, ex, metadata < 0 ? -1 : index);
+            if (!pending) goto done;
+            token = PyContextVar_Set(self->current, pending);
+            if (!token) {
+                Py_DECREF(pending);
+                goto done;
+            }
+            if (batch) { /* kept: the batch's first token restores what was current before it */
+                Py_XSETREF(batch->hop, pending);
+                if (!batch->token) batch->token = token;
+                else Py_DECREF(token);
+                token = NULL;
+            } else {
+                Py_DECREF(pending);
+            }
         }
     }
     PyObject *handlers = PyTuple_GET_ITEM(d.hit, 2);
@@ -2215,6 +2356,14 @@ static PyObject *read_one_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     self->source = Py_XNewRef(source_obj);
     self->source_api = api;
     self->has_source = has_source;
+    int overflow = 0;
+    long long sid = PyLong_AsLongLongAndOverflow(source_id, &overflow);
+    if (sid == -1 && PyErr_Occurred()) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->sid_c_ok = !overflow;
+    self->sid_c = (int64_t)sid;
     if (PyType_Check(pending)) {
         PyTypeObject *tp = (PyTypeObject *)pending;
         self->pending_direct = PyType_IsSubtype(tp, &PendingHopType) && tp->tp_new == PendingHopType.tp_new &&
@@ -2268,7 +2417,7 @@ static PyObject *read_one_many(ReadOne *self, PyObject *const *args, Py_ssize_t 
     }
     Py_ssize_t limit = PyLong_AsSsize_t(args[0]), count = 0;
     if (limit == -1 && PyErr_Occurred()) return NULL;
-    PyObject *batch = NULL; /* (see read_one_core) */
+    Batch batch = {NULL, NULL}; /* (see read_one_core) */
     while (count < limit) {
         PyObject *got = read_one_core(self, &batch);
         int more = got ? PyObject_IsTrue(got) : -1;
@@ -2414,6 +2563,11 @@ typedef struct {
     PyObject_HEAD
     PyObject *current, *event, *kinds, *encoders, *prefix, *on_error, *slow;
     vectorcallfunc vectorcall;
+    /* the writer class last seen (borrowed, compared only) and, while its version tag is the same, the
+     * offsets of its `_write` and `_start` slots (0: not plain slots, looked up by name) */
+    PyTypeObject *w_type;
+    unsigned int w_version;
+    Py_ssize_t write_off, start_off;
 } HistoryCall;
 
 static PyObject *str_write_attr, *str_start_attr;
@@ -2425,6 +2579,11 @@ static int history_call_prefix(Out *o, PyObject *pending, int64_t now) {
     PendingHop *hop = (PendingHop *)pending;
     PyObject *base = hop->base;
     int rc = 0;
+    if (base && PyBytes_CheckExact(base) && hop->c_hop) {
+        int64_t timings[2] = {hop->read_c, now};
+        return splice_hop(o, (const unsigned char *)PyBytes_AS_STRING(base), PyBytes_GET_SIZE(base), 1, hop->sid,
+                          hop->idx, timings, 2);
+    }
     if (base && PyBytes_CheckExact(base)) {
         PyObject *source = hop->source, *read_ns = hop->read_ns;
         if (!source || !read_ns) return 0; /* (deleted: the reference reports it) */
@@ -2541,6 +2700,36 @@ static void history_call_name_error(HistoryCall *self, PyObject *const *values, 
     Py_DECREF(exc);
 }
 
+/* The offset of `name` in instances of `tp` when it is a plain object slot (a member descriptor, found by
+ * the generic getattr), else 0 */
+static Py_ssize_t slot_offset(PyTypeObject *tp, PyObject *name) {
+    PyObject *d = _PyType_Lookup(tp, name); /* borrowed */
+    if (!d || !Py_IS_TYPE(d, &PyMemberDescr_Type)) return 0;
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    return m->type == T_OBJECT_EX && m->offset > 0 ? m->offset : 0;
+}
+
+/* Learn where writers of class `tp` keep `_write` and `_start`: their slots' offsets while the class's
+ * version tag stays (any change to the class or a base gives it a new one), or 0 (getattr each call) */
+static void history_call_learn(HistoryCall *self, PyTypeObject *tp) {
+    self->w_type = tp;
+    self->write_off = self->start_off = 0;
+    Py_ssize_t write_off = 0, start_off = 0;
+    if (tp->tp_getattro == PyObject_GenericGetAttr) {
+        write_off = slot_offset(tp, str_write_attr);
+        start_off = write_off ? slot_offset(tp, str_start_attr) : 0;
+    }
+    if (!(tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) { /* nothing to tell a change by: learn again */
+        self->w_type = NULL;
+        return;
+    }
+    self->w_version = tp->tp_version_tag;
+    if (write_off && start_off) {
+        self->write_off = write_off;
+        self->start_off = start_off;
+    }
+}
+
 static PyObject *history_call_vectorcall(HistoryCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), n = self->kinds ? PyBytes_GET_SIZE(self->kinds) : 0;
     if (!self->current) {
@@ -2548,8 +2737,19 @@ static PyObject *history_call_vectorcall(HistoryCall *self, PyObject *const *arg
         return NULL;
     }
     if (kwnames || nargs != 1 + n) return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
-    PyObject *clock = PyObject_GetAttr(args[0], str_start_attr);
-    PyObject *write = clock ? PyObject_GetAttr(args[0], str_write_attr) : NULL;
+    PyObject *w = args[0], *clock = NULL, *write = NULL;
+    PyTypeObject *tp = Py_TYPE(w);
+    if (tp != self->w_type || tp->tp_version_tag != self->w_version) history_call_learn(self, tp);
+    if (self->write_off) { /* the slots' values, as getattr would find them (data descriptors win) */
+        clock = Py_XNewRef(*(PyObject **)((char *)w + self->start_off));
+        write = Py_XNewRef(*(PyObject **)((char *)w + self->write_off));
+    }
+    if (!clock || !write) { /* not plain slots, or unset: getattr says what it is */
+        Py_XDECREF(clock);
+        Py_XDECREF(write);
+        clock = PyObject_GetAttr(w, str_start_attr);
+        write = clock ? PyObject_GetAttr(w, str_write_attr) : NULL;
+    }
     PyObject *doc = write ? history_call_document(self, clock, args + 1, n) : NULL;
     PyObject *r = doc ? PyObject_CallOneArg(write, doc) : NULL;
     Py_XDECREF(doc);
@@ -2998,6 +3198,12 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     if (!str_write_attr || !str_start_attr || PyType_Ready(&HistoryCallType) < 0 || PyType_Ready(&PendingHopType) < 0)
         return NULL;
     if (!str_metadata || !str_index || !int_zero) return NULL;
+    PyObject *probe = PyContext_New(); /* (ContextLayout: CPython's, checked here rather than assumed) */
+    if (!probe) return NULL;
+    ContextLayout *layout = (ContextLayout *)probe;
+    ctx_layout_ok = PyContext_Type.tp_basicsize == (Py_ssize_t)sizeof(ContextLayout) && layout->ctx_vars &&
+                    strcmp(Py_TYPE(layout->ctx_vars)->tp_name, "hamt") == 0 && layout->ctx_prev == NULL;
+    Py_DECREF(probe);
     if (!str_name || !str_buf || !str_pos || !str_end || !str_type || PyType_Ready(&PlanType) < 0 ||
         PyType_Ready(&DecodeType) < 0 || PyType_Ready(&ReadOneType) < 0 ||
         PyType_Ready(&EncodeType) < 0 || PyType_Ready(&RecordLayoutType) < 0)

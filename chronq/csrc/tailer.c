@@ -505,10 +505,12 @@ PyObject *Tl_read_impl(TailerObject *self, int want_meta, int commit, Py_ssize_t
 }
 
 /* DocumentSource (wire/_document_source.h) for method readers: read() with the payload's address. */
-static PyObject *Tl_read_document(PyObject *source, const char **data, Py_ssize_t *len, int *metadata) {
+static PyObject *Tl_read_document(PyObject *source, const char **data, Py_ssize_t *len, int *metadata,
+                                  int64_t *index) {
     *data = NULL;
     *len = 0;
     *metadata = -1;
+    *index = -1;
     if (!PyObject_TypeCheck(source, &TailerType)) {
         PyErr_SetString(PyExc_TypeError, "DOCUMENT_SOURCE reads a chronq tailer");
         return NULL;
@@ -519,6 +521,7 @@ static PyObject *Tl_read_document(PyObject *source, const char **data, Py_ssize_
         *data = ex->map->base + ex->position + 4;
         *len = ex_payload_len(ex);
         *metadata = ex->metadata;
+        *index = ex->index;
     }
     return r;
 }

@@ -7,8 +7,8 @@
   (trivial handler: it answers `ping(stamp)` on its output; a busy-spinning pauser) and the writer,
   which reads the output between its writes, give append -> output readable. Beside it the raw queue
   hop of `bench_queue.py` (append -> readable in another process) at the same rate.
-* Throughput: one service with the trivial handler over `--n` waiting messages (`batch=1024`: the
-  native `read_many` path), beside a raw loop over the same queue (read + append of the same bytes)
+* Throughput: one service with the trivial handler over `--n` waiting messages (its default `batch`:
+  the native `read_many` path), beside a raw loop over the same queue (read + append of the same bytes)
   and the reader alone.
 * Promotion: a standby (its own process, following the output a primary wrote, as a replicated copy
   would be followed) is promoted while input the dead primary never answered waits; the time from
@@ -38,6 +38,7 @@ from bench_queue import latency, latency_cpus
 
 import chronq
 import rpc
+from rpc.service import DEFAULT_BATCH
 
 
 class Ping(Protocol):
@@ -217,7 +218,7 @@ def throughput(tmp: Path, n: int) -> list[tuple[str, float]]:
         with chronq.open(tmp / "tp-in", source_id=1) as ins, \
                 chronq.open(tmp / f"tp-out{round_}", source_id=2) as outs, \
                 chronq.open(tmp / f"tp-raw{round_}") as raw:
-            svc = rpc.Service(ins, outs, Echo, 2, start=rpc.Start.ALL, batch=1024)
+            svc = rpc.Service(ins, outs, Echo, 2, start=rpc.Start.ALL)  # (its default batch)
             t0 = time.perf_counter()
             done = svc.run(until_idle=True)
             t_svc = time.perf_counter() - t0
@@ -242,7 +243,7 @@ def throughput(tmp: Path, n: int) -> list[tuple[str, float]]:
             t_raw = time.perf_counter() - t0
         rows.append((n / t_svc, n / t_read, n / t_raw))
     best = [max(r[i] for r in rows) for i in range(3)]
-    return [("service: read + dispatch + write (batch=1024)", best[0]),
+    return [(f"service: read + dispatch + write (batch={DEFAULT_BATCH})", best[0]),
             ("reader alone: read_many + dispatch, no output", best[1]),
             ("raw: tailer.read + appender.write of the bytes", best[2])]
 

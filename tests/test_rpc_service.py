@@ -87,7 +87,7 @@ def test_crash_between_messages_loses_and_repeats_nothing(queues):
     inq, outq = queues
     cmds = commands(30)
     feed(inq, cmds)
-    crashed = rpc.Service(inq, outq, make_handler, 2, start=rpc.Start.ALL)
+    crashed = rpc.Service(inq, outq, make_handler, 2, start=rpc.Start.ALL, batch=1)  # a poll per message
     for _ in range(17):
         assert crashed.poll()
     del crashed  # no stop, no cleanup: the output queue is the only checkpoint
@@ -170,9 +170,9 @@ def test_idle_strategy_is_the_callers_choice(queues):
 
     feed(inq, commands(3))
     pauser = CountingPauser()
-    s = rpc.Service(inq, outq, make_handler, 2, start=rpc.Start.ALL, pauser=pauser)
+    s = rpc.Service(inq, outq, make_handler, 2, start=rpc.Start.ALL, pauser=pauser, batch=1)
     assert s.run() == 3
-    assert pauser.resets == 3 and pauser.pauses == 50
+    assert pauser.resets == 3 and pauser.pauses == 50  # a reset per poll that handled a message
 
 
 def test_unknown_events_and_types_reach_the_services_hooks(queues):

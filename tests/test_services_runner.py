@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from chronq.cli import main
+from rpc.service import DEFAULT_BATCH
 from rpc.services import Runner, load_services
 from rpc.services.status import collect_status, format_status
 from tests.replication_support import free_port
@@ -47,6 +48,7 @@ services:
     (("inputs: [a]", "inputs: [z]"), "services.one.inputs: no queue 'z' under queues"),
     (("sourceId: 2", "sourceId: 1"), "queues.b.sourceId: 1 is also queues.a's"),
     (("output: b }", "output: b, start: newest }"), "services.one.start: expected all, new, missed"),
+    (("output: b }", "output: b, batch: 0 }"), "services.one.batch: must be an integer >= 1"),
     (("c: { path: c", "c: { pth: c"), "queues.c: unknown key 'pth' (did you mean 'path'?)"),
     (("output: b }", "output: b }\n  two: { factory: \"examples.orders.positions:make_positions\", "
       "inputs: [c], output: b }"), "services.two.output: 'b' is also written by services.one"),
@@ -84,6 +86,14 @@ def test_the_reference_services_file_loads(monkeypatch: pytest.MonkeyPatch) -> N
     assert list(cfg.services) == ["gateway", "matching", "positions"]
     assert cfg.services["matching"].inputs == ("orders",) and cfg.services["matching"].output == "fills"
     assert cfg.services["positions"].config == {"limit": 5000}
+    assert cfg.services["matching"].batch == DEFAULT_BATCH
+
+
+def test_a_services_batch_is_the_one_its_file_gives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    f = tmp_path / "services.yaml"
+    f.write_text(GOOD.replace("output: b }", "output: b, batch: 16 }"))
+    assert load_services(f).services["one"].batch == 16
 
 
 def test_in_process_runner_answers_every_order_and_reports_status(tmp_path: Path) -> None:

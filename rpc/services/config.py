@@ -12,6 +12,7 @@
         output: fills
         start: missed                                     # all | new | missed | an index
         snapshot: { queue: matching-snapshots, messages: 10000, seconds: 5 }
+        batch: 256                                        # messages per poll at most (what is ready)
         config: { symbols: [AAPL, MSFT] }
     runner: { maxCrashes: 5, crashWindowSeconds: 60, backoffSeconds: 0.1, maxBackoffSeconds: 5 }
     replication: { config: cluster.yaml }                 # optional: standby on the other hosts
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from chronq.errors import ChronqError
+from rpc.service import DEFAULT_BATCH
 
 __all__ = ["QueueSpec", "RunnerSpec", "ServiceSpec", "ServicesConfig", "ServicesConfigError", "Snapshot",
            "load_services", "parse_services"]
@@ -43,7 +45,7 @@ MAX_BYTES = 1 << 20  # a services file is a few dozen lines: a bigger one is a m
 _ROOT = ("queues", "services", "runner", "replication", "statusDir")
 _QUEUE = ("path", "replicated", "sourceId", "rollCycle", "codec", "keys")
 _CODEC = ("compression", "encryption", "dictionary", "level")
-_SERVICE = ("factory", "inputs", "output", "start", "snapshot", "config")
+_SERVICE = ("factory", "inputs", "output", "start", "snapshot", "batch", "config")
 _SNAPSHOT = ("queue", "messages", "seconds")
 _RUNNER = ("processes", "maxCrashes", "crashWindowSeconds", "backoffSeconds", "maxBackoffSeconds",
            "statusIntervalSeconds")
@@ -92,6 +94,7 @@ class ServiceSpec:
     start: str | int = "missed"
     snapshot: Snapshot = field(default_factory=Snapshot)
     config: Mapping[str, Any] = field(default_factory=dict)
+    batch: int = DEFAULT_BATCH  # rpc.Service's `batch`: messages per poll at most
 
     def load_factory(self) -> Callable[..., object]:
         """The imported factory (a ServicesConfigError naming the service's `factory` key if it does not
@@ -310,8 +313,9 @@ def _service(name: str, m: dict[str, Any], queues: dict[str, QueueSpec]) -> Serv
         if not isinstance(key, str) or not key.isidentifier():
             raise ServicesConfigError(f"{where}.config: key {key!r} is not a Python identifier (the "
                                       "factory takes the config as keyword arguments)")
+    batch = _number(m, "batch", where, ServiceSpec.batch, 1, 1 << 20, integer=True)
     spec = ServiceSpec(name, _text(m, "factory", where), tuple(inputs_raw), output,
-                       _start(m.get("start", "missed"), where), snapshot, config)
+                       _start(m.get("start", "missed"), where), snapshot, config, batch)
     spec.load_factory()  # a factory that does not import is refused now, not in a restart loop later
     return spec
 

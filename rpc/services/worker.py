@@ -153,7 +153,7 @@ def run_service(cfg: ServicesConfig, name: str, host_id: int | None, stop: threa
             ins, out_q, lambda out: factory(out, **spec.config), out_q.source_id,
             start=rpc.Start.MISSED if standby else _start(spec, out_q), snapshots=snaps,
             snapshot_every=spec.snapshot.messages or None, snapshot_interval=spec.snapshot.seconds or None,
-            standby=standby)
+            standby=standby, batch=spec.batch)
         finished = threading.Event()
 
         def report() -> None:

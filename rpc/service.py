@@ -390,6 +390,14 @@ class _Input:
 
 
 # -- the service -------------------------------------------------------------------------------------
+def _output_appender(output: Queue) -> Appender:
+    """The appender a service answers with: its file's next stretches are reserved and prefaulted by
+    the pretoucher thread, so that answering never waits for that while the next messages queue up."""
+    appender = output.appender()
+    appender.use_pretoucher()
+    return appender
+
+
 #: messages of one input a poll may handle by default: what is ready, up to this many (see `Service`)
 DEFAULT_BATCH = 256
 
@@ -454,7 +462,7 @@ class Service:
         self.standby = standby
         # everything the service writes to its output goes through `_pending`, published by `_publish`
         self._pending = _Pending()
-        self._appender: Appender | None = None if standby else output.appender()
+        self._appender: Appender | None = None if standby else _output_appender(output)
         self.out = _KeptOutput(self._pending.docs, source_id)
         self.handler = handler_factory(self.out)
         self.inputs: list[_Input] = []
@@ -974,7 +982,7 @@ class Service:
         while self._plan and self._replay():
             pass
         self.standby = False
-        self._appender = self.output.appender()
+        self._appender = _output_appender(self.output)
         if not self._plan:
             self._go_live()
             return

@@ -196,6 +196,57 @@ def test_space_is_reserved_ahead_of_the_writer_after_each_write(tmp_path: Path) 
             os.close(fd)
 
 
+def test_space_is_reserved_ahead_of_the_writer_by_the_pretoucher_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `use_pretoucher()`, the process's pretoucher thread tops up the disk reservation (fallocate +
+    prefault) after a write has published, so a steady writer finds its next stretch already allocated
+    and never waits for it itself. SEEK_HOLE shows where the allocated stretch ends; every top-up ran on
+    the pretoucher's thread, none on the writer's; the thread ends with the appender."""
+    import threading
+
+    from chronq.appender import RESERVE_AT, Appender
+
+    threads: list[str] = []
+    reserve = Appender.reserve_ahead_now
+
+    def recorded(self: Appender) -> None:
+        threads.append(threading.current_thread().name)
+        reserve(self)
+
+    monkeypatch.setattr(Appender, "reserve_ahead_now", recorded)
+    with chronq.open(tmp_path, clock=FixedClock(BASE_MS)) as q:
+        a = q.appender()
+        a.use_pretoucher()
+        pretoucher = a._pretoucher
+        assert pretoucher is not None and pretoucher.alive
+        t = q.tailer()
+        a.write(b"first")
+        fd = os.open(tmp_path / "20240115F.cq4", os.O_RDONLY)
+        try:
+            for i in range(6000):  # 6 MB: the first reservation many times over
+                a.write(b"x" * 1000)
+                if i % 250 == 0:
+                    assert t.move_to_index(q.last_index)
+                    ex = t.read()
+                    assert ex is not None
+                    end = ex.position + 4 + 1000
+                    deadline = time.monotonic() + 10
+                    while True:  # the pretoucher tops up soon after the write asked
+                        try:
+                            hole = os.lseek(fd, end, os.SEEK_HOLE)
+                        except OSError as e:  # a file system without SEEK_HOLE
+                            pytest.skip(f"SEEK_HOLE: {e}")
+                        if hole - end >= RESERVE_AT or hole == os.fstat(fd).st_size:
+                            break
+                        assert time.monotonic() < deadline, (i, end, hole)
+                        time.sleep(0.001)
+        finally:
+            os.close(fd)
+    assert len(threads) >= 5 and set(threads) == {"chronq-pretoucher"}
+    assert not pretoucher.alive  # the queue closed its appender, the pretoucher's only user
+
+
 def test_message_larger_than_the_overlap_is_refused_cleanly(tmp_path: Path) -> None:
     with open_q(tmp_path, roll_cycle="TEST4_DAILY") as q:
         a = q.appender()
@@ -425,3 +476,44 @@ def test_new_appender_reserves_from_the_end_not_the_start(tmp_path: Path) -> Non
         mapped = _mapped_kib(path) - before
         assert len(read_all(q)) == 48 * 1024 + 1
     assert 0 < mapped < 8 * 1024, f"{mapped} KiB of the file mapped after one write"
+
+
+def test_a_forked_child_gets_its_own_pretoucher(tmp_path: Path) -> None:
+    """The pretoucher is one thread per process: a child forked after the parent's started has none
+    (threads do not survive fork), so its first request starts its own, and its appender's reservation
+    still runs ahead of its writes."""
+    import warnings
+
+    from chronq.appender import RESERVE_AT
+
+    with chronq.open(tmp_path / "parent", clock=FixedClock(BASE_MS)) as q:
+        a = q.appender()
+        a.use_pretoucher()
+        parent = a._pretoucher
+        for _ in range(2000):
+            a.write(b"p" * 1000)
+        with warnings.catch_warnings():  # (3.12+ warns of a fork with threads: this one is the point)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: its inherited appender and a new one; reports by exit status only
+            ok = False
+            try:
+                with chronq.open(tmp_path / "child", clock=FixedClock(BASE_MS)) as cq:
+                    b = cq.appender()
+                    b.use_pretoucher()
+                    for _ in range(3000):
+                        b.write(b"c" * 1000)
+                        a.write(b"c" * 1000)
+                    deadline = time.monotonic() + 10
+                    while time.monotonic() < deadline and not all(
+                            x._alloc_end - x._written_to >= RESERVE_AT for x in (a, b)):
+                        time.sleep(0.001)
+                    mine = b._pretoucher
+                    ok = mine is not None and mine is not parent and mine.alive and a._pretoucher is mine \
+                        and all(x._alloc_end - x._written_to >= RESERVE_AT for x in (a, b))
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert a._pretoucher is parent and parent is not None and parent.alive
+    assert not parent.alive

@@ -31,7 +31,7 @@ EXPORTS: dict[str, list[str]] = {
         "SleepingPauser", "SyncMode", "Tailer", "TailerState", "WakeupPauser", "YieldingPauser", "merge",
         "open",
     ],
-    "chronq.appender": ["Appender", "AppenderListener", "DocumentContext", "SyncMode"],
+    "chronq.appender": ["Appender", "AppenderListener", "DocumentContext", "Pretoucher", "SyncMode"],
     "chronq.archive": [
         "Archive", "ArchiveTailer", "ArchivedExcerpt", "CycleReader", "FRAME", "LOCK_FILE", "MANIFEST",
         "archive", "filesystem", "open", "restore", "verify",

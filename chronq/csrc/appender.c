@@ -764,12 +764,15 @@ static PyObject *App_get_map(AppenderObject *self, void *c) {
     return Py_NewRef((PyObject *)self->g.map);
 }
 static PyObject *App_get_locked(AppenderObject *self, void *c) { return PyBool_FromLong(self->lock_depth > 0); }
+/* where this appender's last write ended, as it last knew (no look at the file: safe from another thread) */
+static PyObject *App_get_written_to(AppenderObject *self, void *c) { return PyLong_FromSsize_t(self->end_pos); }
 
 static PyGetSetDef App_getset[] = {
     {"last_index_appended", (getter)App_get_last_index, NULL, "index of the last data message this appender wrote (-1: none)", NULL},
     {"cycle", (getter)App_get_cycle, NULL, NULL, NULL},
     {"_map", (getter)App_get_map, NULL, NULL, NULL},
     {"_locked", (getter)App_get_locked, NULL, NULL, NULL},
+    {"_written_to", (getter)App_get_written_to, NULL, NULL, NULL},
     {NULL}};
 
 PyTypeObject AppenderType = {

@@ -85,15 +85,20 @@ static PyObject *Map_release_pages(MapObject *self, PyObject *args) {
 static PyObject *Map_populate(MapObject *self, PyObject *args) {
     /* Map the pages of [start, end) writable now, in one call, instead of one page fault per page on the
        writer's first store (Linux 5.14+; older kernels, read-only maps: nothing, it is only an
-       optimisation). Returns whether it was done. */
+       optimisation), without the GIL (the pretoucher thread calls it beside the writing thread).
+       Returns whether it was done. */
     Py_ssize_t start, end;
     if (!PyArg_ParseTuple(args, "nn", &start, &end)) return NULL;
     long page = sysconf(_SC_PAGESIZE);
     start &= ~(Py_ssize_t)(page - 1);
     if (start < 0) start = 0;
     if (end > self->size) end = self->size;
-    int done = self->writable && end > start &&
-               madvise(self->base + start, (size_t)(end - start), MADV_POPULATE_WRITE) == 0;
+    int done = 0;
+    if (self->writable && end > start) { /* (the mapping lives while self does: the caller holds it) */
+        Py_BEGIN_ALLOW_THREADS
+        done = madvise(self->base + start, (size_t)(end - start), MADV_POPULATE_WRITE) == 0;
+        Py_END_ALLOW_THREADS
+    }
     return PyBool_FromLong(done);
 }
 

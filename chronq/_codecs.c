@@ -847,14 +847,16 @@ done:
 }
 
 PyDoc_STRVAR(open_datagrams_doc,
-"open_datagrams(key, encrypt, fd, buf, slot, max_count, /)\n--\n\n"
+"open_datagrams(key, encrypt, fd, buf, slot, max_count, view_from=0, /)\n--\n\n"
 "Takes up to `max_count` datagrams off the non-blocking UDP socket `fd` with recvmmsg (into the slots of\n"
 "`buf`, `slot` bytes each) and checks each under the 32-byte `key` (None: a key not known yet, every\n"
 "datagram discarded), the GIL released. Returns ([(sequence, first index, documents, data documents,\n"
 "their bytes), ...] of the authentic ones, the datagrams taken, those dropped): a datagram shorter than\n"
 "a head, a document word and a tag, of another version, truncated (longer than a slot), with a negative\n"
 "first index or no documents, or whose tag fails is dropped. `data documents` is -1 when the documents'\n"
-"words leave the datagram (the writer refuses such a run, naming it).");
+"words leave the datagram (the writer refuses such a run, naming it). The bytes of a datagram holding\n"
+"`view_from` bytes of documents or more (0: none) are a memoryview of `buf` where they were opened, not a\n"
+"copy: valid until `buf` is used again, so the call then takes no more than one recvmmsg's datagrams.");
 
 #ifdef CHRONQ_OPENSSL
 typedef struct {
@@ -867,8 +869,8 @@ typedef struct {
 #endif
 
 static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "open_datagrams takes 6 arguments");
+    if (nargs != 6 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "open_datagrams takes 6 or 7 arguments");
         return NULL;
     }
 #ifndef CHRONQ_OPENSSL
@@ -879,12 +881,13 @@ static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
     int encrypt = PyObject_IsTrue(args[1]);
     int fd = PyLong_AsLong(args[2]);
     Py_ssize_t slot = PyLong_AsSsize_t(args[4]), max_count = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t view_from = nargs > 6 ? PyLong_AsSsize_t(args[6]) : 0;
     if (encrypt < 0 || PyErr_Occurred()) return NULL;
     if (key != Py_None && (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 32)) {
         PyErr_SetString(PyExc_TypeError, "open_datagrams: a 32-byte key or None");
         return NULL;
     }
-    if (slot < DG_MIN || max_count < 0 || fd < 0) {
+    if (slot < DG_MIN || max_count < 0 || fd < 0 || view_from < 0) {
         PyErr_SetString(PyExc_ValueError, "open_datagrams: slot size, count or socket out of range");
         return NULL;
     }
@@ -892,15 +895,17 @@ static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
     if (PyObject_GetBuffer(args[3], &b, PyBUF_WRITABLE) < 0) return NULL;
     Py_ssize_t slots = b.len / slot;
     if (slots > DG_BATCH) slots = DG_BATCH;
-    PyObject *res = NULL, *items = PyList_New(0);
+    PyObject *res = NULL, *items = PyList_New(0), *view = NULL;
     EVP_CIPHER_CTX *ctx = NULL;
+    if (view_from && !(view = PyMemoryView_FromObject(args[3]))) goto done;
     if (!items || slots < 1) {
         if (items) PyErr_SetString(PyExc_ValueError, "open_datagrams: the buffer holds no slot");
         goto done;
     }
     if (key != Py_None && !(ctx = gcm_context(key, 0))) goto done;
     Py_ssize_t taken = 0, dropped = 0;
-    while (taken < max_count) {
+    int viewed = 0; /* views of the slots handed out: no further recvmmsg into them */
+    while (taken < max_count && !viewed) {
         int k = max_count - taken > slots ? (int)slots : (int)(max_count - taken), r;
         struct mmsghdr msgs[DG_BATCH];
         struct iovec iov[DG_BATCH];
@@ -945,9 +950,20 @@ static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
                 dropped++;
                 continue;
             }
+            Py_ssize_t at = (const unsigned char *)iov[j].iov_base + DG_HEAD - (const unsigned char *)b.buf;
+            PyObject *docs;
+            if (view && x->len >= view_from) { /* a view of the documents where they were opened */
+                viewed = 1;
+                PyObject *lo = PyLong_FromSsize_t(at), *hi = PyLong_FromSsize_t(at + x->len);
+                PyObject *sl = lo && hi ? PySlice_New(lo, hi, NULL) : NULL;
+                docs = sl ? PyObject_GetItem(view, sl) : NULL;
+                Py_XDECREF(sl);
+                Py_XDECREF(lo);
+                Py_XDECREF(hi);
+            } else
+                docs = PyBytes_FromStringAndSize((const char *)b.buf + at, x->len);
             PyObject *item = Py_BuildValue("(KLknN)", (unsigned long long)x->seq, (long long)x->first,
-                                           (unsigned long)x->count, x->data,
-                                           PyBytes_FromStringAndSize((const char *)iov[j].iov_base + DG_HEAD, x->len));
+                                           (unsigned long)x->count, x->data, docs);
             if (!item || PyList_Append(items, item) < 0) {
                 Py_XDECREF(item);
                 goto done;
@@ -960,6 +976,7 @@ static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
 done:
     EVP_CIPHER_CTX_free(ctx);
     Py_XDECREF(items);
+    Py_XDECREF(view);
     PyBuffer_Release(&b);
     return res;
 #endif

@@ -19,8 +19,9 @@ Python runs per batch of datagrams, not per datagram: the source reads up to BAT
 datagram-sized slots in one call (`SourceReader.read_runs`), and seals and sends them in another
 (`DatagramKey.seal_batch`: `chronq._codecs.seal_datagrams`, `sendmmsg`); the sink takes up to
 RECV_BATCH datagrams off its socket and checks them in one call (`chronq._codecs.open_datagrams`,
-`recvmmsg`). Built without OpenSSL, `chronq._codecs` leaves both to `cryptography`, a datagram at a
-time (the same datagrams).
+`recvmmsg`), and writes a datagram of WRITE_ALONE bytes or more straight from where it was received and
+opened (consecutive smaller ones are joined into one run). Built without OpenSSL, `chronq._codecs`
+leaves both to `cryptography`, a datagram at a time (the same datagrams).
 
 Sequence numbers start at 0 per session, one per run, in the order the source read them. The sink
 writes them strictly in that order through its usual `write_run`, so its cycle files are the source's
@@ -100,6 +101,9 @@ BATCH = 64  # datagrams read, sealed and sent in one native call at most
 RECV_SLOT = 65536  # bytes of a sink's receive slot: any datagram (a longer one is truncated: dropped)
 RECV_BATCH = 32  # slots per recvmmsg
 MERGE_BYTES = 1 << 20  # bytes of documents of consecutive datagrams a sink writes as one run at most
+# bytes of documents from which a datagram goes to the writer alone, straight from the receive buffer (a
+# join of larger ones cost a copy and a fresh allocation each, for a write call saved per 370 documents)
+WRITE_ALONE = 16 << 10
 GROUP_KEY_NONCE = b"\xff" * 12  # never a datagram's nonce (their sequence numbers stay below 2**63)
 GROUP_KEY_AAD = b"chronq replication group key"
 CAUGHT_UP = 2  # a TCP run filling less than 1/CAUGHT_UP of a frame: the catch-up is done, datagrams next
@@ -853,7 +857,11 @@ class UdpReceiver:
         self.live = False
         self.expected = 0  # the next datagram to write
         self._high = 0  # the source sent every datagram before this one, as far as this sink knows
-        self._ahead: dict[int, tuple[int, int, int, bytes]] = {}  # first index, documents, data ones, bytes
+        # the source's last UdpPosition: it counts (`_high`) once the socket was read after it, so that
+        # datagrams sent before it but still on the socket do not look lost
+        self._said = 0
+        # first index, documents, data ones, bytes (a view of the receive buffer until the poll ends)
+        self._ahead: dict[int, tuple[int, int, int, bytes | memoryview]] = {}
         self._asked: set[int] = set()
         self._acked, self._acked_at = 0, 0.0
         self._stop_at: int | None = None  # the source's UdpStop: its datagrams end before this one
@@ -866,6 +874,8 @@ class UdpReceiver:
         conn = self._conn
         if conn.has_pending:
             return True, False
+        if self._said > self._high:  # a position to count after one more look at the socket: no wait
+            wait = spin = 0.0
         socks = [conn.sock, self._sock]
         deadline = time.monotonic() + wait
         spin_until = time.monotonic() + min(spin, wait)
@@ -880,19 +890,43 @@ class UdpReceiver:
 
     def poll(self, wait: float, spin: float = 0.0) -> list[p.Frame]:
         """The frames the TCP link brought (its datagram frames taken here) and the runs now in order,
-        within `wait` seconds; Naks and UdpAcks go out as needed."""
+        within `wait` seconds; Naks and UdpAcks go out as needed. A run's documents may be a view of the
+        receive buffer (no copy): write them before the next poll, which reuses it."""
+        said = self._said  # the positions of earlier polls: the socket is read after them below
         tcp, udp = self._wait(wait, spin)
         out: list[p.Frame] = []
         got = 0
         if udp and self._open_many is not None:
             key = self._key  # None: a group not joined yet (its datagrams are taken and dropped uncounted)
+            # the documents of a datagram from WRITE_ALONE bytes on: a view of the receive buffer
             items, got, dropped = self._open_many(None if key is None else key.key,
                                                   key is not None and key.encrypt, self._sock.fileno(),
-                                                  self._rbuf, RECV_SLOT, READS_PER_POLL)
+                                                  self._rbuf, RECV_SLOT, READS_PER_POLL, WRITE_ALONE)
             self.counts.dropped += dropped
-            for item in items:
-                self._hold(*item)
-        elif udp:
+            try:
+                for item in items:
+                    self._hold(*item)
+                self._poll_tcp(tcp, out)
+            finally:  # what waits ahead of a gap is copied out of the buffer the next poll reuses
+                ahead = self._ahead
+                for item in items if ahead else ():
+                    held = ahead.get(item[0])
+                    if held is not None and isinstance(held[3], memoryview):
+                        f, c, data, docs = held
+                        ahead[item[0]] = (f, c, data, bytes(docs))
+        else:
+            got = self._poll_udp(udp)
+            self._poll_tcp(tcp, out)
+        if said > self._high:
+            self._high = said
+        self._ask()
+        self._ack(got > 0)
+        return out
+
+    def _poll_udp(self, udp: bool) -> int:
+        """A datagram at a time through `cryptography` (chronq._codecs without OpenSSL): those taken."""
+        got = 0
+        if udp:
             sock, view = self._sock, memoryview(self._rbuf)
             try:
                 while got < READS_PER_POLL:
@@ -906,12 +940,16 @@ class UdpReceiver:
                     self._take(view[:n])
             finally:
                 view.release()
+        return got
+
+    def _poll_tcp(self, tcp: bool, out: list[p.Frame]) -> None:
+        """Take what the TCP link brought (if `tcp`), and put the runs now in order in `out`."""
         if tcp:
             for f in self._conn.poll(0):
                 if isinstance(f, p.Datagram):
                     self._take(f.data)
                 elif isinstance(f, p.UdpPosition):
-                    self._high = max(self._high, f.next_seq)
+                    self._said = max(self._said, f.next_seq)
                 elif isinstance(f, p.UdpGroup):
                     if self._group is None or self.live or self._key is not None:
                         raise ProtocolError(f"{self._conn.peer} sent an unexpected UdpGroup")
@@ -947,9 +985,6 @@ class UdpReceiver:
                 else:
                     out.append(f)
         self._release(out)
-        self._ask()
-        self._ack(got > 0)
-        return out
 
     def _take(self, data: bytes | bytearray | memoryview) -> None:
         if self._key is None:  # a group not joined yet: its datagrams are for the sinks already in it
@@ -961,7 +996,7 @@ class UdpReceiver:
         seq, first, count, docs = opened
         self._hold(seq, first, count, -1, docs)
 
-    def _hold(self, seq: int, first: int, count: int, data: int, docs: bytes) -> None:
+    def _hold(self, seq: int, first: int, count: int, data: int, docs: bytes | memoryview) -> None:
         """Hold an authentic datagram (`data`: its data documents, -1 if not counted) until it is next."""
         counts = self.counts
         if seq < self.expected or seq in self._ahead:
@@ -980,27 +1015,31 @@ class UdpReceiver:
             self._high = seq + 1
 
     def _release(self, out: list[p.Frame]) -> None:
-        """The datagrams now in order, as runs: consecutive ones of one cycle (each index following the
-        one before's, up to MERGE_BYTES) as one run, written in one call."""
+        """The datagrams now in order, as runs: consecutive small ones of one cycle (each index following
+        the one before's, up to MERGE_BYTES) as one run, written in one call; one from WRITE_ALONE bytes
+        on alone, its documents not copied."""
         if not self.live:
             return
         ahead, seq, shift = self._ahead, self.expected, self._shift
         first = count = nxt = size = 0
-        parts: list[bytes] = []
+        parts: list[bytes | memoryview] = []
+        joinable = False
         while (item := ahead.pop(seq, None)) is not None:
             f, c, data, docs = item
-            self._unacked_bytes += len(docs) + DATAGRAM_HEAD.size + TAG
+            n = len(docs)
+            self._unacked_bytes += n + DATAGRAM_HEAD.size + TAG
             self._asked.discard(seq)
             seq += 1
-            if parts and f == nxt and data >= 0 and shift is not None and f >> shift == first >> shift \
-                    and size + len(docs) <= MERGE_BYTES:
+            small = n < WRITE_ALONE
+            if joinable and small and f == nxt and data >= 0 and shift is not None \
+                    and f >> shift == first >> shift and size + n <= MERGE_BYTES:
                 parts.append(docs)
                 count += c
-                size += len(docs)
+                size += n
             else:
                 if parts:
                     out.append(p.Run(first, count, parts[0] if len(parts) == 1 else b"".join(parts)))
-                parts, first, count, size = [docs], f, c, len(docs)
+                parts, first, count, size, joinable = [docs], f, c, n, small
             nxt = f + data if data >= 0 else -1
         if parts:
             out.append(p.Run(first, count, parts[0] if len(parts) == 1 else b"".join(parts)))

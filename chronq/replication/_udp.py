@@ -115,7 +115,7 @@ FALL_BACK_AFTER = 0.5
 
 # chronq._codecs' batch calls (seal_datagrams, open_datagrams)
 _Seal = Callable[..., tuple[list[tuple[bytes, int]], int]]
-_Open = Callable[..., tuple[list[tuple[int, int, int, int, bytes]], int, int]]
+_Open = Callable[..., tuple[list[tuple[int, int, int, int, bytes | memoryview]], int, int]]
 
 
 def _batch_calls() -> tuple[_Seal, _Open] | None:
@@ -870,10 +870,11 @@ class UdpReceiver:
         """What the sink tells the source before its Subscribe: its port (and key, inside TLS)."""
         return p.UdpSubscribe(int(self._sock.getsockname()[1]), self._buffer, self._sent_key)
 
-    def _wait(self, wait: float, spin: float) -> tuple[bool, bool]:
+    def _wait(self, wait: float, spin: float) -> tuple[bool, bool, bool]:
+        """(the TCP link has something, the UDP socket has, the UDP socket was looked at)"""
         conn = self._conn
         if conn.has_pending:
-            return True, False
+            return True, False, False
         if self._said > self._high:  # a position to count after one more look at the socket: no wait
             wait = spin = 0.0
         socks = [conn.sock, self._sock]
@@ -886,14 +887,14 @@ class UdpReceiver:
             os.sched_yield()
         if not ready:
             ready = select.select(socks, [], [], max(0.0, deadline - time.monotonic()))[0]
-        return conn.sock in ready, self._sock in ready
+        return conn.sock in ready, self._sock in ready, True
 
     def poll(self, wait: float, spin: float = 0.0) -> list[p.Frame]:
         """The frames the TCP link brought (its datagram frames taken here) and the runs now in order,
         within `wait` seconds; Naks and UdpAcks go out as needed. A run's documents may be a view of the
         receive buffer (no copy): write them before the next poll, which reuses it."""
         said = self._said  # the positions of earlier polls: the socket is read after them below
-        tcp, udp = self._wait(wait, spin)
+        tcp, udp, looked = self._wait(wait, spin)
         out: list[p.Frame] = []
         got = 0
         if udp and self._open_many is not None:
@@ -914,10 +915,17 @@ class UdpReceiver:
                     if held is not None and isinstance(held[3], memoryview):
                         f, c, data, docs = held
                         ahead[item[0]] = (f, c, data, bytes(docs))
+            # the socket was emptied: the last recvmmsg found fewer datagrams than slots (a call handing
+            # out views makes one only)
+            drained = got % RECV_BATCH != 0 or not got
         else:
             got = self._poll_udp(udp)
+            drained = got < READS_PER_POLL
             self._poll_tcp(tcp, out)
-        if said > self._high:
+        # the source's position counts once the socket was emptied after it: datagrams it sent before
+        # that still wait there do not look lost (a poll takes at most READS_PER_POLL, one recvmmsg with
+        # views)
+        if said > self._high and looked and (not udp or drained):
             self._high = said
         self._ask()
         self._ack(got > 0)

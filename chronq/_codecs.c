@@ -748,17 +748,19 @@ static int dg_send(int fd, struct iovec *iov, Py_ssize_t n, int lenient) {
 #endif
 
 PyDoc_STRVAR(seal_datagrams_doc,
-"seal_datagrams(key, encrypt, buf, size, ends, seq, first, fd, lenient, /)\n--\n\n"
+"seal_datagrams(key, encrypt, buf, size, ends, seq, first, fd, lenient, in_place=False, /)\n--\n\n"
 "Seals the runs chronq._native.read_runs put in the slots of `buf` (slot k at k * size, its documents from\n"
 "21 bytes on to ends[k]) as datagrams numbered seq, seq + 1, ..., the first index of the first `first`\n"
 "(each next one's the index after the data documents before it), under the 32-byte `key`, and sends them\n"
 "to the connected UDP socket `fd` with sendmmsg (none when fd is -1), the GIL released. A datagram the\n"
 "socket refuses with ECONNREFUSED (or any error, `lenient`) is left out; another error is raised\n"
-"(OSError). Returns ([(datagram, documents), ...], their bytes).");
+"(OSError). Returns ([(datagram, documents), ...], their bytes). `in_place`: each datagram is sealed in its\n"
+"slot (its tag after its documents: ends[k] + 16 within the slot) and is a memoryview of `buf` there, not\n"
+"a copy (valid until `buf` is used again).");
 
 static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "seal_datagrams takes 9 arguments");
+    if (nargs != 9 && nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "seal_datagrams takes 9 or 10 arguments");
         return NULL;
     }
 #ifndef CHRONQ_OPENSSL
@@ -772,7 +774,8 @@ static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
     long long first = PyLong_AsLongLong(args[6]);
     int fd = PyLong_AsLong(args[7]);
     int lenient = PyObject_IsTrue(args[8]);
-    if (encrypt < 0 || lenient < 0 || PyErr_Occurred()) return NULL;
+    int in_place = nargs > 9 ? PyObject_IsTrue(args[9]) : 0;
+    if (encrypt < 0 || lenient < 0 || in_place < 0 || PyErr_Occurred()) return NULL;
     if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 32 || !PyList_Check(ends)) {
         PyErr_SetString(PyExc_TypeError, "seal_datagrams: a 32-byte key and a list of ends");
         return NULL;
@@ -783,8 +786,8 @@ static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     Py_buffer b;
-    if (PyObject_GetBuffer(args[2], &b, PyBUF_SIMPLE) < 0) return NULL;
-    PyObject *out = NULL, *items = PyList_New(n);
+    if (PyObject_GetBuffer(args[2], &b, in_place ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = NULL, *items = PyList_New(n), *view = NULL;
     struct iovec *iov = PyMem_Calloc((size_t)(n ? n : 1), sizeof *iov);
     EVP_CIPHER_CTX *ctx = NULL;
     long long nbytes = 0;
@@ -793,6 +796,7 @@ static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
         goto done;
     }
     if (!(ctx = gcm_context(key, 1))) goto done;
+    if (in_place && !(view = PyMemoryView_FromObject(args[2]))) goto done;
     /* every datagram checked and its bytes object made with the GIL, sealed and sent without it */
     long long index = first;
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -806,10 +810,22 @@ static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
             goto done;
         }
         Py_ssize_t len = end - k * size;
-        PyObject *dg = PyBytes_FromStringAndSize(NULL, len + TAG);
-        if (!dg) goto done;
-        unsigned char *d = (unsigned char *)PyBytes_AS_STRING(dg);
-        memcpy(d, slot, (size_t)len);
+        PyObject *dg;
+        unsigned char *d;
+        if (view) { /* sealed where it is: the tag fits in the slot (checked above) */
+            PyObject *lo = PyLong_FromSsize_t(k * size), *hi = PyLong_FromSsize_t(end + TAG);
+            PyObject *sl = lo && hi ? PySlice_New(lo, hi, NULL) : NULL;
+            dg = sl ? PyObject_GetItem(view, sl) : NULL;
+            Py_XDECREF(sl);
+            Py_XDECREF(lo);
+            Py_XDECREF(hi);
+            if (!dg) goto done;
+            d = (unsigned char *)b.buf + k * size;
+        } else {
+            if (!(dg = PyBytes_FromStringAndSize(NULL, len + TAG))) goto done;
+            d = (unsigned char *)PyBytes_AS_STRING(dg);
+            memcpy(d, slot, (size_t)len);
+        }
         d[0] = DG_VERSION;
         st_be64(d + 1, seq + (unsigned long long)k);
         st_be64(d + 9, (uint64_t)index);
@@ -841,6 +857,7 @@ done:
     EVP_CIPHER_CTX_free(ctx);
     PyMem_Free(iov);
     Py_XDECREF(items);
+    Py_XDECREF(view);
     PyBuffer_Release(&b);
     return out;
 #endif

@@ -43,8 +43,9 @@ def seal_datagrams(  # the slots chronq._native.read_runs filled, sealed and sen
     first: int,
     fd: int,
     lenient: bool,
+    in_place: bool = False,  # each datagram sealed in its slot, a memoryview of buf
     /,
-) -> tuple[list[tuple[bytes, int]], int]: ...
+) -> tuple[list[tuple[bytes | memoryview, int]], int]: ...
 def open_datagrams(  # a recvmmsg batch, every bound and tag checked
     key: bytes | None,
     encrypt: bool,

@@ -355,3 +355,22 @@ def test_datagrams_still_on_the_socket_are_not_asked_for_again(tmp_path: Path) -
         rx.close()
         ctl.close()
         peer.close()
+
+
+@needs_openssl
+@pytest.mark.parametrize("encrypt", [False, True])
+def test_datagrams_sealed_in_place_are_the_copies_sealed(tmp_path: Path, encrypt: bool) -> None:
+    """`in_place` (a multicast group's ring) seals each datagram in its slot and gives a view of it:
+    the same bytes as the copy sealed otherwise, sent alike."""
+    key = DatagramKey(KEY, encrypt)
+    with make_source(tmp_path / "src") as q:
+        for item in batches(q, 8):
+            if isinstance(item, p.Run):
+                continue
+            buf, first, ends = item
+            copies, nbytes = key.seal_batch(bytearray(buf), SIZE, ends, 3, first, None, False)
+            views, vbytes = key.seal_batch(buf, SIZE, ends, 3, first, None, False, True)
+            assert all(isinstance(v, memoryview) for v, _ in views)
+            assert [(bytes(v), n) for v, n in views] == copies and vbytes == nbytes
+            for k, (v, _) in enumerate(views):  # where it was read: slot k
+                assert bytes(buf[k * SIZE:k * SIZE + len(v)]) == bytes(v)

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import secrets
 import select
@@ -68,6 +69,7 @@ import socket
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -98,6 +100,7 @@ ACK_EVERY = 0.001  # s between a sink's UdpAcks on a busy link (and at once when
 POSITION_AFTER = 0.0005  # s a source stays quiet after its last datagram before it says its position
 PUMP_BATCH = 16  # batches a group member's session sends to the group per step at most
 BATCH = 64  # datagrams read, sealed and sent in one native call at most
+RING_BYTES = 16 << 20  # bytes of a multicast group's ring of datagrams (read, sealed and kept in place)
 RECV_SLOT = 65536  # bytes of a sink's receive slot: any datagram (a longer one is truncated: dropped)
 RECV_BATCH = 32  # slots per recvmmsg
 MERGE_BYTES = 1 << 20  # bytes of documents of consecutive datagrams a sink writes as one run at most
@@ -114,7 +117,7 @@ FALL_BACK_AFTER = 0.5
 
 
 # chronq._codecs' batch calls (seal_datagrams, open_datagrams)
-_Seal = Callable[..., tuple[list[tuple[bytes, int]], int]]
+_Seal = Callable[..., tuple[list[tuple[bytes | memoryview, int]], int]]
 _Open = Callable[..., tuple[list[tuple[int, int, int, int, bytes | memoryview]], int, int]]
 
 
@@ -147,7 +150,7 @@ class DatagramKey:
         calls = _batch_calls()
         self._native = None if calls is None else calls[0]
 
-    def seal(self, buf: bytearray, end: int, start: int = 0) -> bytes:
+    def seal(self, buf: bytearray | memoryview, end: int, start: int = 0) -> bytes:
         """The datagram whose head and documents are `buf[start:end]`, sealed."""
         seq = DATAGRAM_HEAD.unpack_from(buf, start)[1]
         head = start + DATAGRAM_HEAD.size
@@ -157,17 +160,20 @@ class DatagramKey:
                                                                     view[start:head])
             return bytes(view[start:end]) + self._aead.encrypt(_nonce(seq), b"", view[start:end])
 
-    def seal_batch(self, buf: bytearray, size: int, ends: list[int], seq: int, first: int,
-                   sock: socket.socket | None, lenient: bool) -> tuple[list[tuple[bytes, int]], int]:
+    def seal_batch(self, buf: bytearray | memoryview, size: int, ends: list[int], seq: int, first: int,
+                   sock: socket.socket | None, lenient: bool,
+                   in_place: bool = False) -> tuple[list[tuple[bytes | memoryview, int]], int]:
         """The runs `SourceReader.read_runs` put in the slots of `buf` (slot k at `k * size`, its head
         left free), numbered from `seq` and sealed, each with its documents, and their bytes; sent to
         `sock` (connected) unless None. A send refused because nothing listens there yet (or any more),
         or any refused send when `lenient`, is left out: the sink asks for that datagram again. One
-        native call (the GIL released while sealing and sending) when chronq._codecs has OpenSSL."""
+        native call (the GIL released while sealing and sending) when chronq._codecs has OpenSSL, which
+        `in_place` seals each datagram in its slot and gives it as a view of `buf` (no copy)."""
         if self._native is not None:
             return self._native(self.key, self.encrypt, buf, size, ends, seq, first,
-                                -1 if sock is None else sock.fileno(), lenient)
-        out, nbytes = [], 0
+                                -1 if sock is None else sock.fileno(), lenient, in_place)
+        out: list[tuple[bytes | memoryview, int]] = []
+        nbytes = 0
         for k, end in enumerate(ends):
             docs, data = _native.check_run(buf, k * size + DATAGRAM_HEAD.size, end)
             DATAGRAM_HEAD.pack_into(buf, k * size, DATAGRAM_VERSION, seq + k, first, docs)
@@ -289,7 +295,7 @@ class UdpSender:
         self.live = False  # datagrams (after UdpStart), else TCP runs (the catch-up)
         self.next_seq = 0
         self._acked = 0  # the sink holds every datagram before this one
-        self._kept: dict[int, tuple[bytes, int]] = {}  # datagram, its documents
+        self._kept: dict[int, tuple[bytes | memoryview, int]] = {}  # datagram (bytes: no view), its documents
         self._kept_bytes = self._kept_docs = 0
         self._told = 0  # the last position said
         self._sent_at = 0.0
@@ -394,7 +400,7 @@ class UdpSender:
         self.next_seq = seq + len(sealed)
         if over_tcp:
             for data, _ in sealed:
-                self._conn.send(p.Datagram(data))
+                self._conn.send(p.Datagram(bytes(data)))
         self.counts.datagrams += len(sealed)
         now = time.monotonic()
         self._sent_at = now
@@ -430,7 +436,7 @@ class UdpSender:
                 raise ProtocolError(f"{self._conn.peer} asked for datagrams up to {f.first + f.count - 1}, "
                                     f"beyond the last one sent ({self.next_seq - 1})")
             for seq in range(max(f.first, self._acked), f.first + f.count):
-                self._conn.send(p.Datagram(self._kept[seq][0]))
+                self._conn.send(p.Datagram(bytes(self._kept[seq][0])))
                 self.counts.retransmitted += 1
             return True
         return False
@@ -465,7 +471,14 @@ class GroupSender:
                                    f"udpInterface {interface}): {e}") from None
         self._sock = sock
         self.size = datagram_size(cfg, sock)
-        self._buf = bytearray(self.size * BATCH)  # BATCH slots, a datagram each (`read_runs`)
+        self._buf = bytearray(self.size * BATCH)  # BATCH slots, a datagram each, copied out when sealed
+        # the ring the datagrams are read, sealed and kept in, in place (no copy of each): a batch takes
+        # the free slots after the last batch's, until every member acknowledged it (`trim`); `_buf`
+        # when it has none free
+        self._ring_slots = min(cfg.window, max(4 * BATCH, RING_BYTES // self.size))
+        self._ring = mmap.mmap(-1, self._ring_slots * self.size)
+        self._in_ring: deque[tuple[int, int, int]] = deque()  # (first sequence, first slot, slots)
+        self._next_slot = 0
         self._big = bytearray(0)  # a document larger than a datagram: read here, sent over TCP
         self.members: set[GroupMember] = set()
         self.next_seq = 0
@@ -474,7 +487,7 @@ class GroupSender:
         # for the TCP catch-up: `GroupMember.fall_back`)
         self.tail = Position(None)
         self.sent_at = 0.0
-        self.kept: dict[int, bytes] = {}
+        self.kept: dict[int, bytes | memoryview] = {}
         self._kept_bytes = 0
         self._floor = 0  # datagrams before it were acknowledged by every member and dropped
         self._queue: chronq.Queue | None = None
@@ -489,6 +502,15 @@ class GroupSender:
         in_flight = min(m.in_flight for m in self.members)
         return min(self._cfg.window - (self.next_seq - slowest), (in_flight - self._kept_bytes) // self.size)
 
+    def _ring_free(self) -> tuple[int, int]:
+        """(the ring's next free slot, the free slots from it on without wrapping)."""
+        if not self._in_ring:
+            return 0, self._ring_slots
+        oldest, nxt = self._in_ring[0][1], self._next_slot
+        if nxt > oldest:  # [oldest, nxt) in use
+            return (nxt, self._ring_slots - nxt) if nxt < self._ring_slots else (0, oldest)
+        return nxt, oldest - nxt  # [oldest, end) and [0, nxt) in use: none free when they meet
+
     def pump(self, max_count: int) -> int:
         """Read the next runs into datagrams and send them to the group, as many as the window has room
         for (at most BATCH): their documents (0: none ready, or no room). The caller holds `lock`."""
@@ -496,27 +518,41 @@ class GroupSender:
         room = self._room()
         if reader is None or codec is None or sealer is None or room <= 0:
             return 0
-        head = DATAGRAM_HEAD.size
+        head, size = DATAGRAM_HEAD.size, self.size
+        slot, free = self._ring_free()
+        buf: bytearray | memoryview = self._buf
+        if free:  # read, sealed and kept where they are
+            buf = memoryview(self._ring)[slot * size:(slot + min(free, BATCH)) * size]
         try:
-            docs, data, first, ends = reader.read_runs(self._buf, self.size, head, self.size - TAG,
-                                                       min(BATCH, room), max_count)
-            buf = self._buf
+            docs, data, first, ends = reader.read_runs(buf, size, head, size - TAG,
+                                                       min(BATCH, room, free or BATCH), max_count)
+            runs = [(k * size + head, e) for k, e in enumerate(ends)]
         except ReplicationError:
             if len(self._big) < self._max_frame:
                 self._big = bytearray(self._max_frame)
             buf = self._big
             docs, data, end, first = reader.read_run(buf, head, len(buf) - 1 - TAG, max_count)
+            runs = []
         if not docs:
             return 0
+        if data == docs:  # data documents alone (as nearly always): the reader goes on after the last
+            self.tail = Position(first + data)
+        else:  # (before sealing: with TLS the documents are encrypted where they are)
+            self._follow(buf, runs or [(head, end)], first)
         # a datagram that needs a codec frame first, or too big for a datagram, is not sent to the group:
         # each sink asks for it and gets it over its TCP link, after that frame (no route for a moment:
         # the sinks ask for it again too)
-        hold = buf is not self._buf or bool(codec.news(data))
+        hold = not runs or bool(codec.news(data))
         seq = self.next_seq
-        if buf is self._buf:
-            batch, nbytes = sealer.seal_batch(buf, self.size, ends, seq, first, None if hold else self._sock,
-                                              True)
+        sealed: list[bytes | memoryview]
+        if runs:
+            in_ring = buf is not self._buf
+            batch, nbytes = sealer.seal_batch(buf, size, ends, seq, first, None if hold else self._sock, True,
+                                              in_ring)
             sealed = [d for d, _ in batch]
+            if in_ring:
+                self._in_ring.append((seq, slot, len(sealed)))
+                self._next_slot = slot + len(sealed)
         else:
             DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
             sealed = [sealer.seal(buf, end)]
@@ -526,15 +562,10 @@ class GroupSender:
         self.next_seq = seq + len(sealed)
         if data:
             self.last_data = first + data - 1
-        if data == docs:  # data documents alone (as nearly always): the reader goes on after the last
-            self.tail = Position(first + data)
-        else:
-            self._follow(buf, [(k * self.size + head, e) for k, e in enumerate(ends)]
-                         if buf is self._buf else [(head, end)], first)
         self.sent_at = time.monotonic()
         return docs
 
-    def _follow(self, buf: bytearray, runs: list[tuple[int, int]], first: int) -> None:
+    def _follow(self, buf: bytearray | memoryview, runs: list[tuple[int, int]], first: int) -> None:
         """Move `tail` over runs holding metadata documents (`buf[start:end]` each, the first from index
         `first`): a metadata document takes the index of the data document after it."""
         tail = self.tail
@@ -556,6 +587,11 @@ class GroupSender:
             if data is not None:
                 self._kept_bytes -= len(data)
         self._floor = max(self._floor, floor)
+        ring = self._in_ring
+        while ring and ring[0][0] + ring[0][2] <= self._floor:  # their slots free again
+            ring.popleft()
+        if not ring:
+            self._next_slot = 0
 
     def ready_for(self, encrypt: bool, sent_upto: int, max_count: int) -> bool:
         """Whether a sink whose catch-up read all the queue held may join now: the group has read all it
@@ -695,7 +731,8 @@ class GroupMember:
             if now - self._behind_since < FALL_BACK_AFTER:
                 return
             stop = g.next_seq
-            self._own = {seq: g.kept[seq] for seq in range(self.acked, stop)}
+            # copies: the group's ring reuses the slots of what it no longer keeps
+            self._own = {seq: bytes(g.kept[seq]) for seq in range(self.acked, stop)}
             self._resume = g.tail if stop > self._first else None
         log.info("replication: %s is %d documents behind, no datagram taken in %.1f s: leaves the group for "
                  "the TCP catch-up after datagram %d", self._conn.peer, waiting, now - self._behind_since,
@@ -751,7 +788,9 @@ class GroupMember:
         g, seen = self._group, self._seen_seq
         with g.lock:
             kept = g.kept if self._stop is None else self._own
-            again = [kept[seq] for lo, hi in self._later for seq in range(max(lo, self.acked), min(hi, seen))]
+            # copies, taken under the lock: the group's ring may reuse a slot once it is released
+            again = [bytes(kept[seq]) for lo, hi in self._later
+                     for seq in range(max(lo, self.acked), min(hi, seen))]
         self._later = [(max(lo, seen), hi) for lo, hi in self._later if hi > seen and self._stop is None]
         for data in again:
             self._conn.send(p.Datagram(data))

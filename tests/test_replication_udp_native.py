@@ -374,3 +374,39 @@ def test_datagrams_sealed_in_place_are_the_copies_sealed(tmp_path: Path, encrypt
             assert [(bytes(v), n) for v, n in views] == copies and vbytes == nbytes
             for k, (v, _) in enumerate(views):  # where it was read: slot k
                 assert bytes(buf[k * SIZE:k * SIZE + len(v)]) == bytes(v)
+
+
+def test_a_ring_gives_a_slot_again_only_once_its_datagram_is_released() -> None:
+    """A source keeps its datagrams in the ring's slots until acknowledged: a batch takes the free slots
+    after the last one's (never wrapping inside a batch), none while every slot is kept, and a kept
+    datagram's bytes stay as sealed while later batches fill the rest."""
+    from chronq.replication._udp import DatagramRing
+
+    ring = DatagramRing(16, 5)
+    seq = 0
+
+    def fill(most: int) -> memoryview | None:
+        nonlocal seq
+        slots = ring.slots(most)
+        if slots is not None:
+            n = len(slots) // 16
+            for k in range(n):
+                slots[k * 16:(k + 1) * 16] = bytes([seq + k]) * 16
+            ring.keep(seq, n)
+            seq += n
+        return slots
+
+    a = fill(3)
+    assert a is not None and len(a) == 3 * 16  # seq 0-2 in slots 0-2
+    b = fill(3)
+    assert b is not None and len(b) == 2 * 16  # seq 3-4: the slots to the end
+    assert fill(1) is None  # all five kept
+    ring.release(2)  # seq 0 and 1 acknowledged: their batch (0-2) is still kept
+    assert fill(1) is None
+    ring.release(3)
+    c = fill(4)  # wraps to slot 0: the first batch's three slots
+    assert c is not None and len(c) == 3 * 16
+    assert bytes(b) == bytes([3]) * 16 + bytes([4]) * 16  # still as sealed
+    ring.release(seq)
+    d = ring.slots(9)
+    assert d is not None and len(d) == 5 * 16  # nothing kept: all of it, from the start

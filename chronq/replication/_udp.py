@@ -86,8 +86,8 @@ from chronq.replication.sink import Position, read_position
 from chronq.replication.source import CodecState, SourceReader
 from chronq.replication.status import DatagramCounts
 
-__all__ = ["DATAGRAM_HEAD", "DATAGRAM_VERSION", "TAG", "DatagramKey", "GroupMember", "GroupSender",
-           "UdpReceiver", "UdpSender"]
+__all__ = ["DATAGRAM_HEAD", "DATAGRAM_VERSION", "TAG", "DatagramKey", "DatagramRing", "GroupMember",
+           "GroupSender", "UdpReceiver", "UdpSender"]
 
 log = logging.getLogger("chronq.replication")
 
@@ -265,6 +265,45 @@ def open_group_key(conn: Conn, sealed: bytes) -> bytes:
         raise ProtocolError(f"{conn.peer} sent a group key that fails its check") from None
 
 
+class DatagramRing:
+    """Slots of one datagram size that a source reads, seals and keeps its datagrams in, in place (no copy
+    of each): a batch takes the free slots after the last batch's, until its datagrams are released (in
+    sequence order, as the sinks acknowledge them). Its pages are mapped as they are first used."""
+
+    def __init__(self, size: int, slots: int) -> None:
+        self.size, self._slots = size, slots
+        self._map = mmap.mmap(-1, size * slots)
+        self._batches: deque[tuple[int, int, int]] = deque()  # (first sequence, first slot, slots)
+        self._next = self._given = 0
+
+    def slots(self, most: int) -> memoryview | None:
+        """Free slots for at most `most` datagrams, without wrapping (a view of them); None if none is."""
+        size, batches, nxt = self.size, self._batches, self._next
+        if not batches:
+            slot, free = 0, self._slots
+        elif nxt > batches[0][1]:  # [oldest, next) in use
+            slot, free = (nxt, self._slots - nxt) if nxt < self._slots else (0, batches[0][1])
+        else:  # [oldest, end) and [0, next) in use: none free when they meet
+            slot, free = nxt, batches[0][1] - nxt
+        if not free or most < 1:
+            return None
+        self._given = slot
+        return memoryview(self._map)[slot * size:(slot + min(free, most)) * size]
+
+    def keep(self, seq: int, count: int) -> None:
+        """The `count` datagrams from sequence `seq` on were sealed in the first slots `slots` gave last."""
+        self._batches.append((seq, self._given, count))
+        self._next = self._given + count
+
+    def release(self, upto: int) -> None:
+        """The datagrams before sequence `upto` are no longer kept: their slots are free again."""
+        batches = self._batches
+        while batches and batches[0][0] + batches[0][2] <= upto:
+            batches.popleft()
+        if not batches:
+            self._next = 0
+
+
 class UdpSender:
     """The source's end of one sink's datagrams: reads runs sized to a datagram, sends them, keeps them
     until acknowledged, sends them again over TCP when asked, and holds back when the window is full."""
@@ -287,9 +326,14 @@ class UdpSender:
             raise ReplicationError(f"cannot send datagrams to {dest[0]}:{dest[1]}: {e}") from None
         self.dest = dest
         self._size = datagram_size(cfg, self._sock)
-        self._buf = bytearray(self._size * BATCH)  # BATCH slots, a datagram each (`read_runs`)
+        self._buf = bytearray(self._size * BATCH)  # BATCH slots, a datagram each, copied out when sealed
         self._in_flight = min(cfg.retransmit_buffer, max(sub.buffer, self._size))
-        self._out = self._buf  # where the last `read` put its run (a big one: the TCP frame buffer)
+        # where the datagrams are read, sealed and kept until the sink acknowledged them (`_buf` when it
+        # has no free slot): what the window keeps in full datagrams, and a batch
+        self._ring = DatagramRing(self._size,
+                                  min(cfg.window, max(2 * BATCH, self._in_flight // self._size + BATCH)))
+        # where the last `read` put its runs (the ring's slots, `_buf`, a big one: the TCP frame buffer)
+        self._out: bytearray | memoryview = self._buf
         self._ends: list[int] = []  # the slots the last `read` filled (none: the run in the big buffer)
         self.counts = _counts(link)
         self.live = False  # datagrams (after UdpStart), else TCP runs (the catch-up)
@@ -369,10 +413,12 @@ class UdpSender:
         data documents, end, first index), as `SourceReader.read_run`. A document larger than a
         datagram is read into `big` (the TCP frame buffer) and goes over TCP."""
         try:
-            self._out = self._buf
+            room = min(BATCH, self._room())
+            slots = self._ring.slots(room)
+            self._out = self._buf if slots is None else slots
             docs, data, first, self._ends = reader.read_runs(
-                self._buf, self._size, DATAGRAM_HEAD.size, self._size - TAG, min(BATCH, self._room()),
-                max_count)
+                self._out, self._size, DATAGRAM_HEAD.size, self._size - TAG,
+                min(room, len(self._out) // self._size), max_count)
             return docs, data, 0, first
         except ReplicationError:
             self._out, self._ends = big, []
@@ -383,12 +429,15 @@ class UdpSender:
         sent (a codec dictionary they may need), or the run is too big for a datagram."""
         seq = self.next_seq
         if self._ends:
+            in_ring = self._out is not self._buf
             try:
-                sealed, nbytes = self._key.seal_batch(self._buf, self._size, self._ends, seq, first,
-                                                      None if over_tcp else self._sock, False)
+                sealed, nbytes = self._key.seal_batch(self._out, self._size, self._ends, seq, first,
+                                                      None if over_tcp else self._sock, False, in_ring)
             except OSError as e:
                 raise ReplicationError(f"cannot send datagrams to {self._conn.peer} at {self.dest[0]}:"
                                        f"{self.dest[1]}: {e}") from None
+            if in_ring:
+                self._ring.keep(seq, len(sealed))
         else:
             buf = self._out
             DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
@@ -430,6 +479,7 @@ class UdpSender:
                 self._kept_bytes -= len(data)
                 self._kept_docs -= docs
             self._acked = max(self._acked, f.next_seq)
+            self._ring.release(self._acked)
             return True
         if isinstance(f, p.Nak):
             if f.first + f.count > self.next_seq:
@@ -472,13 +522,9 @@ class GroupSender:
         self._sock = sock
         self.size = datagram_size(cfg, sock)
         self._buf = bytearray(self.size * BATCH)  # BATCH slots, a datagram each, copied out when sealed
-        # the ring the datagrams are read, sealed and kept in, in place (no copy of each): a batch takes
-        # the free slots after the last batch's, until every member acknowledged it (`trim`); `_buf`
-        # when it has none free
-        self._ring_slots = min(cfg.window, max(4 * BATCH, RING_BYTES // self.size))
-        self._ring = mmap.mmap(-1, self._ring_slots * self.size)
-        self._in_ring: deque[tuple[int, int, int]] = deque()  # (first sequence, first slot, slots)
-        self._next_slot = 0
+        # where the datagrams are read, sealed and kept until every member acknowledged them (`_buf` when
+        # it has no free slot)
+        self._ring = DatagramRing(self.size, min(cfg.window, max(4 * BATCH, RING_BYTES // self.size)))
         self._big = bytearray(0)  # a document larger than a datagram: read here, sent over TCP
         self.members: set[GroupMember] = set()
         self.next_seq = 0
@@ -502,15 +548,6 @@ class GroupSender:
         in_flight = min(m.in_flight for m in self.members)
         return min(self._cfg.window - (self.next_seq - slowest), (in_flight - self._kept_bytes) // self.size)
 
-    def _ring_free(self) -> tuple[int, int]:
-        """(the ring's next free slot, the free slots from it on without wrapping)."""
-        if not self._in_ring:
-            return 0, self._ring_slots
-        oldest, nxt = self._in_ring[0][1], self._next_slot
-        if nxt > oldest:  # [oldest, nxt) in use
-            return (nxt, self._ring_slots - nxt) if nxt < self._ring_slots else (0, oldest)
-        return nxt, oldest - nxt  # [oldest, end) and [0, nxt) in use: none free when they meet
-
     def pump(self, max_count: int) -> int:
         """Read the next runs into datagrams and send them to the group, as many as the window has room
         for (at most BATCH): their documents (0: none ready, or no room). The caller holds `lock`."""
@@ -519,13 +556,11 @@ class GroupSender:
         if reader is None or codec is None or sealer is None or room <= 0:
             return 0
         head, size = DATAGRAM_HEAD.size, self.size
-        slot, free = self._ring_free()
-        buf: bytearray | memoryview = self._buf
-        if free:  # read, sealed and kept where they are
-            buf = memoryview(self._ring)[slot * size:(slot + min(free, BATCH)) * size]
+        slots = self._ring.slots(min(BATCH, room))
+        buf: bytearray | memoryview = self._buf if slots is None else slots
         try:
             docs, data, first, ends = reader.read_runs(buf, size, head, size - TAG,
-                                                       min(BATCH, room, free or BATCH), max_count)
+                                                       min(BATCH, room, len(buf) // size), max_count)
             runs = [(k * size + head, e) for k, e in enumerate(ends)]
         except ReplicationError:
             if len(self._big) < self._max_frame:
@@ -551,8 +586,7 @@ class GroupSender:
                                               in_ring)
             sealed = [d for d, _ in batch]
             if in_ring:
-                self._in_ring.append((seq, slot, len(sealed)))
-                self._next_slot = slot + len(sealed)
+                self._ring.keep(seq, len(sealed))
         else:
             DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
             sealed = [sealer.seal(buf, end)]
@@ -587,11 +621,7 @@ class GroupSender:
             if data is not None:
                 self._kept_bytes -= len(data)
         self._floor = max(self._floor, floor)
-        ring = self._in_ring
-        while ring and ring[0][0] + ring[0][2] <= self._floor:  # their slots free again
-            ring.popleft()
-        if not ring:
-            self._next_slot = 0
+        self._ring.release(self._floor)
 
     def ready_for(self, encrypt: bool, sent_upto: int, max_count: int) -> bool:
         """Whether a sink whose catch-up read all the queue held may join now: the group has read all it

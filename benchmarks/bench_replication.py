@@ -29,6 +29,10 @@ Cases (40-byte messages throughout):
 * steps (us per call): what each step of the lag path costs, one message per frame, in one process
   without waiting (writer append, source look and read, send/recv, decode, sink write, reader read):
   the CPU a message needs along the path, which the lag case must fit on the machine's cores.
+* fanout (msg/s, us): one source host and three sink hosts, all live, `--n` messages appended at once:
+  the rate until every sink holds the last one, the source's CPU per message and the three sinks'
+  together, over TCP and over UDP (unicast and multicast, 1,472- and 65,000-byte datagrams; `--fanout`
+  picks the rows), beside raw datagrams to three receivers (no recovery) as the floor.
 * rss (MB): a backlog of `--backlog-mb` is caught up by a sink process that samples its own RSS
   (/proc/self/status) from before it connects to when it holds the last message; the figure is the
   growth (most RSS seen - RSS before), which should stay flat (independent of the backlog).
@@ -38,6 +42,9 @@ decode, sink write; no TCP) under callgrind, per message = (path - setup) / N in
 
     valgrind --tool=callgrind python benchmarks/bench_replication.py --role data-path runs 100000
     (the same with `excerpts`: a Python object per message, as back-fill still sends; and `setup`)
+    valgrind --tool=callgrind python benchmarks/bench_replication.py --role data-path udp 100000 65000
+    (the UDP path: `read_runs`, `seal_batch`, a loopback socket, `UdpReceiver.poll`, `write_run`; per
+    message from two sizes, (I(300000) - I(100000)) / 200000, which leaves out every fixed cost)
 
 Targets: plain >= 5,000,000 msg/s, ack >= 3,000,000, TLS >= 2,000,000; lag p50 <= 25 us, p99 <= 100 us
 (with nothing spinning, at 100,000 msg/s; the 10,000 msg/s rows and the spinning ones are context); RSS

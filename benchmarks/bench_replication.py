@@ -29,6 +29,10 @@ Cases (40-byte messages throughout):
 * steps (us per call): what each step of the lag path costs, one message per frame, in one process
   without waiting (writer append, source look and read, send/recv, decode, sink write, reader read):
   the CPU a message needs along the path, which the lag case must fit on the machine's cores.
+* fanout (msg/s, us): one source host and three sink hosts, all live, `--n` messages appended at once:
+  the rate until every sink holds the last one, the source's CPU per message and the three sinks'
+  together, over TCP and over UDP (unicast and multicast, 1,472- and 65,000-byte datagrams; `--fanout`
+  picks the rows), beside raw datagrams to three receivers (no recovery) as the floor.
 * rss (MB): a backlog of `--backlog-mb` is caught up by a sink process that samples its own RSS
   (/proc/self/status) from before it connects to when it holds the last message; the figure is the
   growth (most RSS seen - RSS before), which should stay flat (independent of the backlog).
@@ -38,6 +42,9 @@ decode, sink write; no TCP) under callgrind, per message = (path - setup) / N in
 
     valgrind --tool=callgrind python benchmarks/bench_replication.py --role data-path runs 100000
     (the same with `excerpts`: a Python object per message, as back-fill still sends; and `setup`)
+    valgrind --tool=callgrind python benchmarks/bench_replication.py --role data-path udp 100000 65000
+    (the UDP path: `read_runs`, `seal_batch`, a loopback socket, `UdpReceiver.poll`, `write_run`; per
+    message from two sizes, (I(300000) - I(100000)) / 200000, which leaves out every fixed cost)
 
 Targets: plain >= 5,000,000 msg/s, ack >= 3,000,000, TLS >= 2,000,000; lag p50 <= 25 us, p99 <= 100 us
 (with nothing spinning, at 100,000 msg/s; the 10,000 msg/s rows and the spinning ones are context); RSS
@@ -208,9 +215,14 @@ def role_sink_clock(cfg: str, last: int, acked: int) -> None:
         print(secs, rss0[0], rss0[1], peak[0], peak[1], flush=True)
 
 
-def role_data_path(kind: str, n: int) -> None:
+def role_data_path(kind: str, n: int, size: int = 65000) -> None:
     """Replicate `n` messages from a source to a sink queue in this process, without TCP: as Run frames
-    (`runs`), as Excerpts frames (`excerpts`), or only create both queues (`setup`)."""
+    (`runs`), as Excerpts frames (`excerpts`), as datagrams of `size` bytes (`udp`: the source's
+    `read_runs` and `seal_batch` through a loopback UDP socket to the sink's `UdpReceiver.poll` and
+    `write_run`, its control link a socket pair), or only create both queues (`setup`)."""
+    if kind == "udp":
+        _udp_data_path(n, size)
+        return
     import chronq
     from chronq.replication import protocol as p
     from chronq.replication.sink import Position, SinkWriter
@@ -241,6 +253,64 @@ def role_data_path(kind: str, n: int) -> None:
                 raise SystemExit(f"the sink ends at {writer.last_data_index:#x}, not {last:#x}")
             reader.close()
             writer.close()
+
+
+def _udp_data_path(n: int, size: int) -> None:
+    """`role_data_path`'s `udp` kind: the calls `_udp` makes on either side, in one process."""
+    import chronq
+    from chronq.replication import protocol as p
+    from chronq.replication._transport import Conn, Link
+    from chronq.replication._udp import BATCH, DATAGRAM_HEAD, TAG, DatagramKey, UdpReceiver
+    from chronq.replication.config import HostCfg, UdpCfg
+    from chronq.replication.sink import Position, SinkWriter
+    from chronq.replication.source import SourceReader
+    from chronq.replication.status import Role
+
+    with tempfile.TemporaryDirectory() as d:
+        last = _fill(Path(d) / "src", n)
+        with chronq.open(Path(d) / "src") as q, SinkWriter(Path(d) / "sink", q.roll_cycle, q.epoch,
+                                                          source_host=1) as writer:
+            reader = SourceReader(q, Position(None))
+            ctl, peer = socket.socketpair()
+            cfg = UdpCfg(datagram_size=size)
+            me = HostCfg("sink", 2, "127.0.0.1", 0, Path(d), Path(d))
+            conn = Conn(ctl, "source", p.DEFAULT_MAX_FRAME, 60.0)
+            # the pre-shared key's datagrams (authenticated, in clear), as the fanout case's
+            auth = p.FrameAuth(KEY.encode(), bytes(p.NONCE_SIZE), bytes(p.NONCE_SIZE), "q", sink=True)
+            conn.authenticate(auth)
+            rx = UdpReceiver(cfg, me, conn, Link("q", Role.SINK, "source", 1), None, q.roll_cycle.cycle_shift)
+            port = rx.subscription().port
+            rx.live = True  # as after the source's UdpStart
+            key = DatagramKey(auth.datagram_key, encrypt=False)
+            tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            tx.connect(("127.0.0.1", port))
+            buf, seq, drained = bytearray(size * BATCH), 0, threading.Event()
+
+            def drain() -> None:  # the source's end of the control link: the sink's UdpAcks, unread
+                with contextlib.suppress(OSError):
+                    while peer.recv(1 << 16):
+                        pass
+                drained.set()
+
+            threading.Thread(target=drain, daemon=True).start()
+            # a batch in flight at a time: what the receiving socket's buffer surely holds
+            batch = max(1, min(BATCH, (2 << 20) // size))
+            while True:
+                docs, _, first, ends = reader.read_runs(buf, size, DATAGRAM_HEAD.size, size - TAG, batch,
+                                                        1 << 20)
+                if not docs:
+                    break
+                seq += len(key.seal_batch(buf, size, ends, seq, first, tx, False)[0])
+                while rx.expected < seq:
+                    for f in rx.poll(1.0):
+                        assert isinstance(f, p.Run)
+                        writer.write_run(f.first_index, f.count, f.data)
+            tx.close()
+            reader.close()
+            conn.sock.close()
+            peer.close()
+        if writer.last_data_index != last:
+            raise SystemExit(f"the sink ends at {writer.last_data_index:#x}, not {last:#x}")
 
 
 def path_steps(n: int) -> list[tuple[str, float]]:
@@ -608,10 +678,10 @@ def _cost(pid: int) -> tuple[float, int]:
 LAG_PROCESSES = ("writer", "source host", "sink host", "reader")
 
 
-def fanout(folder: Path, n: int, udp_size: int, group: bool = False) -> tuple[float, float]:
+def fanout(folder: Path, n: int, udp_size: int, group: bool = False) -> tuple[float, float, float]:
     """One source to three sinks, all connected and live: (msg/s until every sink holds the last of `n`
-    messages appended at once, the source host's CPU microseconds per message). `udp_size` 0: TCP;
-    `group`: UDP multicast."""
+    messages appended at once, the source host's CPU microseconds per message, the three sink hosts'
+    together). `udp_size` 0: TCP; `group`: UDP multicast."""
     import chronq
 
     cfg = _config(folder, sinks=3, udp_size=udp_size, group=group)
@@ -632,13 +702,15 @@ def fanout(folder: Path, n: int, udp_size: int, group: bool = False) -> tuple[fl
 
         at_least(first)
         cpu0, t0 = _cpu_seconds(src.pid), time.perf_counter()
+        sinks0 = sum(_cpu_seconds(s.pid) for s in sinks)
         last = _fill(folder / "source/q", n)
         at_least(last)
         secs, cpu = time.perf_counter() - t0, _cpu_seconds(src.pid) - cpu0
+        sinks_cpu = sum(_cpu_seconds(s.pid) for s in sinks) - sinks0
     finally:
         for p in [src, *sinks]:
             p.communicate("", timeout=60)
-    return n / secs, cpu / n * 1e6
+    return n / secs, cpu / n * 1e6, sinks_cpu / n * 1e6
 
 
 def udp_floor(n: int, size: int = 65000) -> tuple[float, float, float]:
@@ -655,7 +727,7 @@ def udp_floor(n: int, size: int = 65000) -> tuple[float, float, float]:
     return n / secs, cpu / n * 1e6, got / (n * MSG)
 
 
-def fanout_case(n: int, udp_size: int, group: bool = False) -> tuple[float, float]:
+def fanout_case(n: int, udp_size: int, group: bool = False) -> tuple[float, float, float]:
     with tempfile.TemporaryDirectory() as d:
         return fanout(Path(d), n, udp_size, group)
 
@@ -771,6 +843,9 @@ def main() -> None:
                     help="let the scheduler place the lag case's processes (default: two CPUs, each hop "
                          "crossing to the other, as busy-spinning threads are deployed)")
     ap.add_argument("--backlog-mb", type=int, help="backlog of the rss case (4096; quick 256)")
+    ap.add_argument("--fanout", default="tcp,1472,65000,m1472,m65000",
+                    help="rows of the fanout case: tcp, 1472, 65000 (UDP unicast datagrams of that size), "
+                         "m1472, m65000 (multicast)")
     ap.add_argument("--role")
     ap.add_argument("args", nargs="*")
     a = ap.parse_args()
@@ -783,7 +858,7 @@ def main() -> None:
         elif r == "sink-clock":
             role_sink_clock(args[0], int(args[1]), int(args[2]))
         elif r == "data-path":
-            role_data_path(args[0], int(args[1]))
+            role_data_path(args[0], int(args[1]), *(int(x) for x in args[2:3]))
         elif r == "writer":
             role_writer(args[0], int(args[1]), float(args[2]), args[3] == "1")
         elif r == "reader":
@@ -826,18 +901,27 @@ def main() -> None:
             rows.append("  CPU us / context switches per message: " + ", ".join(
                 f"{name} {cpu:.1f} / {switches:.2f}" for name, (cpu, switches) in costs.items()))
     if "fanout" in cases:
-        tcp, tcp_cpu = fanout_case(n, 0)
-        rows.append(_row("1 -> 3 sinks, TCP (msg/s to each)", tcp, f">= {TARGETS['plain']:,}", None,
-                         tcp >= TARGETS["plain"]))
-        rows.append(_row("1 -> 3 sinks, TCP: source CPU/msg (us)", tcp_cpu, "-", None, True, ".3f"))
+        rows_of = set(a.fanout.split(","))
+        tcp_cpu = None
+        if "tcp" in rows_of:
+            tcp, tcp_cpu, tcp_sinks = fanout_case(n, 0)
+            rows.append(_row("1 -> 3 sinks, TCP (msg/s to each)", tcp, f">= {TARGETS['plain']:,}", None,
+                             tcp >= TARGETS["plain"]))
+            rows.append(_row("1 -> 3 sinks, TCP: source CPU/msg (us)", tcp_cpu, "-", None, True, ".3f"))
+            rows.append(_row("1 -> 3 sinks, TCP: 3 sinks' CPU/msg (us)", tcp_sinks, "-", None, True, ".3f"))
         fl, fl_cpu, delivered = udp_floor(n)
         for size, group in ((1472, False), (65000, False), (1472, True), (65000, True)):
-            udp, udp_cpu = fanout_case(n, size, group)
+            if f"{'m' if group else ''}{size}" not in rows_of:
+                continue
+            udp, udp_cpu, udp_sinks = fanout_case(n, size, group)
             how = f"UDP {'multicast ' if group else ''}{size} B"
             rows.append(_row(f"1 -> 3 sinks, {how} (msg/s to each)", udp, f">= {TARGETS['plain']:,}",
                              fl, udp >= TARGETS["plain"]))
-            rows.append(_row(f"1 -> 3 sinks, {how}: source CPU/msg (us)", udp_cpu,
-                             f"<= {tcp_cpu / 2:.3f}", fl_cpu, udp_cpu <= tcp_cpu / 2, ".3f"))
+            target = "-" if tcp_cpu is None else f"<= {tcp_cpu / 2:.3f}"
+            rows.append(_row(f"1 -> 3 sinks, {how}: source CPU/msg (us)", udp_cpu, target, fl_cpu,
+                             tcp_cpu is None or udp_cpu <= tcp_cpu / 2, ".3f"))
+            rows.append(_row(f"1 -> 3 sinks, {how}: 3 sinks' CPU/msg (us)", udp_sinks, "-", None, True,
+                             ".3f"))
         rows.append(f"{'raw UDP floor: share delivered':<40}{delivered:>14.3f}")
     if "udp-lag" in cases:
         for spin, loss in ((0, 0.0), (0, 0.01), (a.spin_us, 0.0), (a.spin_us, 0.01)):

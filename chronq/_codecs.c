@@ -749,17 +749,19 @@ static int dg_send(int fd, struct iovec *iov, Py_ssize_t n, int lenient) {
 #endif
 
 PyDoc_STRVAR(seal_datagrams_doc,
-"seal_datagrams(key, encrypt, buf, size, ends, seq, first, fd, lenient, /)\n--\n\n"
+"seal_datagrams(key, encrypt, buf, size, ends, seq, first, fd, lenient, in_place=False, /)\n--\n\n"
 "Seals the runs chronq._native.read_runs put in the slots of `buf` (slot k at k * size, its documents from\n"
 "21 bytes on to ends[k]) as datagrams numbered seq, seq + 1, ..., the first index of the first `first`\n"
 "(each next one's the index after the data documents before it), under the 32-byte `key`, and sends them\n"
 "to the connected UDP socket `fd` with sendmmsg (none when fd is -1), the GIL released. A datagram the\n"
 "socket refuses with ECONNREFUSED (or any error, `lenient`) is left out; another error is raised\n"
-"(OSError). Returns ([(datagram, documents), ...], their bytes).");
+"(OSError). Returns ([(datagram, documents), ...], their bytes). `in_place`: each datagram is sealed in its\n"
+"slot (its tag after its documents: ends[k] + 16 within the slot) and is a memoryview of `buf` there, not\n"
+"a copy (valid until `buf` is used again).");
 
 static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "seal_datagrams takes 9 arguments");
+    if (nargs != 9 && nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "seal_datagrams takes 9 or 10 arguments");
         return NULL;
     }
 #ifndef CHRONQ_OPENSSL
@@ -773,7 +775,8 @@ static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
     long long first = PyLong_AsLongLong(args[6]);
     int fd = PyLong_AsLong(args[7]);
     int lenient = PyObject_IsTrue(args[8]);
-    if (encrypt < 0 || lenient < 0 || PyErr_Occurred()) return NULL;
+    int in_place = nargs > 9 ? PyObject_IsTrue(args[9]) : 0;
+    if (encrypt < 0 || lenient < 0 || in_place < 0 || PyErr_Occurred()) return NULL;
     if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 32 || !PyList_Check(ends)) {
         PyErr_SetString(PyExc_TypeError, "seal_datagrams: a 32-byte key and a list of ends");
         return NULL;
@@ -784,8 +787,8 @@ static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     Py_buffer b;
-    if (PyObject_GetBuffer(args[2], &b, PyBUF_SIMPLE) < 0) return NULL;
-    PyObject *out = NULL, *items = PyList_New(n);
+    if (PyObject_GetBuffer(args[2], &b, in_place ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = NULL, *items = PyList_New(n), *view = NULL;
     struct iovec *iov = PyMem_Calloc((size_t)(n ? n : 1), sizeof *iov);
     EVP_CIPHER_CTX *ctx = NULL;
     long long nbytes = 0;
@@ -794,6 +797,7 @@ static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
         goto done;
     }
     if (!(ctx = gcm_context(key, 1))) goto done;
+    if (in_place && !(view = PyMemoryView_FromObject(args[2]))) goto done;
     /* every datagram checked and its bytes object made with the GIL, sealed and sent without it */
     long long index = first;
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -807,10 +811,22 @@ static PyObject *seal_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
             goto done;
         }
         Py_ssize_t len = end - k * size;
-        PyObject *dg = PyBytes_FromStringAndSize(NULL, len + TAG);
-        if (!dg) goto done;
-        unsigned char *d = (unsigned char *)PyBytes_AS_STRING(dg);
-        memcpy(d, slot, (size_t)len);
+        PyObject *dg;
+        unsigned char *d;
+        if (view) { /* sealed where it is: the tag fits in the slot (checked above) */
+            PyObject *lo = PyLong_FromSsize_t(k * size), *hi = PyLong_FromSsize_t(end + TAG);
+            PyObject *sl = lo && hi ? PySlice_New(lo, hi, NULL) : NULL;
+            dg = sl ? PyObject_GetItem(view, sl) : NULL;
+            Py_XDECREF(sl);
+            Py_XDECREF(lo);
+            Py_XDECREF(hi);
+            if (!dg) goto done;
+            d = (unsigned char *)b.buf + k * size;
+        } else {
+            if (!(dg = PyBytes_FromStringAndSize(NULL, len + TAG))) goto done;
+            d = (unsigned char *)PyBytes_AS_STRING(dg);
+            memcpy(d, slot, (size_t)len);
+        }
         d[0] = DG_VERSION;
         st_be64(d + 1, seq + (unsigned long long)k);
         st_be64(d + 9, (uint64_t)index);
@@ -842,20 +858,23 @@ done:
     EVP_CIPHER_CTX_free(ctx);
     PyMem_Free(iov);
     Py_XDECREF(items);
+    Py_XDECREF(view);
     PyBuffer_Release(&b);
     return out;
 #endif
 }
 
 PyDoc_STRVAR(open_datagrams_doc,
-"open_datagrams(key, encrypt, fd, buf, slot, max_count, /)\n--\n\n"
+"open_datagrams(key, encrypt, fd, buf, slot, max_count, view_from=0, /)\n--\n\n"
 "Takes up to `max_count` datagrams off the non-blocking UDP socket `fd` with recvmmsg (into the slots of\n"
 "`buf`, `slot` bytes each) and checks each under the 32-byte `key` (None: a key not known yet, every\n"
 "datagram discarded), the GIL released. Returns ([(sequence, first index, documents, data documents,\n"
 "their bytes), ...] of the authentic ones, the datagrams taken, those dropped): a datagram shorter than\n"
 "a head, a document word and a tag, of another version, truncated (longer than a slot), with a negative\n"
 "first index or no documents, or whose tag fails is dropped. `data documents` is -1 when the documents'\n"
-"words leave the datagram (the writer refuses such a run, naming it).");
+"words leave the datagram (the writer refuses such a run, naming it). The bytes of a datagram holding\n"
+"`view_from` bytes of documents or more (0: none) are a memoryview of `buf` where they were opened, not a\n"
+"copy: valid until `buf` is used again, so the call then takes no more than one recvmmsg's datagrams.");
 
 #ifdef CHRONQ_OPENSSL
 typedef struct {
@@ -868,8 +887,8 @@ typedef struct {
 #endif
 
 static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "open_datagrams takes 6 arguments");
+    if (nargs != 6 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "open_datagrams takes 6 or 7 arguments");
         return NULL;
     }
 #ifndef CHRONQ_OPENSSL
@@ -880,12 +899,13 @@ static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
     int encrypt = PyObject_IsTrue(args[1]);
     int fd = PyLong_AsLong(args[2]);
     Py_ssize_t slot = PyLong_AsSsize_t(args[4]), max_count = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t view_from = nargs > 6 ? PyLong_AsSsize_t(args[6]) : 0;
     if (encrypt < 0 || PyErr_Occurred()) return NULL;
     if (key != Py_None && (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 32)) {
         PyErr_SetString(PyExc_TypeError, "open_datagrams: a 32-byte key or None");
         return NULL;
     }
-    if (slot < DG_MIN || max_count < 0 || fd < 0) {
+    if (slot < DG_MIN || max_count < 0 || fd < 0 || view_from < 0) {
         PyErr_SetString(PyExc_ValueError, "open_datagrams: slot size, count or socket out of range");
         return NULL;
     }
@@ -893,15 +913,17 @@ static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
     if (PyObject_GetBuffer(args[3], &b, PyBUF_WRITABLE) < 0) return NULL;
     Py_ssize_t slots = b.len / slot;
     if (slots > DG_BATCH) slots = DG_BATCH;
-    PyObject *res = NULL, *items = PyList_New(0);
+    PyObject *res = NULL, *items = PyList_New(0), *view = NULL;
     EVP_CIPHER_CTX *ctx = NULL;
+    if (view_from && !(view = PyMemoryView_FromObject(args[3]))) goto done;
     if (!items || slots < 1) {
         if (items) PyErr_SetString(PyExc_ValueError, "open_datagrams: the buffer holds no slot");
         goto done;
     }
     if (key != Py_None && !(ctx = gcm_context(key, 0))) goto done;
     Py_ssize_t taken = 0, dropped = 0;
-    while (taken < max_count) {
+    int viewed = 0; /* views of the slots handed out: no further recvmmsg into them */
+    while (taken < max_count && !viewed) {
         int k = max_count - taken > slots ? (int)slots : (int)(max_count - taken), r;
         struct mmsghdr msgs[DG_BATCH];
         struct iovec iov[DG_BATCH];
@@ -946,9 +968,20 @@ static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
                 dropped++;
                 continue;
             }
+            Py_ssize_t at = (const unsigned char *)iov[j].iov_base + DG_HEAD - (const unsigned char *)b.buf;
+            PyObject *docs;
+            if (view && x->len >= view_from) { /* a view of the documents where they were opened */
+                viewed = 1;
+                PyObject *lo = PyLong_FromSsize_t(at), *hi = PyLong_FromSsize_t(at + x->len);
+                PyObject *sl = lo && hi ? PySlice_New(lo, hi, NULL) : NULL;
+                docs = sl ? PyObject_GetItem(view, sl) : NULL;
+                Py_XDECREF(sl);
+                Py_XDECREF(lo);
+                Py_XDECREF(hi);
+            } else
+                docs = PyBytes_FromStringAndSize((const char *)b.buf + at, x->len);
             PyObject *item = Py_BuildValue("(KLknN)", (unsigned long long)x->seq, (long long)x->first,
-                                           (unsigned long)x->count, x->data,
-                                           PyBytes_FromStringAndSize((const char *)iov[j].iov_base + DG_HEAD, x->len));
+                                           (unsigned long)x->count, x->data, docs);
             if (!item || PyList_Append(items, item) < 0) {
                 Py_XDECREF(item);
                 goto done;
@@ -961,6 +994,7 @@ static PyObject *open_datagrams(PyObject *mod, PyObject *const *args, Py_ssize_t
 done:
     EVP_CIPHER_CTX_free(ctx);
     Py_XDECREF(items);
+    Py_XDECREF(view);
     PyBuffer_Release(&b);
     return res;
 #endif

@@ -43,8 +43,16 @@ def seal_datagrams(  # the slots chronq._native.read_runs filled, sealed and sen
     first: int,
     fd: int,
     lenient: bool,
+    in_place: bool = False,  # each datagram sealed in its slot, a memoryview of buf
     /,
-) -> tuple[list[tuple[bytes, int]], int]: ...
+) -> tuple[list[tuple[bytes | memoryview, int]], int]: ...
 def open_datagrams(  # a recvmmsg batch, every bound and tag checked
-    key: bytes | None, encrypt: bool, fd: int, buf: Buffer, slot: int, max_count: int, /
-) -> tuple[list[tuple[int, int, int, int, bytes]], int, int]: ...
+    key: bytes | None,
+    encrypt: bool,
+    fd: int,
+    buf: Buffer,
+    slot: int,
+    max_count: int,
+    view_from: int = 0,  # documents of this many bytes or more: a memoryview of buf, one recvmmsg
+    /,
+) -> tuple[list[tuple[int, int, int, int, bytes | memoryview]], int, int]: ...

@@ -219,5 +219,5 @@ def test_bench_replication() -> None:
             "sink RSS growth", "floor", "step: sink write_run", "udp step: sink write_run"]
     rows += ["throughput tls"] if shutil.which("openssl") else []
     assert all(row in out for row in rows), out
-    for kind in ("runs", "excerpts"):  # the in-process data path (for callgrind) checks the sink's end
+    for kind in ("runs", "excerpts", "udp"):  # the in-process data path (for callgrind) checks the sink's end
         run("bench_replication.py", "--role", "data-path", kind, "3000")

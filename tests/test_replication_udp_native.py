@@ -227,3 +227,186 @@ def test_a_sink_over_datagrams_equals_its_source_with_large_and_metadata_documen
         for h in hosts:
             h.stop()
     _check_equal(tmp_path, [2])
+
+
+def _big_datagrams(tmp_path: Path, key: DatagramKey, count: int) -> list[bytes]:
+    """`count` sealed datagrams of about 60 KB each (from WRITE_ALONE bytes of documents on: a sink takes
+    them as views of its receive buffer), each holding different documents, sequence numbers from 0."""
+    from chronq.replication._udp import RECV_SLOT, WRITE_ALONE
+
+    size = RECV_SLOT - 4096
+    with chronq.open(tmp_path / "big", roll_cycle="DAILY") as q:
+        q.appender().write_many([b"%039d" % i for i in range(count * size // 40 + 100)])
+        r = SourceReader(q, Position(None))
+        buf = bytearray(size * count)
+        _, _, first, ends = r.read_runs(buf, size, DATAGRAM_HEAD.size, size - TAG, count, 1 << 20)
+        r.close()
+    sealed = [d for d, _ in key.seal_batch(buf, size, ends, 0, first, None, False)[0]]
+    assert len(sealed) == count and all(len(d) - DATAGRAM_HEAD.size - TAG >= WRITE_ALONE for d in sealed)
+    return sealed
+
+
+@needs_openssl
+def test_datagrams_opened_in_place_are_views_of_one_recvmmsg_only(tmp_path: Path) -> None:
+    """With `view_from`, a datagram's documents are a view of the receive buffer, so a call takes no
+    more than its slots hold (a second recvmmsg would overwrite the views), and each view is its own
+    datagram's documents."""
+    from chronq.replication._udp import RECV_SLOT
+
+    key = DatagramKey(KEY, False)
+    sealed = _big_datagrams(tmp_path, key, 5)
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with rx, tx:
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        rx.bind(("127.0.0.1", 0))
+        rx.setblocking(False)
+        tx.connect(rx.getsockname())
+        for d in sealed:
+            tx.send(d)
+        rbuf = bytearray(RECV_SLOT * 2)
+        got: list[bytes] = []
+        while len(got) < len(sealed):
+            items, taken, dropped = _codecs.open_datagrams(key.key, False, rx.fileno(), rbuf, RECV_SLOT, 5, 1)
+            assert 0 < taken <= 2 and dropped == 0 and len(items) == taken
+            assert all(isinstance(it[4], memoryview) for it in items)
+            got += [bytes(it[4]) for it in items]  # before the next call reuses the buffer
+    assert got == [bytes(d[DATAGRAM_HEAD.size:-TAG]) for d in sealed]
+
+
+@needs_openssl
+def test_datagrams_held_ahead_of_a_gap_survive_the_next_poll(tmp_path: Path) -> None:
+    """A sink holds the datagrams that arrived after a lost one (its documents taken as views of the
+    receive buffer) while it asks for the lost one: the next poll's datagrams reuse that buffer, and the
+    run written once the gap is filled is still the source's documents."""
+    from chronq.replication._transport import Conn, Link
+    from chronq.replication._udp import UdpReceiver
+    from chronq.replication.config import HostCfg, UdpCfg
+    from chronq.replication.status import Role
+
+    ctl, peer = socket.socketpair()
+    conn = Conn(ctl, "source", p.DEFAULT_MAX_FRAME, 10.0)
+    auth = p.FrameAuth(KEY, bytes(p.NONCE_SIZE), bytes(p.NONCE_SIZE), "q", sink=True)
+    conn.authenticate(auth)
+    rx = UdpReceiver(UdpCfg(), HostCfg("sink", 2, "127.0.0.1", 0, tmp_path, tmp_path), conn,
+                     Link("q", Role.SINK, "source", 1), None, None)
+    key = DatagramKey(auth.datagram_key, False)
+    sealed = _big_datagrams(tmp_path, key, 4)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.live = True  # as after the source's UdpStart
+        tx.connect(("127.0.0.1", rx.subscription().port))
+        for d in sealed[1:]:  # the first one lost
+            tx.send(d)
+        runs: list[p.Frame] = []
+        while rx.counts.datagrams < 3:
+            runs += rx.poll(1.0)
+        assert runs == [] and rx.expected == 0
+        tx.send(sealed[0])  # asked for again: into the buffer the three held ones were opened in
+        while rx.expected < 4:
+            runs += rx.poll(1.0)
+        assert b"".join(f.data for f in runs if isinstance(f, p.Run)) == \
+            b"".join(d[DATAGRAM_HEAD.size:-TAG] for d in sealed)
+        nak = peer.recv(1 << 16)
+        assert nak  # the sink asked for the lost one over its control link
+    finally:
+        tx.close()
+        rx.close()
+        ctl.close()
+        peer.close()
+
+
+@needs_openssl
+def test_datagrams_still_on_the_socket_are_not_asked_for_again(tmp_path: Path) -> None:
+    """More datagrams wait on the sink's socket than one poll takes (views of its receive buffer: one
+    recvmmsg), and the source's UdpPosition says all of them were sent: the sink reads the rest before
+    it asks for any, so none is asked for again."""
+    from chronq.replication._transport import Conn, Link
+    from chronq.replication._udp import RECV_BATCH, UdpReceiver
+    from chronq.replication.config import HostCfg, UdpCfg
+    from chronq.replication.status import Role
+
+    ctl, peer = socket.socketpair()
+    nonce = bytes(p.NONCE_SIZE)
+    conn = Conn(ctl, "source", p.DEFAULT_MAX_FRAME, 10.0)
+    conn.authenticate(p.FrameAuth(KEY, nonce, nonce, "q", sink=True))
+    source = Conn(peer, "sink", p.DEFAULT_MAX_FRAME, 10.0)
+    source.authenticate(p.FrameAuth(KEY, nonce, nonce, "q", sink=False))
+    rx = UdpReceiver(UdpCfg(), HostCfg("sink", 2, "127.0.0.1", 0, tmp_path, tmp_path), conn,
+                     Link("q", Role.SINK, "source", 1), None, None)
+    assert conn.frame_auth is not None
+    count = 2 * RECV_BATCH + 8  # three polls' worth: the second one still leaves some on the socket
+    sealed = _big_datagrams(tmp_path, DatagramKey(conn.frame_auth.datagram_key, False), count)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.live = True  # as after the source's UdpStart
+        tx.connect(("127.0.0.1", rx.subscription().port))
+        for d in sealed:
+            tx.send(d)
+        source.send(p.UdpPosition(count))
+        polls = 0
+        while rx.expected < count:
+            rx.poll(1.0)
+            polls += 1
+        assert polls > 1  # the first poll left datagrams on the socket
+        assert rx.counts.retransmitted == 0 and rx.counts.datagrams == count
+    finally:
+        tx.close()
+        rx.close()
+        ctl.close()
+        peer.close()
+
+
+@needs_openssl
+@pytest.mark.parametrize("encrypt", [False, True])
+def test_datagrams_sealed_in_place_are_the_copies_sealed(tmp_path: Path, encrypt: bool) -> None:
+    """`in_place` (a multicast group's ring) seals each datagram in its slot and gives a view of it:
+    the same bytes as the copy sealed otherwise, sent alike."""
+    key = DatagramKey(KEY, encrypt)
+    with make_source(tmp_path / "src") as q:
+        for item in batches(q, 8):
+            if isinstance(item, p.Run):
+                continue
+            buf, first, ends = item
+            copies, nbytes = key.seal_batch(bytearray(buf), SIZE, ends, 3, first, None, False)
+            views, vbytes = key.seal_batch(buf, SIZE, ends, 3, first, None, False, True)
+            assert all(isinstance(v, memoryview) for v, _ in views)
+            assert [(bytes(v), n) for v, n in views] == copies and vbytes == nbytes
+            for k, (v, _) in enumerate(views):  # where it was read: slot k
+                assert bytes(buf[k * SIZE:k * SIZE + len(v)]) == bytes(v)
+
+
+def test_a_ring_gives_a_slot_again_only_once_its_datagram_is_released() -> None:
+    """A source keeps its datagrams in the ring's slots until acknowledged: a batch takes the free slots
+    after the last one's (never wrapping inside a batch), none while every slot is kept, and a kept
+    datagram's bytes stay as sealed while later batches fill the rest."""
+    from chronq.replication._udp import DatagramRing
+
+    ring = DatagramRing(16, 5)
+    seq = 0
+
+    def fill(most: int) -> memoryview | None:
+        nonlocal seq
+        slots = ring.slots(most)
+        if slots is not None:
+            n = len(slots) // 16
+            for k in range(n):
+                slots[k * 16:(k + 1) * 16] = bytes([seq + k]) * 16
+            ring.keep(seq, n)
+            seq += n
+        return slots
+
+    a = fill(3)
+    assert a is not None and len(a) == 3 * 16  # seq 0-2 in slots 0-2
+    b = fill(3)
+    assert b is not None and len(b) == 2 * 16  # seq 3-4: the slots to the end
+    assert fill(1) is None  # all five kept
+    ring.release(2)  # seq 0 and 1 acknowledged: their batch (0-2) is still kept
+    assert fill(1) is None
+    ring.release(3)
+    c = fill(4)  # wraps to slot 0: the first batch's three slots
+    assert c is not None and len(c) == 3 * 16
+    assert bytes(b) == bytes([3]) * 16 + bytes([4]) * 16  # still as sealed
+    ring.release(seq)
+    d = ring.slots(9)
+    assert d is not None and len(d) == 5 * 16  # nothing kept: all of it, from the start

@@ -19,8 +19,9 @@ Python runs per batch of datagrams, not per datagram: the source reads up to BAT
 datagram-sized slots in one call (`SourceReader.read_runs`), and seals and sends them in another
 (`DatagramKey.seal_batch`: `chronq._codecs.seal_datagrams`, `sendmmsg`); the sink takes up to
 RECV_BATCH datagrams off its socket and checks them in one call (`chronq._codecs.open_datagrams`,
-`recvmmsg`). Built without OpenSSL, `chronq._codecs` leaves both to `cryptography`, a datagram at a
-time (the same datagrams).
+`recvmmsg`), and writes a datagram of WRITE_ALONE bytes or more straight from where it was received and
+opened (consecutive smaller ones are joined into one run). Built without OpenSSL, `chronq._codecs`
+leaves both to `cryptography`, a datagram at a time (the same datagrams).
 
 Sequence numbers start at 0 per session, one per run, in the order the source read them. The sink
 writes them strictly in that order through its usual `write_run`, so its cycle files are the source's
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import secrets
 import select
@@ -67,6 +69,7 @@ import socket
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -83,8 +86,8 @@ from chronq.replication.sink import Position, read_position
 from chronq.replication.source import CodecState, SourceReader
 from chronq.replication.status import DatagramCounts
 
-__all__ = ["DATAGRAM_HEAD", "DATAGRAM_VERSION", "TAG", "DatagramKey", "GroupMember", "GroupSender",
-           "UdpReceiver", "UdpSender"]
+__all__ = ["DATAGRAM_HEAD", "DATAGRAM_VERSION", "TAG", "DatagramKey", "DatagramRing", "GroupMember",
+           "GroupSender", "UdpReceiver", "UdpSender"]
 
 log = logging.getLogger("chronq.replication")
 
@@ -97,9 +100,13 @@ ACK_EVERY = 0.001  # s between a sink's UdpAcks on a busy link (and at once when
 POSITION_AFTER = 0.0005  # s a source stays quiet after its last datagram before it says its position
 PUMP_BATCH = 16  # batches a group member's session sends to the group per step at most
 BATCH = 64  # datagrams read, sealed and sent in one native call at most
+RING_BYTES = 16 << 20  # bytes of a multicast group's ring of datagrams (read, sealed and kept in place)
 RECV_SLOT = 65536  # bytes of a sink's receive slot: any datagram (a longer one is truncated: dropped)
 RECV_BATCH = 32  # slots per recvmmsg
 MERGE_BYTES = 1 << 20  # bytes of documents of consecutive datagrams a sink writes as one run at most
+# bytes of documents from which a datagram goes to the writer alone, straight from the receive buffer (a
+# join of larger ones cost a copy and a fresh allocation each, for a write call saved per 370 documents)
+WRITE_ALONE = 16 << 10
 GROUP_KEY_NONCE = b"\xff" * 12  # never a datagram's nonce (their sequence numbers stay below 2**63)
 GROUP_KEY_AAD = b"chronq replication group key"
 CAUGHT_UP = 2  # a TCP run filling less than 1/CAUGHT_UP of a frame: the catch-up is done, datagrams next
@@ -110,8 +117,8 @@ FALL_BACK_AFTER = 0.5
 
 
 # chronq._codecs' batch calls (seal_datagrams, open_datagrams)
-_Seal = Callable[..., tuple[list[tuple[bytes, int]], int]]
-_Open = Callable[..., tuple[list[tuple[int, int, int, int, bytes]], int, int]]
+_Seal = Callable[..., tuple[list[tuple[bytes | memoryview, int]], int]]
+_Open = Callable[..., tuple[list[tuple[int, int, int, int, bytes | memoryview]], int, int]]
 
 
 def _batch_calls() -> tuple[_Seal, _Open] | None:
@@ -143,7 +150,7 @@ class DatagramKey:
         calls = _batch_calls()
         self._native = None if calls is None else calls[0]
 
-    def seal(self, buf: bytearray, end: int, start: int = 0) -> bytes:
+    def seal(self, buf: bytearray | memoryview, end: int, start: int = 0) -> bytes:
         """The datagram whose head and documents are `buf[start:end]`, sealed."""
         seq = DATAGRAM_HEAD.unpack_from(buf, start)[1]
         head = start + DATAGRAM_HEAD.size
@@ -153,17 +160,20 @@ class DatagramKey:
                                                                     view[start:head])
             return bytes(view[start:end]) + self._aead.encrypt(_nonce(seq), b"", view[start:end])
 
-    def seal_batch(self, buf: bytearray, size: int, ends: list[int], seq: int, first: int,
-                   sock: socket.socket | None, lenient: bool) -> tuple[list[tuple[bytes, int]], int]:
+    def seal_batch(self, buf: bytearray | memoryview, size: int, ends: list[int], seq: int, first: int,
+                   sock: socket.socket | None, lenient: bool,
+                   in_place: bool = False) -> tuple[list[tuple[bytes | memoryview, int]], int]:
         """The runs `SourceReader.read_runs` put in the slots of `buf` (slot k at `k * size`, its head
         left free), numbered from `seq` and sealed, each with its documents, and their bytes; sent to
         `sock` (connected) unless None. A send refused because nothing listens there yet (or any more),
         or any refused send when `lenient`, is left out: the sink asks for that datagram again. One
-        native call (the GIL released while sealing and sending) when chronq._codecs has OpenSSL."""
+        native call (the GIL released while sealing and sending) when chronq._codecs has OpenSSL, which
+        `in_place` seals each datagram in its slot and gives it as a view of `buf` (no copy)."""
         if self._native is not None:
             return self._native(self.key, self.encrypt, buf, size, ends, seq, first,
-                                -1 if sock is None else sock.fileno(), lenient)
-        out, nbytes = [], 0
+                                -1 if sock is None else sock.fileno(), lenient, in_place)
+        out: list[tuple[bytes | memoryview, int]] = []
+        nbytes = 0
         for k, end in enumerate(ends):
             docs, data = _native.check_run(buf, k * size + DATAGRAM_HEAD.size, end)
             DATAGRAM_HEAD.pack_into(buf, k * size, DATAGRAM_VERSION, seq + k, first, docs)
@@ -255,6 +265,45 @@ def open_group_key(conn: Conn, sealed: bytes) -> bytes:
         raise ProtocolError(f"{conn.peer} sent a group key that fails its check") from None
 
 
+class DatagramRing:
+    """Slots of one datagram size that a source reads, seals and keeps its datagrams in, in place (no copy
+    of each): a batch takes the free slots after the last batch's, until its datagrams are released (in
+    sequence order, as the sinks acknowledge them). Its pages are mapped as they are first used."""
+
+    def __init__(self, size: int, slots: int) -> None:
+        self.size, self._slots = size, slots
+        self._map = mmap.mmap(-1, size * slots)
+        self._batches: deque[tuple[int, int, int]] = deque()  # (first sequence, first slot, slots)
+        self._next = self._given = 0
+
+    def slots(self, most: int) -> memoryview | None:
+        """Free slots for at most `most` datagrams, without wrapping (a view of them); None if none is."""
+        size, batches, nxt = self.size, self._batches, self._next
+        if not batches:
+            slot, free = 0, self._slots
+        elif nxt > batches[0][1]:  # [oldest, next) in use
+            slot, free = (nxt, self._slots - nxt) if nxt < self._slots else (0, batches[0][1])
+        else:  # [oldest, end) and [0, next) in use: none free when they meet
+            slot, free = nxt, batches[0][1] - nxt
+        if not free or most < 1:
+            return None
+        self._given = slot
+        return memoryview(self._map)[slot * size:(slot + min(free, most)) * size]
+
+    def keep(self, seq: int, count: int) -> None:
+        """The `count` datagrams from sequence `seq` on were sealed in the first slots `slots` gave last."""
+        self._batches.append((seq, self._given, count))
+        self._next = self._given + count
+
+    def release(self, upto: int) -> None:
+        """The datagrams before sequence `upto` are no longer kept: their slots are free again."""
+        batches = self._batches
+        while batches and batches[0][0] + batches[0][2] <= upto:
+            batches.popleft()
+        if not batches:
+            self._next = 0
+
+
 class UdpSender:
     """The source's end of one sink's datagrams: reads runs sized to a datagram, sends them, keeps them
     until acknowledged, sends them again over TCP when asked, and holds back when the window is full."""
@@ -277,15 +326,20 @@ class UdpSender:
             raise ReplicationError(f"cannot send datagrams to {dest[0]}:{dest[1]}: {e}") from None
         self.dest = dest
         self._size = datagram_size(cfg, self._sock)
-        self._buf = bytearray(self._size * BATCH)  # BATCH slots, a datagram each (`read_runs`)
+        self._buf = bytearray(self._size * BATCH)  # BATCH slots, a datagram each, copied out when sealed
         self._in_flight = min(cfg.retransmit_buffer, max(sub.buffer, self._size))
-        self._out = self._buf  # where the last `read` put its run (a big one: the TCP frame buffer)
+        # where the datagrams are read, sealed and kept until the sink acknowledged them (`_buf` when it
+        # has no free slot): what the window keeps in full datagrams, and a batch
+        self._ring = DatagramRing(self._size,
+                                  min(cfg.window, max(2 * BATCH, self._in_flight // self._size + BATCH)))
+        # where the last `read` put its runs (the ring's slots, `_buf`, a big one: the TCP frame buffer)
+        self._out: bytearray | memoryview = self._buf
         self._ends: list[int] = []  # the slots the last `read` filled (none: the run in the big buffer)
         self.counts = _counts(link)
         self.live = False  # datagrams (after UdpStart), else TCP runs (the catch-up)
         self.next_seq = 0
         self._acked = 0  # the sink holds every datagram before this one
-        self._kept: dict[int, tuple[bytes, int]] = {}  # datagram, its documents
+        self._kept: dict[int, tuple[bytes | memoryview, int]] = {}  # datagram (bytes: no view), its documents
         self._kept_bytes = self._kept_docs = 0
         self._told = 0  # the last position said
         self._sent_at = 0.0
@@ -359,10 +413,12 @@ class UdpSender:
         data documents, end, first index), as `SourceReader.read_run`. A document larger than a
         datagram is read into `big` (the TCP frame buffer) and goes over TCP."""
         try:
-            self._out = self._buf
+            room = min(BATCH, self._room())
+            slots = self._ring.slots(room)
+            self._out = self._buf if slots is None else slots
             docs, data, first, self._ends = reader.read_runs(
-                self._buf, self._size, DATAGRAM_HEAD.size, self._size - TAG, min(BATCH, self._room()),
-                max_count)
+                self._out, self._size, DATAGRAM_HEAD.size, self._size - TAG,
+                min(room, len(self._out) // self._size), max_count)
             return docs, data, 0, first
         except ReplicationError:
             self._out, self._ends = big, []
@@ -373,12 +429,15 @@ class UdpSender:
         sent (a codec dictionary they may need), or the run is too big for a datagram."""
         seq = self.next_seq
         if self._ends:
+            in_ring = self._out is not self._buf
             try:
-                sealed, nbytes = self._key.seal_batch(self._buf, self._size, self._ends, seq, first,
-                                                      None if over_tcp else self._sock, False)
+                sealed, nbytes = self._key.seal_batch(self._out, self._size, self._ends, seq, first,
+                                                      None if over_tcp else self._sock, False, in_ring)
             except OSError as e:
                 raise ReplicationError(f"cannot send datagrams to {self._conn.peer} at {self.dest[0]}:"
                                        f"{self.dest[1]}: {e}") from None
+            if in_ring:
+                self._ring.keep(seq, len(sealed))
         else:
             buf = self._out
             DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
@@ -390,7 +449,7 @@ class UdpSender:
         self.next_seq = seq + len(sealed)
         if over_tcp:
             for data, _ in sealed:
-                self._conn.send(p.Datagram(data))
+                self._conn.send(p.Datagram(bytes(data)))
         self.counts.datagrams += len(sealed)
         now = time.monotonic()
         self._sent_at = now
@@ -420,13 +479,14 @@ class UdpSender:
                 self._kept_bytes -= len(data)
                 self._kept_docs -= docs
             self._acked = max(self._acked, f.next_seq)
+            self._ring.release(self._acked)
             return True
         if isinstance(f, p.Nak):
             if f.first + f.count > self.next_seq:
                 raise ProtocolError(f"{self._conn.peer} asked for datagrams up to {f.first + f.count - 1}, "
                                     f"beyond the last one sent ({self.next_seq - 1})")
             for seq in range(max(f.first, self._acked), f.first + f.count):
-                self._conn.send(p.Datagram(self._kept[seq][0]))
+                self._conn.send(p.Datagram(bytes(self._kept[seq][0])))
                 self.counts.retransmitted += 1
             return True
         return False
@@ -461,7 +521,10 @@ class GroupSender:
                                    f"udpInterface {interface}): {e}") from None
         self._sock = sock
         self.size = datagram_size(cfg, sock)
-        self._buf = bytearray(self.size * BATCH)  # BATCH slots, a datagram each (`read_runs`)
+        self._buf = bytearray(self.size * BATCH)  # BATCH slots, a datagram each, copied out when sealed
+        # where the datagrams are read, sealed and kept until every member acknowledged them (`_buf` when
+        # it has no free slot)
+        self._ring = DatagramRing(self.size, min(cfg.window, max(4 * BATCH, RING_BYTES // self.size)))
         self._big = bytearray(0)  # a document larger than a datagram: read here, sent over TCP
         self.members: set[GroupMember] = set()
         self.next_seq = 0
@@ -470,7 +533,7 @@ class GroupSender:
         # for the TCP catch-up: `GroupMember.fall_back`)
         self.tail = Position(None)
         self.sent_at = 0.0
-        self.kept: dict[int, bytes] = {}
+        self.kept: dict[int, bytes | memoryview] = {}
         self._kept_bytes = 0
         self._floor = 0  # datagrams before it were acknowledged by every member and dropped
         self._queue: chronq.Queue | None = None
@@ -492,27 +555,38 @@ class GroupSender:
         room = self._room()
         if reader is None or codec is None or sealer is None or room <= 0:
             return 0
-        head = DATAGRAM_HEAD.size
+        head, size = DATAGRAM_HEAD.size, self.size
+        slots = self._ring.slots(min(BATCH, room))
+        buf: bytearray | memoryview = self._buf if slots is None else slots
         try:
-            docs, data, first, ends = reader.read_runs(self._buf, self.size, head, self.size - TAG,
-                                                       min(BATCH, room), max_count)
-            buf = self._buf
+            docs, data, first, ends = reader.read_runs(buf, size, head, size - TAG,
+                                                       min(BATCH, room, len(buf) // size), max_count)
+            runs = [(k * size + head, e) for k, e in enumerate(ends)]
         except ReplicationError:
             if len(self._big) < self._max_frame:
                 self._big = bytearray(self._max_frame)
             buf = self._big
             docs, data, end, first = reader.read_run(buf, head, len(buf) - 1 - TAG, max_count)
+            runs = []
         if not docs:
             return 0
+        if data == docs:  # data documents alone (as nearly always): the reader goes on after the last
+            self.tail = Position(first + data)
+        else:  # (before sealing: with TLS the documents are encrypted where they are)
+            self._follow(buf, runs or [(head, end)], first)
         # a datagram that needs a codec frame first, or too big for a datagram, is not sent to the group:
         # each sink asks for it and gets it over its TCP link, after that frame (no route for a moment:
         # the sinks ask for it again too)
-        hold = buf is not self._buf or bool(codec.news(data))
+        hold = not runs or bool(codec.news(data))
         seq = self.next_seq
-        if buf is self._buf:
-            batch, nbytes = sealer.seal_batch(buf, self.size, ends, seq, first, None if hold else self._sock,
-                                              True)
+        sealed: list[bytes | memoryview]
+        if runs:
+            in_ring = buf is not self._buf
+            batch, nbytes = sealer.seal_batch(buf, size, ends, seq, first, None if hold else self._sock, True,
+                                              in_ring)
             sealed = [d for d, _ in batch]
+            if in_ring:
+                self._ring.keep(seq, len(sealed))
         else:
             DATAGRAM_HEAD.pack_into(buf, 0, DATAGRAM_VERSION, seq, first, docs)
             sealed = [sealer.seal(buf, end)]
@@ -522,15 +596,10 @@ class GroupSender:
         self.next_seq = seq + len(sealed)
         if data:
             self.last_data = first + data - 1
-        if data == docs:  # data documents alone (as nearly always): the reader goes on after the last
-            self.tail = Position(first + data)
-        else:
-            self._follow(buf, [(k * self.size + head, e) for k, e in enumerate(ends)]
-                         if buf is self._buf else [(head, end)], first)
         self.sent_at = time.monotonic()
         return docs
 
-    def _follow(self, buf: bytearray, runs: list[tuple[int, int]], first: int) -> None:
+    def _follow(self, buf: bytearray | memoryview, runs: list[tuple[int, int]], first: int) -> None:
         """Move `tail` over runs holding metadata documents (`buf[start:end]` each, the first from index
         `first`): a metadata document takes the index of the data document after it."""
         tail = self.tail
@@ -552,6 +621,7 @@ class GroupSender:
             if data is not None:
                 self._kept_bytes -= len(data)
         self._floor = max(self._floor, floor)
+        self._ring.release(self._floor)
 
     def ready_for(self, encrypt: bool, sent_upto: int, max_count: int) -> bool:
         """Whether a sink whose catch-up read all the queue held may join now: the group has read all it
@@ -691,7 +761,8 @@ class GroupMember:
             if now - self._behind_since < FALL_BACK_AFTER:
                 return
             stop = g.next_seq
-            self._own = {seq: g.kept[seq] for seq in range(self.acked, stop)}
+            # copies: the group's ring reuses the slots of what it no longer keeps
+            self._own = {seq: bytes(g.kept[seq]) for seq in range(self.acked, stop)}
             self._resume = g.tail if stop > self._first else None
         log.info("replication: %s is %d documents behind, no datagram taken in %.1f s: leaves the group for "
                  "the TCP catch-up after datagram %d", self._conn.peer, waiting, now - self._behind_since,
@@ -747,7 +818,9 @@ class GroupMember:
         g, seen = self._group, self._seen_seq
         with g.lock:
             kept = g.kept if self._stop is None else self._own
-            again = [kept[seq] for lo, hi in self._later for seq in range(max(lo, self.acked), min(hi, seen))]
+            # copies, taken under the lock: the group's ring may reuse a slot once it is released
+            again = [bytes(kept[seq]) for lo, hi in self._later
+                     for seq in range(max(lo, self.acked), min(hi, seen))]
         self._later = [(max(lo, seen), hi) for lo, hi in self._later if hi > seen and self._stop is None]
         for data in again:
             self._conn.send(p.Datagram(data))
@@ -853,7 +926,11 @@ class UdpReceiver:
         self.live = False
         self.expected = 0  # the next datagram to write
         self._high = 0  # the source sent every datagram before this one, as far as this sink knows
-        self._ahead: dict[int, tuple[int, int, int, bytes]] = {}  # first index, documents, data ones, bytes
+        # the source's last UdpPosition: it counts (`_high`) once the socket was read after it, so that
+        # datagrams sent before it but still on the socket do not look lost
+        self._said = 0
+        # first index, documents, data ones, bytes (a view of the receive buffer until the poll ends)
+        self._ahead: dict[int, tuple[int, int, int, bytes | memoryview]] = {}
         self._asked: set[int] = set()
         self._acked, self._acked_at = 0, 0.0
         self._stop_at: int | None = None  # the source's UdpStop: its datagrams end before this one
@@ -862,10 +939,13 @@ class UdpReceiver:
         """What the sink tells the source before its Subscribe: its port (and key, inside TLS)."""
         return p.UdpSubscribe(int(self._sock.getsockname()[1]), self._buffer, self._sent_key)
 
-    def _wait(self, wait: float, spin: float) -> tuple[bool, bool]:
+    def _wait(self, wait: float, spin: float) -> tuple[bool, bool, bool]:
+        """(the TCP link has something, the UDP socket has, the UDP socket was looked at)"""
         conn = self._conn
         if conn.has_pending:
-            return True, False
+            return True, False, False
+        if self._said > self._high:  # a position to count after one more look at the socket: no wait
+            wait = spin = 0.0
         socks = [conn.sock, self._sock]
         deadline = time.monotonic() + wait
         spin_until = time.monotonic() + min(spin, wait)
@@ -876,23 +956,54 @@ class UdpReceiver:
             os.sched_yield()
         if not ready:
             ready = select.select(socks, [], [], max(0.0, deadline - time.monotonic()))[0]
-        return conn.sock in ready, self._sock in ready
+        return conn.sock in ready, self._sock in ready, True
 
     def poll(self, wait: float, spin: float = 0.0) -> list[p.Frame]:
         """The frames the TCP link brought (its datagram frames taken here) and the runs now in order,
-        within `wait` seconds; Naks and UdpAcks go out as needed."""
-        tcp, udp = self._wait(wait, spin)
+        within `wait` seconds; Naks and UdpAcks go out as needed. A run's documents may be a view of the
+        receive buffer (no copy): write them before the next poll, which reuses it."""
+        said = self._said  # the positions of earlier polls: the socket is read after them below
+        tcp, udp, looked = self._wait(wait, spin)
         out: list[p.Frame] = []
         got = 0
         if udp and self._open_many is not None:
             key = self._key  # None: a group not joined yet (its datagrams are taken and dropped uncounted)
+            # the documents of a datagram from WRITE_ALONE bytes on: a view of the receive buffer
             items, got, dropped = self._open_many(None if key is None else key.key,
                                                   key is not None and key.encrypt, self._sock.fileno(),
-                                                  self._rbuf, RECV_SLOT, READS_PER_POLL)
+                                                  self._rbuf, RECV_SLOT, READS_PER_POLL, WRITE_ALONE)
             self.counts.dropped += dropped
-            for item in items:
-                self._hold(*item)
-        elif udp:
+            try:
+                for item in items:
+                    self._hold(*item)
+                self._poll_tcp(tcp, out)
+            finally:  # what waits ahead of a gap is copied out of the buffer the next poll reuses
+                ahead = self._ahead
+                for item in items if ahead else ():
+                    held = ahead.get(item[0])
+                    if held is not None and isinstance(held[3], memoryview):
+                        f, c, data, docs = held
+                        ahead[item[0]] = (f, c, data, bytes(docs))
+            # the socket was emptied: the last recvmmsg found fewer datagrams than slots (a call handing
+            # out views makes one only)
+            drained = got % RECV_BATCH != 0 or not got
+        else:
+            got = self._poll_udp(udp)
+            drained = got < READS_PER_POLL
+            self._poll_tcp(tcp, out)
+        # the source's position counts once the socket was emptied after it: datagrams it sent before
+        # that still wait there do not look lost (a poll takes at most READS_PER_POLL, one recvmmsg with
+        # views)
+        if said > self._high and looked and (not udp or drained):
+            self._high = said
+        self._ask()
+        self._ack(got > 0)
+        return out
+
+    def _poll_udp(self, udp: bool) -> int:
+        """A datagram at a time through `cryptography` (chronq._codecs without OpenSSL): those taken."""
+        got = 0
+        if udp:
             sock, view = self._sock, memoryview(self._rbuf)
             try:
                 while got < READS_PER_POLL:
@@ -906,12 +1017,16 @@ class UdpReceiver:
                     self._take(view[:n])
             finally:
                 view.release()
+        return got
+
+    def _poll_tcp(self, tcp: bool, out: list[p.Frame]) -> None:
+        """Take what the TCP link brought (if `tcp`), and put the runs now in order in `out`."""
         if tcp:
             for f in self._conn.poll(0):
                 if isinstance(f, p.Datagram):
                     self._take(f.data)
                 elif isinstance(f, p.UdpPosition):
-                    self._high = max(self._high, f.next_seq)
+                    self._said = max(self._said, f.next_seq)
                 elif isinstance(f, p.UdpGroup):
                     if self._group is None or self.live or self._key is not None:
                         raise ProtocolError(f"{self._conn.peer} sent an unexpected UdpGroup")
@@ -947,9 +1062,6 @@ class UdpReceiver:
                 else:
                     out.append(f)
         self._release(out)
-        self._ask()
-        self._ack(got > 0)
-        return out
 
     def _take(self, data: bytes | bytearray | memoryview) -> None:
         if self._key is None:  # a group not joined yet: its datagrams are for the sinks already in it
@@ -961,7 +1073,7 @@ class UdpReceiver:
         seq, first, count, docs = opened
         self._hold(seq, first, count, -1, docs)
 
-    def _hold(self, seq: int, first: int, count: int, data: int, docs: bytes) -> None:
+    def _hold(self, seq: int, first: int, count: int, data: int, docs: bytes | memoryview) -> None:
         """Hold an authentic datagram (`data`: its data documents, -1 if not counted) until it is next."""
         counts = self.counts
         if seq < self.expected or seq in self._ahead:
@@ -980,27 +1092,31 @@ class UdpReceiver:
             self._high = seq + 1
 
     def _release(self, out: list[p.Frame]) -> None:
-        """The datagrams now in order, as runs: consecutive ones of one cycle (each index following the
-        one before's, up to MERGE_BYTES) as one run, written in one call."""
+        """The datagrams now in order, as runs: consecutive small ones of one cycle (each index following
+        the one before's, up to MERGE_BYTES) as one run, written in one call; one from WRITE_ALONE bytes
+        on alone, its documents not copied."""
         if not self.live:
             return
         ahead, seq, shift = self._ahead, self.expected, self._shift
         first = count = nxt = size = 0
-        parts: list[bytes] = []
+        parts: list[bytes | memoryview] = []
+        joinable = False
         while (item := ahead.pop(seq, None)) is not None:
             f, c, data, docs = item
-            self._unacked_bytes += len(docs) + DATAGRAM_HEAD.size + TAG
+            n = len(docs)
+            self._unacked_bytes += n + DATAGRAM_HEAD.size + TAG
             self._asked.discard(seq)
             seq += 1
-            if parts and f == nxt and data >= 0 and shift is not None and f >> shift == first >> shift \
-                    and size + len(docs) <= MERGE_BYTES:
+            small = n < WRITE_ALONE
+            if joinable and small and f == nxt and data >= 0 and shift is not None \
+                    and f >> shift == first >> shift and size + n <= MERGE_BYTES:
                 parts.append(docs)
                 count += c
-                size += len(docs)
+                size += n
             else:
                 if parts:
                     out.append(p.Run(first, count, parts[0] if len(parts) == 1 else b"".join(parts)))
-                parts, first, count, size = [docs], f, c, len(docs)
+                parts, first, count, size, joinable = [docs], f, c, n, small
             nxt = f + data if data >= 0 else -1
         if parts:
             out.append(p.Run(first, count, parts[0] if len(parts) == 1 else b"".join(parts)))

@@ -148,7 +148,7 @@ class Run:
 
     first_index: int
     count: int
-    data: bytes
+    data: bytes | memoryview  # a view where the sink's datagrams were opened (`_udp.UdpReceiver.poll`)
 
     def items(self) -> list[tuple[int, bool, bytes]]:
         """The documents as (index, metadata, body): for tests and tools, not the data path."""
@@ -157,7 +157,7 @@ class Run:
             (word,) = _LEN.unpack_from(d, at)
             n = word & 0x3FFFFFFF
             meta = bool(word & RUN_META)
-            out.append((index, meta, d[at + 4:at + 4 + n]))
+            out.append((index, meta, bytes(d[at + 4:at + 4 + n])))
             at += 4 + n
             index += 0 if meta else 1
         return out

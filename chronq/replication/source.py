@@ -86,7 +86,7 @@ class SourceReader:
                                    f"frame of at most {limit - start} bytes of documents (maxFrameSize)")
         return docs, data, end, first
 
-    def read_runs(self, out: bytearray, size: int, start: int, stop: int, max_runs: int,
+    def read_runs(self, out: bytearray | memoryview, size: int, start: int, stop: int, max_runs: int,
                   max_count: int) -> tuple[int, int, int, list[int]]:
         """Copy the ready documents of one cycle (at most `max_count`) as runs into the slots of `out`,
         at most `max_runs` (slot k holds its run in `out[k * size + start:k * size + stop]`: a datagram's

@@ -801,7 +801,11 @@ class _Parser:
             quoted_text = False
         else:
             quoted_text = self.peek() in "\"'"
-            raw = self.flow(block_indent)
+            if tag in _TEXT_TAGS and self.peek() not in "\"'[{|>&*!":
+                # the scalar's own text: base64 such as "0e00" or a !!str "1.0" is not a number first
+                raw = self.plain(key=False, flow=block_indent is None)
+            else:
+                raw = self.flow(block_indent)
         return _apply_tag(tag, raw, quoted_text, self)
 
     def flow_map(self) -> dict[str, Any]:
@@ -901,6 +905,9 @@ class _Parser:
 
 def _has_surrogate(s: str) -> bool:
     return any("\ud800" <= c <= "\udfff" for c in s)
+
+
+_TEXT_TAGS = frozenset({"!binary", "!str", "!string"})  # (after the leading '!' was cut) text by nature
 
 
 def _apply_tag(tag: str, raw: Any, quoted_text: bool, p: _Parser) -> Any:

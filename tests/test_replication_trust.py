@@ -321,8 +321,10 @@ def test_a_tls_handshake_cut_by_a_stopping_source_is_not_logged_as_a_refusal(
     caplog.set_level(logging.DEBUG, "chronq.replication")
     with socket.create_server((me.host, me.port)) as listener, ReplicatedQueue(config, 2) as sink:
         listener.settimeout(30)
-        for _ in range(2):  # the sink connects, and is reset (SO_LINGER 0) before any TLS is said
+        for _ in range(2):  # the sink connects and says its ClientHello, and is reset (SO_LINGER 0)
             sock, _ = listener.accept()
+            sock.settimeout(30)
+            assert sock.recv(1, socket.MSG_PEEK), "the sink closed before its ClientHello"
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()
         listener.close()

@@ -168,32 +168,44 @@ def test_file_grows_in_java_chunks_and_stays_readable(tmp_path: Path) -> None:
         assert len(got) == 3000 and got[-1][1] == b"02999" * 8
 
 
+def _write_6mb_finding_space_reserved_ahead(q: chronq.Queue, folder: Path, wait: bool) -> None:
+    """Write 6 MB (the first reservation many times over) and, every 250 writes, find the disk allocated
+    at least RESERVE_AT past the last document (SEEK_HOLE shows where the allocated stretch ends), at
+    once or, with `wait`, soon (a pretoucher tops up after the write asked)."""
+    from chronq.appender import RESERVE_AT
+
+    a, t = q.appender(), q.tailer()
+    a.write(b"first")
+    fd = os.open(folder / "20240115F.cq4", os.O_RDONLY)
+    try:
+        for i in range(6000):
+            a.write(b"x" * 1000)
+            if i % 250:
+                continue
+            assert t.move_to_index(q.last_index)
+            ex = t.read()
+            assert ex is not None
+            end = ex.position + 4 + 1000
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    hole = os.lseek(fd, end, os.SEEK_HOLE)
+                except OSError as e:  # a file system without SEEK_HOLE
+                    pytest.skip(f"SEEK_HOLE: {e}")
+                if hole - end >= RESERVE_AT or hole == os.fstat(fd).st_size:
+                    break
+                assert wait and time.monotonic() < deadline, (i, end, hole)
+                time.sleep(0.001)
+    finally:
+        os.close(fd)
+
+
 def test_space_is_reserved_ahead_of_the_writer_after_each_write(tmp_path: Path) -> None:
     """The appender tops up its disk reservation (fallocate + prefault) after a write has published,
     so a steady writer finds its next stretch already allocated: no write waits for that between
-    taking its position and publishing. SEEK_HOLE shows where the allocated stretch ends."""
-    from chronq.appender import RESERVE_AT
-
+    taking its position and publishing."""
     with chronq.open(tmp_path, clock=FixedClock(BASE_MS)) as q:
-        a = q.appender()
-        t = q.tailer()
-        a.write(b"first")
-        fd = os.open(tmp_path / "20240115F.cq4", os.O_RDONLY)
-        try:
-            for i in range(6000):  # 6 MB: the first reservation many times over
-                a.write(b"x" * 1000)
-                if i % 250 == 0:
-                    assert t.move_to_index(q.last_index)
-                    ex = t.read()
-                    assert ex is not None
-                    end = ex.position + 4 + 1000
-                    try:
-                        hole = os.lseek(fd, end, os.SEEK_HOLE)
-                    except OSError as e:  # a file system without SEEK_HOLE
-                        pytest.skip(f"SEEK_HOLE: {e}")
-                    assert hole - end >= RESERVE_AT or hole == os.fstat(fd).st_size, (i, end, hole)
-        finally:
-            os.close(fd)
+        _write_6mb_finding_space_reserved_ahead(q, tmp_path, wait=False)
 
 
 def test_space_is_reserved_ahead_of_the_writer_by_the_pretoucher_thread(
@@ -201,11 +213,11 @@ def test_space_is_reserved_ahead_of_the_writer_by_the_pretoucher_thread(
 ) -> None:
     """With `use_pretoucher()`, the process's pretoucher thread tops up the disk reservation (fallocate +
     prefault) after a write has published, so a steady writer finds its next stretch already allocated
-    and never waits for it itself. SEEK_HOLE shows where the allocated stretch ends; every top-up ran on
-    the pretoucher's thread, none on the writer's; the thread ends with the appender."""
+    and never waits for it itself; every top-up ran on the pretoucher's thread, none on the writer's;
+    the thread ends with the appender."""
     import threading
 
-    from chronq.appender import RESERVE_AT, Appender
+    from chronq.appender import Appender
 
     threads: list[str] = []
     reserve = Appender.reserve_ahead_now
@@ -216,33 +228,10 @@ def test_space_is_reserved_ahead_of_the_writer_by_the_pretoucher_thread(
 
     monkeypatch.setattr(Appender, "reserve_ahead_now", recorded)
     with chronq.open(tmp_path, clock=FixedClock(BASE_MS)) as q:
-        a = q.appender()
-        a.use_pretoucher()
-        pretoucher = a._pretoucher
+        q.appender().use_pretoucher()
+        pretoucher = q.appender()._pretoucher
         assert pretoucher is not None and pretoucher.alive
-        t = q.tailer()
-        a.write(b"first")
-        fd = os.open(tmp_path / "20240115F.cq4", os.O_RDONLY)
-        try:
-            for i in range(6000):  # 6 MB: the first reservation many times over
-                a.write(b"x" * 1000)
-                if i % 250 == 0:
-                    assert t.move_to_index(q.last_index)
-                    ex = t.read()
-                    assert ex is not None
-                    end = ex.position + 4 + 1000
-                    deadline = time.monotonic() + 10
-                    while True:  # the pretoucher tops up soon after the write asked
-                        try:
-                            hole = os.lseek(fd, end, os.SEEK_HOLE)
-                        except OSError as e:  # a file system without SEEK_HOLE
-                            pytest.skip(f"SEEK_HOLE: {e}")
-                        if hole - end >= RESERVE_AT or hole == os.fstat(fd).st_size:
-                            break
-                        assert time.monotonic() < deadline, (i, end, hole)
-                        time.sleep(0.001)
-        finally:
-            os.close(fd)
+        _write_6mb_finding_space_reserved_ahead(q, tmp_path, wait=True)
     assert len(threads) >= 5 and set(threads) == {"chronq-pretoucher"}
     assert not pretoucher.alive  # the queue closed its appender, the pretoucher's only user
 

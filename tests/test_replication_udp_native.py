@@ -6,6 +6,8 @@ UDP sockets on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +17,13 @@ import pytest
 import chronq
 from chronq import _codecs, _native
 from chronq.replication import protocol as p
-from chronq.replication._udp import DATAGRAM_HEAD, DATAGRAM_VERSION, TAG, DatagramKey
+from chronq.replication._transport import Conn, Link
+from chronq.replication._udp import DATAGRAM_HEAD, DATAGRAM_VERSION, RECV_BATCH, TAG, DatagramKey, UdpReceiver
+from chronq.replication.config import HostCfg, UdpCfg
 from chronq.replication.errors import ReplicationError
 from chronq.replication.sink import Position
 from chronq.replication.source import SourceReader
+from chronq.replication.status import Role
 from tests.test_replication_runs import read_runs
 from tests.test_replication_sink import make_source
 
@@ -274,58 +279,24 @@ def test_datagrams_opened_in_place_are_views_of_one_recvmmsg_only(tmp_path: Path
     assert got == [bytes(d[DATAGRAM_HEAD.size:-TAG]) for d in sealed]
 
 
-@needs_openssl
-def test_datagrams_held_ahead_of_a_gap_survive_the_next_poll(tmp_path: Path) -> None:
-    """A sink holds the datagrams that arrived after a lost one (its documents taken as views of the
-    receive buffer) while it asks for the lost one: the next poll's datagrams reuse that buffer, and the
-    run written once the gap is filled is still the source's documents."""
-    from chronq.replication._transport import Conn, Link
-    from chronq.replication._udp import UdpReceiver
-    from chronq.replication.config import HostCfg, UdpCfg
-    from chronq.replication.status import Role
+@dataclasses.dataclass
+class UdpSinkRig:
+    """A sink's UDP receiver, live on 127.0.0.1 as after the source's UdpStart, with the source's end of
+    its control link (authenticated) and a socket that sends it datagrams."""
 
-    ctl, peer = socket.socketpair()
-    conn = Conn(ctl, "source", p.DEFAULT_MAX_FRAME, 10.0)
-    auth = p.FrameAuth(KEY, bytes(p.NONCE_SIZE), bytes(p.NONCE_SIZE), "q", sink=True)
-    conn.authenticate(auth)
-    rx = UdpReceiver(UdpCfg(), HostCfg("sink", 2, "127.0.0.1", 0, tmp_path, tmp_path), conn,
-                     Link("q", Role.SINK, "source", 1), None, None)
-    key = DatagramKey(auth.datagram_key, False)
-    sealed = _big_datagrams(tmp_path, key, 4)
-    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        rx.live = True  # as after the source's UdpStart
-        tx.connect(("127.0.0.1", rx.subscription().port))
-        for d in sealed[1:]:  # the first one lost
-            tx.send(d)
-        runs: list[p.Frame] = []
-        while rx.counts.datagrams < 3:
-            runs += rx.poll(1.0)
-        assert runs == [] and rx.expected == 0
-        tx.send(sealed[0])  # asked for again: into the buffer the three held ones were opened in
-        while rx.expected < 4:
-            runs += rx.poll(1.0)
-        assert b"".join(f.data for f in runs if isinstance(f, p.Run)) == \
-            b"".join(d[DATAGRAM_HEAD.size:-TAG] for d in sealed)
-        nak = peer.recv(1 << 16)
-        assert nak  # the sink asked for the lost one over its control link
-    finally:
-        tx.close()
-        rx.close()
-        ctl.close()
-        peer.close()
+    rx: UdpReceiver
+    source: Conn
+    tx: socket.socket
+
+    def sealed(self, tmp_path: Path, count: int) -> list[bytes]:
+        """`count` datagrams of a queue's documents, sealed with the session's datagram key."""
+        auth = self.source.frame_auth
+        assert auth is not None
+        return _big_datagrams(tmp_path, DatagramKey(auth.datagram_key, False), count)
 
 
-@needs_openssl
-def test_datagrams_still_on_the_socket_are_not_asked_for_again(tmp_path: Path) -> None:
-    """More datagrams wait on the sink's socket than one poll takes (views of its receive buffer: one
-    recvmmsg), and the source's UdpPosition says all of them were sent: the sink reads the rest before
-    it asks for any, so none is asked for again."""
-    from chronq.replication._transport import Conn, Link
-    from chronq.replication._udp import RECV_BATCH, UdpReceiver
-    from chronq.replication.config import HostCfg, UdpCfg
-    from chronq.replication.status import Role
-
+@contextlib.contextmanager
+def udp_sink(tmp_path: Path) -> Iterator[UdpSinkRig]:
     ctl, peer = socket.socketpair()
     nonce = bytes(p.NONCE_SIZE)
     conn = Conn(ctl, "source", p.DEFAULT_MAX_FRAME, 10.0)
@@ -334,27 +305,57 @@ def test_datagrams_still_on_the_socket_are_not_asked_for_again(tmp_path: Path) -
     source.authenticate(p.FrameAuth(KEY, nonce, nonce, "q", sink=False))
     rx = UdpReceiver(UdpCfg(), HostCfg("sink", 2, "127.0.0.1", 0, tmp_path, tmp_path), conn,
                      Link("q", Role.SINK, "source", 1), None, None)
-    assert conn.frame_auth is not None
-    count = 2 * RECV_BATCH + 8  # three polls' worth: the second one still leaves some on the socket
-    sealed = _big_datagrams(tmp_path, DatagramKey(conn.frame_auth.datagram_key, False), count)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        rx.live = True  # as after the source's UdpStart
+        rx.live = True
         tx.connect(("127.0.0.1", rx.subscription().port))
-        for d in sealed:
-            tx.send(d)
-        source.send(p.UdpPosition(count))
+        yield UdpSinkRig(rx, source, tx)
+    finally:
+        tx.close()
+        rx.close()
+        ctl.close()
+        peer.close()
+
+
+@needs_openssl
+def test_datagrams_held_ahead_of_a_gap_survive_the_next_poll(tmp_path: Path) -> None:
+    """A sink holds the datagrams that arrived after a lost one (its documents taken as views of the
+    receive buffer) while it asks for the lost one: the next poll's datagrams reuse that buffer, and the
+    run written once the gap is filled is still the source's documents."""
+    with udp_sink(tmp_path) as rig:
+        rx, sealed = rig.rx, rig.sealed(tmp_path, 4)
+        for d in sealed[1:]:  # the first one lost
+            rig.tx.send(d)
+        runs: list[p.Frame] = []
+        while rx.counts.datagrams < 3:
+            runs += rx.poll(1.0)
+        assert runs == [] and rx.expected == 0
+        nak = rig.source.poll(10.0)
+        assert nak == [p.Nak(0, 1)]  # the sink asked for the lost one over its control link
+        rig.tx.send(sealed[0])  # asked for again: into the buffer the three held ones were opened in
+        while rx.expected < 4:
+            runs += rx.poll(1.0)
+        assert b"".join(f.data for f in runs if isinstance(f, p.Run)) == \
+            b"".join(d[DATAGRAM_HEAD.size:-TAG] for d in sealed)
+
+
+@needs_openssl
+def test_datagrams_still_on_the_socket_are_not_asked_for_again(tmp_path: Path) -> None:
+    """More datagrams wait on the sink's socket than one poll takes (views of its receive buffer: one
+    recvmmsg), and the source's UdpPosition says all of them were sent: the sink reads the rest before
+    it asks for any, so none is asked for again."""
+    count = 2 * RECV_BATCH + 8  # three polls' worth: the second one still leaves some on the socket
+    with udp_sink(tmp_path) as rig:
+        rx = rig.rx
+        for d in rig.sealed(tmp_path, count):
+            rig.tx.send(d)
+        rig.source.send(p.UdpPosition(count))
         polls = 0
         while rx.expected < count:
             rx.poll(1.0)
             polls += 1
         assert polls > 1  # the first poll left datagrams on the socket
         assert rx.counts.retransmitted == 0 and rx.counts.datagrams == count
-    finally:
-        tx.close()
-        rx.close()
-        ctl.close()
-        peer.close()
 
 
 @needs_openssl

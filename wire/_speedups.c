@@ -1917,8 +1917,9 @@ static PyObject *event_call(PyObject *module, PyObject *const *args, Py_ssize_t 
 typedef struct {
     PyObject_HEAD
     PyObject *base, *source, *read_ns, *built;
-    /* c_hop: made by a reader (read_one_pending, read_one_reuse_hop), `source` is (sid, idx) and `read_ns` is read_c, kept as C
-     * values (HistoryCall splices them as they are) and made objects only when Python asks for them */
+    /* c_hop: made by a reader (read_one_pending, read_one_reuse_hop), `source` is (sid, idx) and
+     * `read_ns` is read_c, kept as C values (HistoryCall splices them as they are) and made objects only
+     * when Python asks for them */
     int c_hop;
     int64_t sid, idx, read_c;
 } PendingHop;

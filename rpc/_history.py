@@ -34,6 +34,8 @@ class Pending(PendingHop):
         """The history a document written while handling this message starts with (`now` last)."""
         timings = (now,) if self.source is None else (self.read_ns, now)
         base = self.base
+        if base is None:  # the message carried no history: splice onto the empty one's payload
+            base = _EMPTY_PAYLOAD
         if type(base) is bytes:  # as the reader found it: splice the bytes
             spliced = _codec.history_hop(base, self.source, timings)
             if spliced is not None:
@@ -52,6 +54,7 @@ class Pending(PendingHop):
 
 
 _NO_HISTORY = MessageHistory()
+_EMPTY_PAYLOAD = b"\0\0"  # a history's payload with no sources and no timings (see `_codec.history_hop`)
 
 #: What the method reader dispatching on this thread (or asyncio task) has made current; None outside.
 current: ContextVar[Pending | None] = ContextVar("rpc_current_history", default=None)

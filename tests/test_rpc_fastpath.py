@@ -409,6 +409,56 @@ def test_the_one_step_history_writer_writes_what_the_python_reference_writes(
     assert bytes(rec.documents[0]) == _reference_document(name, args, pending, now)
 
 
+class _FirstHop:
+    """What a reader hands a writer for a message that carried no history (the `_reference_document`
+    input): the source the reader adds, its read time."""
+
+    base = None
+
+    def __init__(self, source: tuple[int, int], read_ns: int) -> None:
+        self.source, self.read_ns = source, read_ns
+
+
+@needs_speedups
+@pytest.mark.parametrize("batch", [False, True])
+def test_answers_to_messages_that_carried_no_history_are_the_python_references(
+        tmp_path: Any, batch: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service's first hop (its input written without a source id, as Java's plain appends are):
+    the answer's history, the input's source and index plus the read and write times, is spliced in C
+    onto the empty history, reading one at a time and in a batch (which reuses one hop in place), and
+    is what wire's Python reference writes. (It was built in Python, at ten times a message's cost.)"""
+    from rpc import _history
+
+    in_python: list[int] = []
+    reference = _history.Pending.prefix
+    monkeypatch.setattr(_history.Pending, "prefix",
+                        lambda self, now: in_python.append(now) or reference(self, now))
+    rec = Recorder()
+    answers = rpc.writer(rec, Events, source_id=9, clock=lambda: 222)
+
+    class Echo(Events):
+        def say(self, text: str) -> None:
+            answers.say(text)
+
+    with chronq.open(tmp_path) as q:
+        w = rpc.writer(q, Events, source_id=0)  # no history in the input
+        for i in range(5):
+            w.say(f"m{i}")
+        first = q.first_index
+        assert first is not None
+        indexes = [first + i for i in range(5)]  # (one cycle: consecutive)
+        r = rpc.reader(q.tailer(), Echo(), source_id=7, clock=lambda: 111)
+        if batch:
+            assert r.read_many(10) == 5
+        else:
+            while r.read_one():
+                pass
+    assert [bytes(d) for d in rec.documents] == [
+        _reference_document("say", (f"m{i}",), _FirstHop((7, index), 111), 222)
+        for i, index in enumerate(indexes)]
+    assert in_python == []  # every one spliced in C
+
+
 @needs_speedups
 def test_the_one_step_history_writer_names_a_wrong_argument_and_takes_big_ints_to_python() -> None:
     rec = Recorder()

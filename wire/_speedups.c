@@ -2579,28 +2579,37 @@ static int history_call_prefix(Out *o, PyObject *pending, int64_t now) {
     if (!PyObject_TypeCheck(pending, &PendingHopType)) return 0; /* not a reader's: the reference decides */
     PendingHop *hop = (PendingHop *)pending;
     PyObject *base = hop->base;
-    int rc = 0;
-    if (base && PyBytes_CheckExact(base) && hop->c_hop) {
-        int64_t timings[2] = {hop->read_c, now};
-        return splice_hop(o, (const unsigned char *)PyBytes_AS_STRING(base), PyBytes_GET_SIZE(base), 1, hop->sid,
-                          hop->idx, timings, 2);
+    /* the carried payload as read; a message that carried none (a first hop's input: a writer without a
+     * source id, or Java's plain appends) is the empty history's payload (no sources, no timings) */
+    const unsigned char *bp;
+    Py_ssize_t bn;
+    if (base == Py_None) {
+        bp = (const unsigned char *)"\0\0";
+        bn = 2;
+    } else if (base && PyBytes_CheckExact(base)) {
+        bp = (const unsigned char *)PyBytes_AS_STRING(base);
+        bn = PyBytes_GET_SIZE(base);
+    } else {
+        return 0; /* a MessageHistory (built, or set from Python): the reference encodes it */
     }
-    if (base && PyBytes_CheckExact(base)) {
-        PyObject *source = hop->source, *read_ns = hop->read_ns;
-        if (!source || !read_ns) return 0; /* (deleted: the reference reports it) */
-        if (source == Py_None) {
-            rc = splice_hop(o, (const unsigned char *)PyBytes_AS_STRING(base), PyBytes_GET_SIZE(base), 0, 0, 0, &now, 1);
-        } else if (PyTuple_CheckExact(source) && PyTuple_GET_SIZE(source) == 2 && PyLong_CheckExact(read_ns)) {
-            int o1 = 0, o2 = 0, o3 = 0;
-            long long sid = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(source, 0), &o1);
-            long long idx = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(source, 1), &o2);
-            long long read = PyLong_AsLongLongAndOverflow(read_ns, &o3);
-            if (PyErr_Occurred()) PyErr_Clear(); /* not ints: the reference reports it */
-            else if (!o1 && !o2 && !o3) {
-                int64_t timings[2] = {(int64_t)read, now};
-                rc = splice_hop(o, (const unsigned char *)PyBytes_AS_STRING(base), PyBytes_GET_SIZE(base), 1,
-                                (int64_t)sid, (int64_t)idx, timings, 2);
-            }
+    int rc = 0;
+    if (hop->c_hop) {
+        int64_t timings[2] = {hop->read_c, now};
+        return splice_hop(o, bp, bn, 1, hop->sid, hop->idx, timings, 2);
+    }
+    PyObject *source = hop->source, *read_ns = hop->read_ns;
+    if (!source || !read_ns) return 0; /* (deleted: the reference reports it) */
+    if (source == Py_None) {
+        rc = splice_hop(o, bp, bn, 0, 0, 0, &now, 1);
+    } else if (PyTuple_CheckExact(source) && PyTuple_GET_SIZE(source) == 2 && PyLong_CheckExact(read_ns)) {
+        int o1 = 0, o2 = 0, o3 = 0;
+        long long sid = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(source, 0), &o1);
+        long long idx = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(source, 1), &o2);
+        long long read = PyLong_AsLongLongAndOverflow(read_ns, &o3);
+        if (PyErr_Occurred()) PyErr_Clear(); /* not ints: the reference reports it */
+        else if (!o1 && !o2 && !o3) {
+            int64_t timings[2] = {(int64_t)read, now};
+            rc = splice_hop(o, bp, bn, 1, (int64_t)sid, (int64_t)idx, timings, 2);
         }
     }
     return rc;

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Protocol
 
@@ -208,21 +209,35 @@ def service_hop(tmp: Path, samples: int, rate_hz: int, pinned: bool = False) -> 
 
 
 def throughput(tmp: Path, n: int) -> list[tuple[str, float]]:
-    """Messages/s of the service (read, dispatch, write), the reader alone, and a raw read + append loop."""
-    with chronq.open(tmp / "tp-in", source_id=1) as ins:
-        w = rpc.writer(ins, Ping)
-        for i in range(n):
-            w.ping(i)
-    rows = []
-    for round_ in range(2):  # best of two, the three cases taking turns
-        with chronq.open(tmp / "tp-in", source_id=1) as ins, \
-                chronq.open(tmp / f"tp-out{round_}", source_id=2) as outs, \
-                chronq.open(tmp / f"tp-raw{round_}") as raw:
-            svc = rpc.Service(ins, outs, Echo, 2, start=rpc.Start.ALL)  # (its default batch)
+    """Messages/s of the service (read, dispatch, write) over one input whose messages carry a history,
+    over one whose messages carry none (a first hop: written without a source id, as Java's plain
+    appends are), and over two inputs taking turns; the reader alone; a raw read + append loop."""
+    written = {"tp-in": (n, None), "tp-plain": (n, 0), "tp-a": (n // 2, None), "tp-b": (n - n // 2, None)}
+    queue_ids = {"tp-in": 1, "tp-plain": 3, "tp-a": 4, "tp-b": 5}
+    for name, (count, source_id) in written.items():
+        with chronq.open(tmp / name, source_id=queue_ids[name]) as q:
+            w = rpc.writer(q, Ping) if source_id is None else rpc.writer(q, Ping, source_id=source_id)
+            for i in range(count):
+                w.ping(i)
+
+    def service(inputs: list[str], out: str) -> float:
+        with ExitStack() as stack:
+            ins = [stack.enter_context(chronq.open(tmp / name, source_id=queue_ids[name])) for name in inputs]
+            outs = stack.enter_context(chronq.open(tmp / out, source_id=2))
+            svc = rpc.Service(ins if len(ins) > 1 else ins[0], outs, Echo, 2, start=rpc.Start.ALL)
             t0 = time.perf_counter()
-            done = svc.run(until_idle=True)
-            t_svc = time.perf_counter() - t0
+            done = svc.run(until_idle=True)  # (its default batch)
+            took = time.perf_counter() - t0
             assert done == n and svc.handler.n == n  # type: ignore[attr-defined]
+            return n / took
+
+    rows = []
+    for round_ in range(2):  # best of two, the cases taking turns
+        one = service(["tp-in"], f"tp-out{round_}")
+        plain = service(["tp-plain"], f"tp-plain-out{round_}")
+        two = service(["tp-a", "tp-b"], f"tp-two-out{round_}")
+        with chronq.open(tmp / "tp-in", source_id=1) as ins, \
+                chronq.open(tmp / f"tp-raw{round_}") as raw:
 
             class Nop(Ping):
                 def ping(self, t: int) -> None:
@@ -241,11 +256,13 @@ def throughput(tmp: Path, n: int) -> list[tuple[str, float]]:
             while (ex := t.read()) is not None:
                 write(ex.payload)
             t_raw = time.perf_counter() - t0
-        rows.append((n / t_svc, n / t_read, n / t_raw))
-    best = [max(r[i] for r in rows) for i in range(3)]
+        rows.append((one, plain, two, n / t_read, n / t_raw))
+    best = [max(r[i] for r in rows) for i in range(5)]
     return [(f"service: read + dispatch + write (batch={DEFAULT_BATCH})", best[0]),
-            ("reader alone: read_many + dispatch, no output", best[1]),
-            ("raw: tailer.read + appender.write of the bytes", best[2])]
+            ("service, input without history (a first hop)", best[1]),
+            ("service, two inputs taking turns", best[2]),
+            ("reader alone: read_many + dispatch, no output", best[3]),
+            ("raw: tailer.read + appender.write of the bytes", best[4])]
 
 
 def restart(tmp: Path, n: int, every: int) -> tuple[float, float, int, int]:

@@ -862,21 +862,19 @@ class Service:
         inputs, n, pending = self.inputs, len(self.inputs), self._pending
         for k in range(n):
             inp = inputs[(self._next + k) % n]
-            read, take, got = inp.tailer.read, inp.reader.take, 0
-            while got < self.batch:
-                ex = read()
-                if ex is None:
-                    break
-                if self._run is not None and self._run is not inp:
-                    self._mark_all()
-                written = pending.outputs()
-                take(ex)
-                self._run = None if pending.outputs() != written else inp
-                got += 1
-            if got:
-                self._next = (self._next + k + 1) % n
-                return got
-            inp.behind_since = None  # caught up
+            ex = inp.tailer.read()
+            if ex is None:
+                inp.behind_since = None  # caught up
+                continue
+            if self._run is not None and self._run is not inp:
+                self._mark_all()
+            written = pending.outputs()
+            inp.reader.take(ex)
+            got = 1 + (inp.reader.read_many(self.batch - 1) if self.batch > 1 else 0)
+            # one message that wrote: its output's history reflects it (a batch: maybe not its last)
+            self._run = None if got == 1 and pending.outputs() != written else inp
+            self._next = (self._next + k + 1) % n
+            return got
         return 0
 
     def _go_live(self) -> None:

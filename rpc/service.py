@@ -78,7 +78,8 @@ class ServiceLog(Protocol):
     """Metadata documents a service writes into its output queue (method calls, so Java reads them).
 
     `consumed`: every message of input `source` with an index <= `index` has been consumed by now;
-    written when the service moves on to another input, before a snapshot and when it stops.
+    written when the service moves on to another input, before a snapshot, when it stops, and while it
+    is idle (at most every `IDLE_RECORD_EVERY`) after messages it answered with nothing.
     `deadLetter`: the message at `index` of `source` was a poison message, skipped for `error`.
     """
 
@@ -401,6 +402,12 @@ def _output_appender(output: Queue) -> Appender:
 #: messages of one input a poll may handle by default: what is ready, up to this many (see `Service`)
 DEFAULT_BATCH = 256
 
+#: seconds between an idle service's records of how far it consumed messages that it answered with
+#: nothing: one record per second's hundredth, not one per message when messages come one at a time. A
+#: crash loses none of them: a restart handles the unrecorded messages again live, and they write nothing
+#: again. (A stop, a snapshot and a move to another input record at once.)
+IDLE_RECORD_EVERY = 0.01
+
 
 class Service:
     """Runs `handler_factory(output)` over `input` (one queue, a sequence, or source id -> queue),
@@ -502,6 +509,7 @@ class Service:
         self._next = 0  # the input the next live poll starts with
         # the input whose last consumed message the output does not reflect yet (it wrote nothing)
         self._run: _Input | None = None
+        self._recorded_at = 0.0  # time.monotonic() of the last such record
         self._log_sink = _LogReader(source_id)
         self._log_reader = MethodReader(None, self._log_sink, interfaces=[ServiceLog], source_id=0,
                                         on_unknown=_ignore)
@@ -792,6 +800,7 @@ class Service:
         inp, self._run = self._run, None
         if inp is not None:
             self._service_log().consumed(self.source_id, inp.source_id, inp.through)
+            self._recorded_at = time.monotonic()
 
     def _poison_hook(self, inp: _Input) -> Callable[[int, bytes, Exception], None]:
         def poisoned(index: int, document: bytes, error: Exception) -> None:
@@ -836,7 +845,7 @@ class Service:
             if got:
                 self.processed += got
                 self._since_snapshot += got
-            elif self._run is not None:
+            elif self._run is not None and time.monotonic() - self._recorded_at >= IDLE_RECORD_EVERY:
                 self._mark_all()  # idle: record how far, so that a standby and the status can see it
             if self._snapshot_due():
                 self.snapshot()  # (publishes the poll's documents first)

@@ -93,6 +93,51 @@ def test_two_inputs_interleaved_are_replayed_in_the_recorded_order(tmp_path: Pat
         assert standby.status().state == "standby" and out.last_index == n_out
 
 
+def test_a_service_fed_one_message_at_a_time_records_how_far_once_in_a_while(tmp_path: Path) -> None:
+    """Messages it answers with nothing, each followed by an idle poll: the output gets a `consumed`
+    record per `IDLE_RECORD_EVERY`, not one per message (each was a document in the output and 3 us of
+    the service's time). Abandoned without a stop, a restart handles the unrecorded messages again: the
+    output reflects every message once and the state is the same."""
+    from rpc.service import IDLE_RECORD_EVERY, ServiceLog
+
+    class Records(ServiceLog):
+        n = 0
+
+        def consumed(self, service: int, source: int, index: int) -> None:
+            self.n += 1
+
+        def deadLetter(self, service: int, source: int, index: int, error: str) -> None:
+            raise AssertionError("no poison here")
+
+    def records(out: chronq.Queue) -> int:
+        found = Records()
+        reader = rpc.MethodReader(None, found, interfaces=[ServiceLog], source_id=0,
+                                  on_unknown=lambda e, i: None)
+        t = out.tailer()
+        while (ex := t.read(True)) is not None:
+            if ex.metadata:
+                reader.dispatch(bytes(ex.payload))
+        return found.n
+
+    with chronq.open(tmp_path / "in", source_id=1) as ins, \
+            chronq.open(tmp_path / "out", source_id=SID) as out:
+        svc = rpc.Service(ins, out, Summer, SID, start=rpc.Start.ALL)
+        w = rpc.writer(ins, Events)
+        t0 = time.monotonic()
+        for _ in range(3000):
+            w.add("k", 1)  # (not a multiple of 3: Summer answers nothing)
+            assert svc.poll() and not svc.poll()
+        took = time.monotonic() - t0
+        assert 1 <= records(out) <= took / IDLE_RECORD_EVERY + 1
+        del svc  # abandoned: what it consumed after its last record is recorded nowhere
+        again = rpc.Service(ins, out, Summer, SID)
+        again.run(until_idle=True)
+        again.stop()
+        again.run()
+        assert again.handler.state == State({"k": 3000}, 3000)  # type: ignore[attr-defined]
+        _check(out, {1: ins})
+
+
 def test_inputs_need_distinct_source_ids_and_the_output_is_not_an_input(tmp_path: Path) -> None:
     with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "b", source_id=1) as b, \
             chronq.open(tmp_path / "out", source_id=SID) as out:

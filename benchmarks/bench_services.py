@@ -4,11 +4,13 @@
                                         [--promotions 20] [--restart-n 1000000] [--snapshot-every 100000]
 
 * Hop latency: a writer appends `ping(stamp)` at `--rate` messages/s; a service in another process
-  (trivial handler: it answers `ping(stamp)` on its output; a busy-spinning pauser) and the writer,
-  which reads the output between its writes, give append -> output readable. Beside it the raw queue
-  hop of `bench_queue.py` (append -> readable in another process) at the same rate.
+  (trivial handler: it answers `ping(stamp)` on its output; a busy-spinning pauser, and in the last
+  row its default one, asleep on the input's doorbell) and the writer, which reads the output between
+  its writes, give append -> output readable. Beside it the raw queue hop of `bench_queue.py` (append
+  -> readable in another process) at the same rate.
 * Throughput: one service with the trivial handler over `--n` waiting messages (its default `batch`:
-  the native `read_many` path), beside a raw loop over the same queue (read + append of the same bytes)
+  the native `read_many` path), over an input whose messages carry no history (a first hop), and over
+  two inputs taking turns, beside a raw loop over the same queue (read + append of the same bytes)
   and the reader alone.
 * Promotion: a standby (its own process, following the output a primary wrote, as a replicated copy
   would be followed) is promoted while input the dead primary never answered waits; the time from
@@ -76,7 +78,8 @@ from chronq.pausers import BusyPauser
 from bench_services import Echo
 gc.disable()
 with chronq.open(sys.argv[1], source_id=1) as ins, chronq.open(sys.argv[2], source_id=2) as outs:
-    svc = rpc.Service(ins, outs, Echo, 2, start=rpc.Start.NEW, pauser=BusyPauser())
+    pauser = {"busy": BusyPauser()}.get(sys.argv[4])  # else its default: asleep on the doorbell
+    svc = rpc.Service(ins, outs, Echo, 2, start=rpc.Start.NEW, pauser=pauser)
     sys.stdout.write("ready\n"); sys.stdout.flush()
     svc.run()
 """
@@ -154,17 +157,20 @@ def load() -> str:
     return f"load average {one:.2f} (5 min {five:.2f}), {os.cpu_count()} CPUs"
 
 
-def service_hop(tmp: Path, samples: int, rate_hz: int, pinned: bool = False) -> tuple[int, int, int, int]:
+def service_hop(tmp: Path, samples: int, rate_hz: int, pinned: bool = False,
+                busy: bool = True) -> tuple[int, int, int, int]:
     """p50, p99, p99.9, worst ns of append -> the service's answer readable, paced at `rate_hz`;
-    `pinned`: the writer and the busy-spinning service each on a CPU of its own (as bench_queue's)."""
-    ins_path, outs_path = tmp / ("hop-in-pinned" if pinned else "hop-in"), tmp / ("hop-out-pinned" if pinned
-                                                                                 else "hop-out")
+    `pinned`: the writer and the service each on a CPU of its own (as bench_queue's); `busy`: the
+    service busy-spinning, else with its default pauser (asleep on the input's doorbell)."""
+    case = f"{'pinned' if pinned else 'free'}-{'busy' if busy else 'wakeup'}"
+    ins_path, outs_path = tmp / f"hop-in-{case}", tmp / f"hop-out-{case}"
     pin, cpus = latency_cpus(pinned), os.sched_getaffinity(0)
     with chronq.open(ins_path, source_id=1) as ins, chronq.open(outs_path, source_id=2) as outs:
         ins.appender().write(b"\xb9\x04ping\xa1\x00")  # both cycles exist before the service starts
         outs.appender().write(b"\xb9\x04ping\xa1\x00")
         child = subprocess.Popen([sys.executable, "-c", SERVICE_CHILD, str(ins_path), str(outs_path),
-                                  str(Path(__file__).parent)], stdout=subprocess.PIPE, text=True,
+                                  str(Path(__file__).parent), "busy" if busy else "wakeup"],
+                                 stdout=subprocess.PIPE, text=True,
                                  preexec_fn=(lambda: os.sched_setaffinity(0, {pin[1]})) if pin else None)
         assert child.stdout is not None
         child.stdout.readline()
@@ -345,6 +351,8 @@ def hop(tmp: Path, samples: int, rate: int) -> None:
         rows.append((f"raw queue hop{how}: append -> readable", latency(samples, tmp, rate, pinned)[:4]))
         rows.append((f"service hop{how}: append -> answer (targets 10/50)",
                      service_hop(tmp, samples, rate, pinned)))
+    rows.append(("service hop, the service asleep on the doorbell",
+                 service_hop(tmp, samples, rate, busy=False)))
     for name, (p50, p99, p999, worst) in rows:
         print(f"{name:<52} {p50 / 1e3:>8.1f} {p99 / 1e3:>8.1f} {p999 / 1e3:>9.1f} {worst / 1e3:>9.1f}")
     print()

@@ -79,7 +79,8 @@ def test_bench_services() -> None:
     out = run("bench_services.py", "--samples", "2000", "--n", "5000", "--restart-n", "5000",
               "--snapshot-every", "1000", "--promotions", "2")
     rows = ("service hop: append -> answer", "service hop, pinned: append -> answer",
-            "service: read + dispatch + write",
+            "service hop, the service asleep on the doorbell", "service: read + dispatch + write",
+            "service, input without history (a first hop)", "service, two inputs taking turns",
             "promote() returns -> first new output", "with snapshots: ready after",
             "full replay (no snapshots): ready after")
     assert all(row in out for row in rows), out

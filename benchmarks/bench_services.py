@@ -18,7 +18,9 @@
   issue's target: 100 ms), and how long `promote()` itself took. `--promotions` rounds.
 * Restart: a service that processed `--restart-n` messages with a snapshot every `--snapshot-every`
   restarts; the time until it is ready (replay done) with snapshots, and without (replaying the
-  whole input). `--restart-n 10000000` is the issue's size (minutes to prepare, several GB of disk).
+  whole input). Then a service of two inputs over as many messages: its rate, a restart's full
+  replay (in the order its output recorded) and a standby catching up with its output.
+  `--restart-n 10000000` is the issue's size (minutes to prepare, several GB of disk).
 
 Each table names the machine's load average at its start: this machine is shared.
 """
@@ -300,6 +302,33 @@ def restart(tmp: Path, n: int, every: int) -> tuple[float, float, int, int]:
     return t_snap, t_full, r_snap, r_full
 
 
+def two_inputs(tmp: Path, n: int) -> tuple[float, float, float]:
+    """Over a service of two inputs that answered `n` messages (the inputs taking turns in batches):
+    messages/s of the service itself, of a restart replaying all of them (no snapshots: its output says
+    in which order) and of a standby catching up with its output from the start."""
+    with chronq.open(tmp / "ti-a", source_id=4) as a, chronq.open(tmp / "ti-b", source_id=5) as b:
+        for q in (a, b):
+            w = rpc.writer(q, Ping)
+            for i in range(n // 2):
+                w.ping(i)
+        with chronq.open(tmp / "ti-out", source_id=2) as outs:
+            t0 = time.perf_counter()
+            rpc.Service([a, b], outs, Echo, 2, start=rpc.Start.ALL).run(until_idle=True)
+            t_live = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            again = rpc.Service([a, b], outs, Echo, 2)
+            while again.replaying:
+                again.poll()
+            t_replay = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            standby = rpc.Service([a, b], outs, Echo, 2, standby=True)
+            standby.run(until_idle=True)
+            t_standby = time.perf_counter() - t0
+            assert again.handler.n == standby.handler.n == n // 2 * 2  # type: ignore[attr-defined]
+    m = n // 2 * 2
+    return m / t_live, m / t_replay, m / t_standby
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=100_000)
@@ -340,6 +369,11 @@ def main() -> None:
                   f"target 1 s)")
             name = "full replay (no snapshots): ready after"
             print(f"{name:<52} {t_full:>8.3f} s  ({r_full:,} messages replayed)")
+            live, replay, standby = two_inputs(tmp, args.restart_n)
+            for name, rate in (("two inputs: the service", live),
+                               ("two inputs: a restart's full replay", replay),
+                               ("two inputs: a standby catching up", standby)):
+                print(f"{name:<52} {rate:>12,.0f} msg/s")
 
 
 def hop(tmp: Path, samples: int, rate: int) -> None:

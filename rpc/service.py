@@ -39,6 +39,7 @@ from rpc import _codec
 from rpc._reader import MethodReader, UnknownHook, UnknownTypeHook
 from rpc._writer import writer
 from wire import binary as _binary
+from wire.history import last_source
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -321,15 +322,6 @@ def _source_in(payload: Any, source_id: int) -> int | None:
         if sid == source_id:
             return int(index)
     return None
-
-
-def _last_source(payload: Any) -> tuple[int, int] | None:
-    """(source id, index) of the last hop in a document's history: the message that caused it."""
-    h, _ = _codec.read_history(payload)
-    if h is None or not h.sources:
-        return None
-    sid, index = h.sources[-1]
-    return int(sid), int(index)
 
 
 class _LogReader:
@@ -630,19 +622,35 @@ class Service:
     def _read_output(self, limit: int | None) -> int:
         """Add what the output reflects (from the follow tailer) to the replay plan; returns how many
         documents were read."""
-        t, n = self._follow, 0
+        read, n, plan, known = self._follow.read, 0, self._plan, self._by_source
         while limit is None or n < limit:
-            ex = t.read(True)
+            ex = read(True)
             if ex is None:
                 break
             n += 1
             if ex.metadata:
-                self._plan.extend(self._log_marks(ex.payload))
+                for sid, through in self._log_marks(ex.payload):
+                    self._plan_add(sid, through)
                 continue
-            mark = _last_source(ex.payload)
-            if mark is not None and mark[0] in self._by_source:
-                self._plan.append(mark)
+            cause = last_source(ex.payload)  # (the message that caused it)
+            if cause is None or cause[0] not in known:
+                continue
+            if plan and plan[-1][0] == cause[0]:  # (`_plan_add`, inline: once per output document)
+                if cause[1] > plan[-1][1]:
+                    plan[-1] = cause
+            else:
+                plan.append(cause)
         return n
+
+    def _plan_add(self, source: int, through: int) -> None:
+        """Plan the replay of input `source` up to `through`. Following an entry of the same input it
+        extends that entry: the replay then reads the input in batches, not a step per output document."""
+        plan = self._plan
+        if plan and plan[-1][0] == source:
+            if through > plan[-1][1]:
+                plan[-1] = (source, through)
+        else:
+            plan.append((source, through))
 
     # -- snapshots ------------------------------------------------------------------------------------
     def _state_type(self) -> Any:
@@ -914,10 +922,16 @@ class Service:
             if not self._plan and not self.standby:
                 self._go_live()
             return True
-        ahead = inp.queue.count_excerpts(t.index, through + 1) - 1
+        rc, at = inp.queue.roll_cycle, t.index
+        if rc.to_cycle(at) == rc.to_cycle(through):
+            ahead = through - at  # (sequences are dense within a cycle: no need to look)
+        else:
+            ahead = inp.queue.count_excerpts(at, through + 1) - 1
         if ahead > 0:  # all but the last one in a batch (a poison message goes to the hook, uncounted)
             self.processed += inp.reader.read_many(min(ahead, _REPLAY_BATCH))
-            return True
+            if t.index != at:
+                return True
+            # nothing was there yet (the input lags the output): wait for it below
         ex = t.read()
         if ex is None:
             if not self.standby:

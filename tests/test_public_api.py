@@ -191,7 +191,7 @@ EXPORTS: dict[str, list[str]] = {
     ],
     "wire.errors": ["WireError"],
     "wire.fieldless": ["decode", "decoder_for", "encode", "encoder_for"],
-    "wire.history": ["MessageHistory", "read_history"],
+    "wire.history": ["MessageHistory", "last_source", "read_history"],
     "wire.marshal": [
         "K_BOOL", "K_ENUM", "K_FLOAT", "K_FLOAT32", "K_INT", "K_OTHER", "K_STR", "arguments_plan",
         "decode_bytes", "decoder_for", "document_encoder", "encoder_for", "field_encoder_for",

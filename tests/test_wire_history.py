@@ -120,6 +120,40 @@ def test_round_trip_both_forms(history: MessageHistory, rest: bytes) -> None:
             assert end == len(encoded)
 
 
+@settings(max_examples=300, deadline=None)
+@given(_histories, st.binary(max_size=6), st.data())
+def test_last_source_in_place_is_the_readers_last_source(
+        history: MessageHistory, rest: bytes, data: st.DataObject) -> None:
+    """`last_source` reads the usual binary layout in place: the same answer as `read_history`, in
+    either form, from bytes or a mapped slice, and with the history's bytes damaged (a count or a
+    length changed, the body cut short) the same answer or the same error."""
+    from wire.history import last_source
+
+    def reference(body: bytes | memoryview) -> object:
+        try:
+            h, _ = read_history(body)
+        except WireError as e:
+            return ("error", str(e))
+        return None if h is None or not h.sources else h.sources[-1]
+
+    def fast(body: bytes | memoryview) -> object:
+        try:
+            return last_source(body)
+        except WireError as e:
+            return ("error", str(e))
+
+    for encoded in (history.encode(), history.encode_text()):
+        body = bytearray(encoded + rest)
+        if data.draw(st.booleans()) and body:  # damaged: one byte changed, or cut short
+            at = data.draw(st.integers(0, len(body) - 1))
+            if data.draw(st.booleans()):
+                body[at] = data.draw(st.integers(0, 255))
+            else:
+                del body[at:]
+        for b in (bytes(body), memoryview(b"\x8f" + bytes(body))[1:]):
+            assert fast(b) == reference(b)
+
+
 def test_vectors_present(vectors: Path) -> None:
     assert (vectors / "generated-cq5.26/method_writer_history/out").is_dir()
 

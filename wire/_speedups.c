@@ -3174,9 +3174,42 @@ static PyTypeObject RecordLayoutType = {
     .tp_new = record_new,
 };
 
+/* last_source(body) -> (source id, index) | None | False: the last source of the history that starts a
+ * document body, read in place where it is in the usual binary layout (`BA 80 00 81 <u16> 86` and a
+ * payload that checks out: n, n ids, n indexes, m, m timings within the block); None when that history
+ * names no source; False for anything else (no history, another layout, a damaged one): the Python
+ * reference, wire.history.last_source, then decides. */
+static PyObject *last_source(PyObject *module, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len;
+    PyObject *result = NULL;
+    if (len > 8 && p[0] == 0xBA && p[1] == 0x80 && p[2] == 0x00 && p[3] == 0x81 && p[6] == 0x86) {
+        Py_ssize_t end = 6 + (p[4] | (Py_ssize_t)p[5] << 8), n = p[7], tpos = 8 + 12 * n;
+        if (end <= len && tpos < end && tpos + 1 + 8 * (Py_ssize_t)p[tpos] <= end) {
+            if (n == 0) {
+                result = Py_NewRef(Py_None);
+            } else {
+                int32_t sid;
+                int64_t idx;
+                memcpy(&sid, p + 4 + 4 * n, 4);
+                memcpy(&idx, p + 12 * n, 8);
+                result = Py_BuildValue("(iL)", (int)sid, (long long)idx);
+            }
+        }
+    }
+    if (!result && !PyErr_Occurred()) result = Py_NewRef(Py_False);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"history_hop", (PyCFunction)(void (*)(void))history_hop, METH_FASTCALL,
      "history_hop(payload, source, timings) -> bytearray | None: a history spliced with one more hop"},
+    {"last_source", (PyCFunction)last_source, METH_O,
+     "last_source(body) -> (id, index) | None | False: a history's last source, read in place (False: "
+     "not the usual layout)"},
     {"event_value", (PyCFunction)(void (*)(void))event_value, METH_FASTCALL,
      "event_value(document, table) -> (entry, value, end) | None"},
     {"event_call", (PyCFunction)(void (*)(void))event_call, METH_FASTCALL,

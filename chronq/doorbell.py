@@ -60,7 +60,7 @@ __all__ = ["DOORBELL_KEY", "Doorbell", "Notifier", "ringing_enabled"]
 #: the table-store key holding the doorbell word
 DOORBELL_KEY = "chronq.doorbell"
 _SEQ = 0xFFFF_FFFF
-_WAIT_ANY_MAX = 8  # doorbells one `wait_any` sleeps on (chronq/csrc/doorbell.c)
+_WAIT_ANY_MAX = 128  # doorbells one `wait_any` sleeps on: futex_waitv's limit (chronq/csrc/doorbell.c)
 _COUNT_SHIFT, _COUNT_MASK = 32, 0xFFF
 
 
@@ -161,7 +161,7 @@ class Doorbell:
     def wait_any(armed: Sequence[tuple[Doorbell, int]], timeout: float) -> bool:
         """Sleep until any of these doorbells rang since its `sequence()` returned the `seen` paired with
         it, at most `timeout` seconds: True once one did (look again), False on timeout. One kernel wait
-        (futex_waitv) for up to 8 doorbells: what a reader of several queues (a service with several
+        (futex_waitv) for up to 128 doorbells: what a reader of several queues (a service with several
         inputs) sleeps on. Doorbells without a word (no table store) are not waited for."""
         bells = []
         for bell, seen in armed:

@@ -129,8 +129,8 @@ class BackoffPauser:
         self._sleep = self.min_sleep
 
 
-#: how many doorbells besides its own a `WakeupPauser` may sleep on (`Doorbell.wait_any` takes 8)
-MAX_ALSO = 7
+#: how many doorbells besides its own a `WakeupPauser` may sleep on (`Doorbell.wait_any` takes 128)
+MAX_ALSO = 127
 
 
 class WakeupPauser:

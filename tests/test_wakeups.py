@@ -88,15 +88,19 @@ def handled_after_sleeping(svc: rpc.Service, handler: Recording, inputs: list[ch
     assert handler.calls == [("say", (text,))]
 
 
-def test_a_service_with_two_inputs_sleeps_on_both_doorbells(tmp_path: Path) -> None:
-    """A service with several inputs sleeps on every input's doorbell at once (one futex_waitv): armed on
-    the second input while idle, and woken by a message appended there by another process."""
-    with chronq.open(tmp_path / "a", source_id=1) as a, chronq.open(tmp_path / "b", source_id=3) as b, \
-            chronq.open(tmp_path / "out", source_id=2) as outs:
+@pytest.mark.parametrize("count", [2, 12])
+def test_a_service_with_several_inputs_sleeps_on_every_doorbell(tmp_path: Path, count: int) -> None:
+    """A service with several inputs sleeps on every input's doorbell at once (one futex_waitv, up to
+    the kernel's 128 words; 12 is more than the 8 it once took): armed on each input while idle, and
+    woken by a message appended on the last by another process."""
+    with contextlib.ExitStack() as stack:
+        ins = [stack.enter_context(chronq.open(tmp_path / f"in{i}", source_id=10 + i)) for i in range(count)]
+        outs = stack.enter_context(chronq.open(tmp_path / "out", source_id=2))
         handler = Recording()
-        svc = rpc.Service({1: a, 3: b}, outs, lambda out: handler, 2, start=rpc.Start.NEW)
-        assert isinstance(svc.pauser, WakeupPauser) and svc.pauser.also == (b.doorbell,)
-        handled_after_sleeping(svc, handler, [a, b], tmp_path / "b", "on the second input")
+        svc = rpc.Service(ins, outs, lambda out: handler, 2, start=rpc.Start.NEW)
+        assert isinstance(svc.pauser, WakeupPauser)
+        assert svc.pauser.also == tuple(q.doorbell for q in ins[1:])
+        handled_after_sleeping(svc, handler, ins, tmp_path / f"in{count - 1}", "on the last input")
 
 
 def test_wait_any_returns_for_a_ring_on_any_doorbell_and_times_out_otherwise(tmp_path: Path) -> None:

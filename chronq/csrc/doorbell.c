@@ -243,7 +243,7 @@ PyObject *doorbell_py_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 
 /* -------------------------------------------------------------------------- sleeping on several doorbells */
 
-#define WAIT_ANY_MAX 8 /* doorbells one wait_any sleeps on (futex_waitv takes up to 128) */
+#define WAIT_ANY_MAX 128 /* doorbells one wait_any sleeps on: as many as futex_waitv takes */
 
 typedef struct {
     Py_buffer view;

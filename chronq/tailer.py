@@ -552,10 +552,10 @@ class Tailer(_native.TailerCore[E], Generic[E]):
         return tuple(words)
 
     def _readable(self) -> bool:
-        """Whether `read()` would return an excerpt now; the tailer stays where it is (except that
-        `last_read_index` counts the excerpt looked at)."""
+        """Whether `read()` would return an excerpt now; the tailer stays where it is, and
+        `last_read_index` does not count the excerpt looked at."""
         before = (self._file, self._pos, self._seq) if self._map is not None else None
-        cycle = self._cycle
+        cycle, last_read = self._cycle, self._last_read
         ex = self._read_open(False)
         if ex is None:
             return False
@@ -563,6 +563,7 @@ class Tailer(_native.TailerCore[E], Generic[E]):
             self._set_position(before[1], before[2])
         else:
             self._restore(before)
+        self._last_read = last_read
         return True
 
     def wait_read(self, timeout: float | None = None, pauser: Pauser | None = None) -> E | None:

@@ -388,6 +388,28 @@ def test_rollback_on_close_backward(tmp_path: Path) -> None:
         assert t.state == chronq.TailerState.BEFORE_START
 
 
+def test_waiting_for_the_next_excerpt_does_not_count_it_as_read(tmp_path: Path) -> None:
+    """`Tailer.wait` looks at the next excerpt to say it is readable; `last_read_index` stays the last
+    one returned, in the same cycle and across a roll."""
+    clock = FixedClock(0)
+    with chronq.open(tmp_path, roll_cycle="TEST_SECONDLY", clock=clock) as q:
+        a = q.appender()
+        a.write(b"one")
+        t = q.tailer()
+        assert t.wait(0) and t.last_read_index is None
+        first = t.read()
+        assert first is not None and t.last_read_index == first.index
+        a.write(b"two")
+        assert t.wait(0) and t.last_read_index == first.index
+        second = t.read()
+        assert second is not None and t.last_read_index == second.index
+        clock.advance(2_000)  # the next excerpt is in a cycle of its own
+        a.write(b"three")
+        assert t.wait(0) and t.last_read_index == second.index
+        third = t.read()
+        assert third is not None and bytes(third.payload) == b"three" and t.last_read_index == third.index
+
+
 def test_last_read_index_follows_reads_in_both_directions(tmp_path: Path) -> None:
     with _filled(tmp_path, (2, 2)) as q:
         t = q.tailer()

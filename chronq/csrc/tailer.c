@@ -770,6 +770,16 @@ static PyObject *Tl_get_cycle(TailerObject *self, void *c) {
 static PyObject *Tl_get_pos(TailerObject *self, void *c) { return PyLong_FromSsize_t(self->pos); }
 static PyObject *Tl_get_seq(TailerObject *self, void *c) { return PyLong_FromLongLong(self->seq); }
 static PyObject *Tl_get_last_read(TailerObject *self, void *c) { return PyLong_FromLongLong(self->last_read); }
+static int Tl_set_last_read(TailerObject *self, PyObject *v, void *c) {
+    if (!v) {
+        PyErr_SetString(PyExc_AttributeError, "cannot delete the last read index");
+        return -1;
+    }
+    long long i = PyLong_AsLongLong(v);
+    if (i == -1 && PyErr_Occurred()) return -1;
+    self->last_read = i < 0 ? -1 : i;
+    return 0;
+}
 static PyObject *Tl_get_map(TailerObject *self, void *c) {
     if (!self->g.map) Py_RETURN_NONE;
     return Py_NewRef((PyObject *)self->g.map);
@@ -804,7 +814,7 @@ static PyGetSetDef Tl_getset[] = {
     {"_cycle", (getter)Tl_get_cycle, NULL, NULL, NULL},
     {"_pos", (getter)Tl_get_pos, NULL, NULL, NULL},
     {"_seq", (getter)Tl_get_seq, NULL, NULL, NULL},
-    {"_last_read", (getter)Tl_get_last_read, NULL, NULL, NULL},
+    {"_last_read", (getter)Tl_get_last_read, (setter)Tl_set_last_read, NULL, NULL},
     {"_map", (getter)Tl_get_map, NULL, NULL, NULL},
     {"_direction", (getter)Tl_get_dir, (setter)Tl_set_dir, NULL, NULL},
     {NULL}};

@@ -53,7 +53,7 @@ POSITIONS_EVERY = 0.05  # s between looks at the source's replicated named taile
 # `_AckBell` watches): its look for appenders that do not ring (Java's, an older chronq's) and its sink's
 # frames
 IDLE_POLL = 0.002
-LOOK_EVERY = 0.00005  # s between a busy source's looks for what its sink sent back
+LOOK_EVERY = 0.00005  # s between a busy source's looks for what its sink sent back, where something waits
 FALL_BACK_LOOK = 0.01  # s between a UDP source's looks at how far behind a sink with a full window is
 MAX_UNAUTHENTICATED = 16  # connections that have not proved the key yet, at most (more are closed at once)
 ACCEPT_PAUSE = 0.1  # s the listener pauses after accept failed (out of descriptors, say)
@@ -228,6 +228,9 @@ class _Stream:
         idle = WakeupPauser(self.q.doorbell, max_wait=IDLE_POLL, spin=cfg.busy_spin_us / 1e6)
         watched = self.qc.acknowledge or self.udp is not None
         bell = _AckBell([conn.sock], self.q.doorbell) if watched else None
+        # where nothing waits for the sink's frames (no acknowledgement asked, no datagrams), they are
+        # for the status: taken every IDLE_POLL while busy as while idle, not every LOOK_EVERY
+        look_every = LOOK_EVERY if watched else IDLE_POLL
         frame, frame_view, head = self.frame, memoryview(self.frame), p.RUN_HEAD.size
         positions_at = look_at = idle_since = fall_back_at = 0.0
         idling = False
@@ -248,13 +251,14 @@ class _Stream:
                     if udp.live and now >= fall_back_at:
                         fall_back_at = now + FALL_BACK_LOOK
                         udp.fall_back(messages_after(self.q, self.reader.next_index - 1), now)
-                elif udp is None or not udp.live:
+                elif udp is None:
+                    docs, data, end, first = self.reader.read_run(frame, head, len(frame), RUN_COUNT)
+                elif not udp.live:
                     # a multicast group is joined when this read finds nothing and the group has read
                     # all too (`GroupMember.joining`); a session of its own starts below
-                    with udp.joining(idling) if udp is not None else contextlib.nullcontext(False) as ready:
+                    with udp.joining(idling) as ready:
                         docs, data, end, first = self.reader.read_run(frame, head, len(frame), RUN_COUNT)
                         if ready and not docs:
-                            assert udp is not None
                             udp.join(self.sent_upto)
                 else:
                     docs, data, end, first = udp.read(self.reader, frame, RUN_COUNT)
@@ -297,15 +301,20 @@ class _Stream:
                 if snap:
                     self._send_positions(snap, bool(docs))
                 # while sending or spinning, recording what was sent and looking for Acks every
-                # LOOK_EVERY is enough (per frame, they were a third of the source's time per message,
-                # and per spin they slowed its look at the queue)
+                # `look_every` is enough (per frame, they were a third of the source's time per message,
+                # and per spin they slowed its look at the queue); and before a sleep too where no
+                # `_AckBell` waits for the sink's frames (they are taken at the next wake-up, at most
+                # IDLE_POLL later, as ever): messages that come one at a time made a look per message
                 if now < look_at:
                     if not idling:
                         continue
                     if now - idle_since < idle.spin:
                         idle.pause()  # a spin step
                         continue
-                look_at = now + LOOK_EVERY
+                    if bell is None:
+                        idle.pause()  # asleep on the doorbell until a ring or IDLE_POLL
+                        continue
+                look_at = now + look_every
                 self._record_sent()
                 if bell is not None:
                     bell.sleeping = idling  # before the look at the socket: a frame after it rings

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import chronq
+from chronq.rollcycles import SystemClock
 
 MSG = b"m" * 40
 HDR = struct.Struct("<I")
@@ -137,6 +138,17 @@ def throughput(n: int, tmp: Path) -> list[tuple[str, float, float, float, str]]:
                 aa.write_many(batch)
 
         rows.append(("write_many in one atomic() block", rate(n, atomic_many), rows[-1][2], rows[-1][3], ""))
+
+    # a clock of the queue's own (a replication sink's, a test's): its millis() is called at every write
+    with chronq.open(tmp / "own-clock", clock=SystemClock()) as qc:
+        wc = qc.appender().write
+
+        def own_clock_loop() -> None:
+            for _ in range(n):
+                wc(MSG)
+
+        own = rate(n, own_clock_loop)
+        rows.append(("append 40 B, a clock of the queue's own", own, rows[0][2], rows[0][3], ""))
 
     def chronq_read() -> None:
         r = q.tailer().read
@@ -534,6 +546,7 @@ def contended(per_thread: int, tmp: Path, writers: int,
 CONTENDED_CHILD = """
 import array, sys, time
 import chronq
+from chronq.rollcycles import SystemClock
 path, k, per, double, start_at, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", \\
     float(sys.argv[5]), sys.argv[6]
 with chronq.open(path) as q:

@@ -156,6 +156,40 @@ def test_clock_going_back_keeps_appending_to_the_newest_cycle(tmp_path: Path) ->
         assert a.write(b"still new") == (19738 << 32) + 1
 
 
+def test_an_appender_on_a_clock_of_its_own_rolls_when_that_clock_says(tmp_path: Path) -> None:
+    """A queue's own clock is asked at every write (one call of its `millis()`, compared in C with the
+    cycle's bounds): one appender follows it across rolls, stays in the newest cycle when it goes back,
+    and a clock that fails fails the write, which writes nothing."""
+    clock = FixedClock(BASE_MS)
+
+    class Failing:
+        fail = False
+
+        def millis(self) -> int:
+            if self.fail:
+                raise RuntimeError("the clock broke")
+            return clock.millis()
+
+    own = Failing()
+    with open_q(tmp_path, clock=own) as q:
+        a = q.appender()
+        first = a.write(b"day1")
+        clock.set((first >> 32) * DAY_MS + DAY_MS - 1)  # the cycle's last millisecond
+        assert a.write(b"day1 still") == first + 1
+        clock.advance(1)
+        assert a.write(b"day2") == ((first >> 32) + 1) << 32
+        clock.set(BASE_MS)
+        assert a.write(b"day2 still") == (((first >> 32) + 1) << 32) + 1
+        own.fail = True
+        with pytest.raises(RuntimeError, match="the clock broke"):
+            a.write(b"never")
+        own.fail = False
+        clock.set(BASE_MS + 2 * DAY_MS)
+        assert a.write(b"day3") == ((first >> 32) + 2) << 32
+    with chronq.open(tmp_path, readonly=True) as q:
+        assert [p for _, p in read_all(q)] == [b"day1", b"day1 still", b"day2", b"day2 still", b"day3"]
+
+
 def test_file_grows_in_java_chunks_and_stays_readable(tmp_path: Path) -> None:
     with open_q(tmp_path, roll_cycle="TEST4_DAILY") as q:
         a = q.appender()

@@ -26,6 +26,7 @@ static void App_clear_lock_view(AppenderObject *self) {
 static int App_traverse(AppenderObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->g.map);
     Py_VISIT(self->lock_obj);
+    Py_VISIT(self->clock_millis);
     return 0;
 }
 
@@ -35,6 +36,7 @@ static void App_dealloc(AppenderObject *self) {
     App_clear_lock_view(self);
     doorbell_clear(&self->db); /* doorbell */
     Py_CLEAR(self->g.map);
+    Py_CLEAR(self->clock_millis);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -135,13 +137,21 @@ static PyObject *App_set_doorbell(AppenderObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* _set_clock(own_clock, start_ms, end_ms, millis=None): the current cycle's window; with a clock of the
+   queue's own, its millis() (None: `_roll` asks at every write) */
 static PyObject *App_set_clock(AppenderObject *self, PyObject *args) {
     int mode;
     long long start, end;
-    if (!PyArg_ParseTuple(args, "pLL", &mode, &start, &end)) return NULL;
+    PyObject *millis = Py_None;
+    if (!PyArg_ParseTuple(args, "pLL|O", &mode, &start, &end, &millis)) return NULL;
+    if (millis != Py_None && !PyCallable_Check(millis)) {
+        PyErr_SetString(PyExc_TypeError, "_set_clock(): millis must be callable or None");
+        return NULL;
+    }
     self->clock_mode = mode;
     self->cycle_start_ms = start;
     self->cycle_end_ms = end;
+    Py_XSETREF(self->clock_millis, millis == Py_None ? NULL : Py_NewRef(millis));
     Py_RETURN_NONE;
 }
 
@@ -227,6 +237,19 @@ int App_check_cycle(AppenderObject *self) {
             if (c >= self->cycle_start_ms && c < self->cycle_end_ms - COARSE_LAG_MS) return 0;
             int64_t t = clock_ms(CLOCK_REALTIME);
             if (t >= self->cycle_start_ms && t < self->cycle_end_ms) return 0;
+        } else if (self->clock_millis) {
+            /* a clock of the queue's own: one call of its millis(), not `_roll` (the cycle it is in,
+               computed in Python, at every write); a time that is no int goes to `_roll` to be reported */
+            PyObject *r = PyObject_CallNoArgs(self->clock_millis);
+            if (!r) return -1;
+            int overflow = 0, within = 0;
+            if (PyLong_Check(r)) {
+                long long t = PyLong_AsLongLongAndOverflow(r, &overflow);
+                if (t == -1 && PyErr_Occurred()) PyErr_Clear();
+                else within = !overflow && t >= self->cycle_start_ms && t < self->cycle_end_ms;
+            }
+            Py_DECREF(r);
+            if (within) return 0;
         }
     }
     PyObject *r = PyObject_CallMethod((PyObject *)self, "_roll", "O", Py_False);

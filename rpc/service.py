@@ -629,28 +629,21 @@ class Service:
                 break
             n += 1
             if ex.metadata:
-                for sid, through in self._log_marks(ex.payload):
-                    self._plan_add(sid, through)
-                continue
-            cause = last_source(ex.payload)  # (the message that caused it)
-            if cause is None or cause[0] not in known:
-                continue
-            if plan and plan[-1][0] == cause[0]:  # (`_plan_add`, inline: once per output document)
-                if cause[1] > plan[-1][1]:
-                    plan[-1] = cause
+                marks: Sequence[tuple[int, int]] = self._log_marks(ex.payload)
             else:
-                plan.append(cause)
+                cause = last_source(ex.payload)  # (the message that caused it)
+                marks = () if cause is None else (cause,)
+            for mark in marks:
+                if mark[0] not in known:
+                    continue
+                # following an entry of the same input, a mark extends it: the replay then reads that
+                # input in batches, not a step per output document
+                if plan and plan[-1][0] == mark[0]:
+                    if mark[1] > plan[-1][1]:
+                        plan[-1] = mark
+                else:
+                    plan.append(mark)
         return n
-
-    def _plan_add(self, source: int, through: int) -> None:
-        """Plan the replay of input `source` up to `through`. Following an entry of the same input it
-        extends that entry: the replay then reads the input in batches, not a step per output document."""
-        plan = self._plan
-        if plan and plan[-1][0] == source:
-            if through > plan[-1][1]:
-                plan[-1] = (source, through)
-        else:
-            plan.append((source, through))
 
     # -- snapshots ------------------------------------------------------------------------------------
     def _state_type(self) -> Any:

@@ -1,5 +1,6 @@
 """Fuzz the wire decoders: ``wire.binary.decode`` with and without a type, ``decode_document``, the
-low-level ``Reader``, each ``WireType``'s decode, the BINARY-to-text renderers and the YAML parser.
+low-level ``Reader``, each ``WireType``'s decode, the BINARY-to-text renderers, the YAML parser, and a
+MessageHistory's last source read in place (``last_source``, in C) against ``read_history``.
 
 Input: byte 0 picks the decoder, byte 1 the target type, the rest is the body. ``WireError`` (with an
 offset inside the body for the BINARY reader) is the documented outcome for bad input; any other
@@ -26,6 +27,7 @@ from common import VECTORS, run
 with atheris.instrument_imports(include=["wire"]):
     from wire import WireError, WireType, text
     from wire.binary import Reader, decode, decode_document, encode, encode_document
+    from wire.history import last_source, read_history
 
 
 class Side(enum.Enum):
@@ -71,7 +73,7 @@ TARGETS: list[Any] = [Trade, Outer, Leg, Order, dict[str, int], dict[int, list[s
                       tuple[int, str], set[str], Trade | None, uuid.UUID, dt.datetime, dt.date, dt.time,
                       Decimal, Color, Side, int, str, float, bool, bytes]
 WIRE_TYPES = list(WireType)
-OPS = 8
+OPS = 9
 
 
 def _walk(body: bytes) -> None:
@@ -108,11 +110,28 @@ def test_one_input(data: bytes) -> None:
         elif op == 6:
             text.render(body)
             text.to_json(body)
-        else:
+        elif op == 7:
             text.from_yaml_all(body.decode("utf-8", "replace"))
+        else:
+            _last_sources_agree(body)
     except WireError as e:
         if op <= 4:
             _check_offset(e, body)
+
+
+def _last_sources_agree(body: bytes) -> None:
+    """`last_source` (read in place) says what `read_history` says, or fails as it does."""
+    try:
+        h, _ = read_history(body)
+        expected: Any = None if h is None or not h.sources else tuple(h.sources[-1])
+    except WireError:
+        expected = WireError
+    try:
+        got: Any = last_source(body)
+    except WireError:
+        got = WireError
+    if got != expected:
+        raise AssertionError(f"last_source gave {got!r}, read_history {expected!r}")
 
 
 def _bodies() -> list[bytes]:
@@ -142,7 +161,7 @@ def seeds() -> list[bytes]:
     ]
     out: list[bytes] = []
     for body in _bodies():
-        out += [bytes([op, 0]) + body for op in (0, 1, 3, 4, 6)]
+        out += [bytes([op, 0]) + body for op in (0, 1, 3, 4, 6, 8)]
     for n, v in enumerate(values):
         out.append(bytes([2, TARGETS.index(type(v))]) + encode(v))
         out.append(bytes([3, TARGETS.index(type(v))]) + encode_document(v))

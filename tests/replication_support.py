@@ -225,6 +225,22 @@ def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def stop_process(pid: int) -> None:
+    """SIGSTOP, and wait until every thread of `pid` is stopped: `kill` only asks, and a thread running on
+    the other core (or waiting for one) goes on until it next enters the kernel."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            # a thread that ended meanwhile has no stat
+            with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{task}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] not in ("T", "t"):
+                    return False
+        return True
+
+    wait_until(stopped, 20, f"process {pid} to stop")
+
+
 class Host:
     """One `chronq replicate CONFIG --host-id N [ARGS]` process, its log in a file."""
 

@@ -294,7 +294,7 @@ def test_a_group_member_that_falls_behind_leaves_for_tcp_and_rejoins(tmp_path: P
     import signal
 
     from chronq.replication.status import LinkStatus
-    from tests.replication_support import last_index
+    from tests.replication_support import last_index, stop_process
 
     # a session outlives the sink's stop on a loaded machine (its heartbeats stop with it)
     cfg = _config(tmp_path, False, ", udpDatagramSize: 1472, udpWindow: 16", acknowledge=False,
@@ -326,7 +326,7 @@ def test_a_group_member_that_falls_behind_leaves_for_tcp_and_rejoins(tmp_path: P
             write_paced(a, 200)
             wait_until(lambda: _caught_up(tmp_path, list(SINKS))
                        and all(link(h).datagrams > 0 for h in SINKS), 30, "datagrams to every sink")
-            stopped.proc.send_signal(signal.SIGSTOP)
+            stop_process(stopped.proc.pid)
             try:
                 held = last_index(tmp_path / f"sink{slow}" / "queue1")
                 before = {h: link(h) for h in others}

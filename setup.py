@@ -18,7 +18,7 @@ if os.environ.get("CHRONQ_SANITIZE") == "1":
 
 
 # chronq._native's C files (chronq/csrc, one concept each; chronq/csrc/native.h is their shared header)
-NATIVE = ("module", "buffers", "cycle", "appender", "tailer", "merge", "runs", "doorbell")
+NATIVE = ("module", "buffers", "cycle", "appender", "tailer", "merge", "runs", "doorbell", "uring")
 
 WITHOUT = ("building without OpenSSL: AES-GCM codecs seal and open through `cryptography`, one message at "
            "a time; nothing else changes")
@@ -45,7 +45,7 @@ setup(
         Extension(
             "chronq._native",
             [f"chronq/csrc/{name}.c" for name in NATIVE],
-            depends=["chronq/csrc/native.h", "chronq/csrc/pyerr.h", "chronq/csrc/doorbell.h", "wire/_document_source.h"],
+            depends=["chronq/csrc/native.h", "chronq/csrc/pyerr.h", "chronq/csrc/doorbell.h", "chronq/csrc/uring.h", "wire/_document_source.h"],
             extra_compile_args=COMPILE,
             extra_link_args=LINK,
         ),

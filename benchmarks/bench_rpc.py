@@ -15,12 +15,13 @@ Then the asyncio wake-up (`rpc.aio`): a writer process calls `stamp(now)` `--wak
 calls/s (sleeping between calls, so that the reader is asleep each time), and an `AsyncMethodReader` on
 an event loop records handler time - stamp (`time.perf_counter_ns`, one clock for every process of the
 machine): the time from the append to the handler, through the queue's doorbell, the reader's native
-waiter (`chronq.doorbell.Notifier`) and the loop. Beside it, alternating in the same run (`--rounds`):
-the design it replaced (a Python thread waiting in `Tailer.wait` wakes the loop with
-`call_soon_threadsafe`); the floor of one wake-up (the same method reader read by a plain loop
-sleeping in `tailer.wait`, no event loop); and the reader with ringing off in the writer
-(`CHRONQ_DOORBELL=0`): it then finds each call on its `max_wait` look, as it would an appender that
-does not ring.
+waiter (`chronq.doorbell.Notifier`: an io_uring futex wait completed into the loop's eventfd) and the
+loop. Beside it, alternating in the same run (`--rounds`): the same notifier with its thread waiting
+on the doorbell instead (`CHRONQ_URING=0`: two wake-ups, the thread's and the loop's); the design
+before it (a Python thread waiting in `Tailer.wait` wakes the loop with `call_soon_threadsafe`); the
+floor of one wake-up (the same method reader read by a plain loop sleeping in `tailer.wait`, no event
+loop); and the reader with ringing off in the writer (`CHRONQ_DOORBELL=0`): it then finds each call on
+its `max_wait` look, as it would an appender that does not ring.
 """
 
 from __future__ import annotations
@@ -232,9 +233,21 @@ async def run_thread_woken(reader: rpc.MethodReader, q: chronq.Queue, stopped: C
 
 def asyncio_wakeups(count: int, rate: int, ringing: bool, how: str = "native") -> list[int]:
     """Append-to-handler times (ns) of an idle `AsyncMethodReader` (see the module's docstring); `how`
+    "notifier-thread": its notifier's thread waiting on the doorbell, not io_uring (`CHRONQ_URING=0`);
     "thread": of the thread-woken baseline (`run_thread_woken`); "blocking": of the same method reader
     read by a plain loop that sleeps in `tailer.wait` (no event loop: one wake-up, the floor)."""
     from rpc.aio import AsyncMethodReader
+
+    if how == "notifier-thread":
+        before = os.environ.get("CHRONQ_URING")
+        os.environ["CHRONQ_URING"] = "0"  # (read when the reader's notifier starts)
+        try:
+            return asyncio_wakeups(count, rate, ringing, "native")
+        finally:
+            if before is None:
+                del os.environ["CHRONQ_URING"]
+            else:
+                os.environ["CHRONQ_URING"] = before
 
     lags: list[int] = []
 
@@ -296,8 +309,9 @@ def main() -> None:
         print(f"\nasyncio wake-up: append in another process -> asyncio handler, {a.wakeups} calls at "
               f"{a.rate}/s, the reader asleep before each; {a.rounds} alternating rounds (p50 of each)")
         print(f"{'case':<56} {'p50 us (rounds)':>22} {'p99 us':>8} {'max us':>8} {'target':>10}")
-        cases = [("AsyncMethodReader: native waiter, eventfd", True, "native"),
-                 ("baseline: Python thread + call_soon_threadsafe (before)", True, "thread"),
+        cases = [("AsyncMethodReader: io_uring futex wait -> eventfd", True, "native"),
+                 ("AsyncMethodReader: notifier thread (CHRONQ_URING=0)", True, "notifier-thread"),
+                 ("baseline: Python thread + call_soon_threadsafe", True, "thread"),
                  ("floor: no event loop, blocking in tailer.wait", True, "blocking"),
                  ("AsyncMethodReader, writer not ringing (CHRONQ_DOORBELL=0)", False, "native")]
         runs: dict[str, list[list[int]]] = {name: [] for name, _, _ in cases}

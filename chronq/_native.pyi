@@ -38,8 +38,9 @@ def doorbell_watch(buf: Buffer, off: int, seen: int, epoch: int, timeout: float,
     instead of returning: True once rung or a word moved on, False on timeout."""
 class DoorbellNotifier:
     """Wakes an event loop's eventfd when the doorbell rings or a watched word moves, from a thread that
-    runs `serve()` without the GIL (chronq.doorbell.Notifier)."""
-    def __init__(self) -> None: ...
+    runs `serve()` without the GIL (chronq.doorbell.Notifier); with `uring`, where io_uring has
+    FUTEX_WAIT, the doorbell waits are the kernel's, completed into the eventfd."""
+    def __init__(self, uring: bool = True) -> None: ...
     def arm(self, buf: Buffer | None, off: int, seen: int, epoch: int,
             watches: tuple[tuple[Buffer, int, int, int], ...] | None, max_wait: float, max_idle: float,
             /) -> None:
@@ -53,6 +54,8 @@ class DoorbellNotifier:
     def wake(self) -> None: ...
     def consume(self) -> int: ...
     def fileno(self) -> int: ...
+    def uring(self) -> bool:
+        """True: the doorbell waits go through io_uring, not the thread."""
 
 def set_max64(buf: Buffer, off: int, value: int, /) -> int:
     """Raise the value to at least ``value``; returns the value now stored."""

@@ -229,24 +229,39 @@ class Doorbell:
             self._own = None
 
 
+def uring_enabled() -> bool:
+    """False when `CHRONQ_URING=0`: a `Notifier`'s thread waits on the doorbell, not io_uring."""
+    return os.environ.get("CHRONQ_URING", "1") != "0"
+
+
 class Notifier:
     """Wakes an event loop when the doorbell rings, with no Python on the way: `fileno()` (an eventfd)
     becomes readable when the wait last armed (`Tailer.notify_when_readable`, `Doorbell.arm_notifier`)
     ends; `consume()` reads it. `rpc.aio` waits through one.
 
-    Its thread (named `name`, started here) runs C without the GIL (`_native.DoorbellNotifier.serve`)
-    and sleeps on the doorbell word and on a private futex word that arming, `cancel()` and `close()`
-    move on, so a new wait replaces the one in progress at once and `close()` ends the thread at once.
-    `close()` ends the thread, releases the mappings it watched and closes the eventfd: unregister the
-    fd from the loop first. Not thread-safe, except `wake()` and `close()`.
+    Where io_uring has FUTEX_WAIT (Linux 6.7+, not disabled by sysctl or seccomp) the doorbell wait is
+    the kernel's: `arm` submits it from the loop's thread and its completion makes the eventfd
+    readable, so a ring wakes the loop's thread and no other (`uring`: whether it does; `uring=False` or
+    `CHRONQ_URING=0` turns it off). Its thread (named `name`, started here) runs C without the GIL
+    (`_native.DoorbellNotifier.serve`): it makes the `max_wait` looks at the words that appenders which
+    do not ring change, and, without io_uring, sleeps on the doorbell word too; it also sleeps on a
+    private futex word that arming, `cancel()` and `close()` move on, so a new wait replaces the one in
+    progress at once and `close()` ends the thread at once. `close()` ends the thread, releases the
+    mappings it watched and closes the eventfd: unregister the fd from the loop first. Not thread-safe,
+    except `wake()` and `close()`.
     """
 
-    def __init__(self, name: str = "chronq-doorbell-notifier") -> None:
-        self.native = _native.DoorbellNotifier()
+    def __init__(self, name: str = "chronq-doorbell-notifier", *, uring: bool | None = None) -> None:
+        self.native = _native.DoorbellNotifier(uring_enabled() if uring is None else uring)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = threading.Thread(target=self.native.serve, name=name,
                                                                  daemon=True)
         self._thread.start()
+
+    @property
+    def uring(self) -> bool:
+        """True when io_uring waits on the doorbell for it (a ring wakes the loop's thread alone)."""
+        return self.native.uring()
 
     def fileno(self) -> int:
         """The eventfd to watch (`loop.add_reader`); ValueError once closed."""

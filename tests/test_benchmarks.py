@@ -71,7 +71,8 @@ def test_bench_wakeup() -> None:
 def test_bench_rpc() -> None:
     out = run("bench_rpc.py", "--n", "2000", "--wakeups", "200")
     rows = ("method writer: trade(Trade) -> queue", "reader: read_one + dispatch from the queue",
-            "AsyncMethodReader: native waiter, eventfd", "writer not ringing (CHRONQ_DOORBELL=0)")
+            "AsyncMethodReader: io_uring futex wait -> eventfd", "notifier thread (CHRONQ_URING=0)",
+            "writer not ringing (CHRONQ_DOORBELL=0)")
     assert all(row in out for row in rows), out
 
 

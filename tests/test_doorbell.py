@@ -276,16 +276,95 @@ def test_ringing_off_leaves_the_sleeper_to_its_timeout(tmp_path: Path,
         assert bell.wait(seen, 0.0) is False
 
 
-def test_a_notifier_wakes_its_fd_on_a_ring_on_a_watched_word_and_on_close(tmp_path: Path) -> None:
+def _uring_futex_wait() -> bool:
+    """Whether this kernel's io_uring has FUTEX_WAIT (Linux 6.7+) and lets us use it."""
+    n = Notifier(uring=True)
+    try:
+        return n.uring
+    finally:
+        n.close()
+
+
+def test_a_notifier_over_io_uring_replaces_and_cancels_its_wait_without_a_wake_up(tmp_path: Path) -> None:
+    """The io_uring wait in flight is the notifier's only one: a wait armed on another doorbell replaces
+    it (a ring of the first wakes nobody, thousands of times over: nothing piles up in the ring), a
+    cancelled one wakes nobody, and one armed after the ring it waits for wakes the loop at once, once."""
+    if not _uring_futex_wait():
+        pytest.skip("this kernel's io_uring has no FUTEX_WAIT (Linux 6.7+) or io_uring is disabled")
+    with chronq.open(tmp_path / "a") as qa, chronq.open(tmp_path / "b") as qb:
+        n, wa, wb = Notifier(uring=True), qa.appender(), qb.appender()
+
+        def woken(limit: float) -> bool:
+            return select.select([n], [], [], limit)[0] == [n] and n.consume() >= 1
+
+        try:
+            for _ in range(2000):  # (no watched words, no max_wait look within the test: the ring alone)
+                qa.doorbell.arm_notifier(n, qa.doorbell.sequence(), (), 60.0)
+                qb.doorbell.arm_notifier(n, qb.doorbell.sequence(), (), 60.0)
+            wa.write(b"not waited for any more")
+            assert not woken(0.05)
+            wb.write(b"waited for")
+            assert woken(30) and not woken(0.05)
+            qb.doorbell.arm_notifier(n, qb.doorbell.sequence(), (), 60.0)
+            n.cancel()
+            wb.write(b"after the cancel")
+            assert not woken(0.05)
+            seen = qb.doorbell.sequence()
+            wb.write(b"before the arm")
+            qb.doorbell.arm_notifier(n, seen, (), 60.0)
+            assert woken(30) and not woken(0.05)
+            assert n.uring
+        finally:
+            n.close()
+
+
+def test_a_notifier_without_a_descriptor_for_its_ring_waits_in_its_thread(tmp_path: Path) -> None:
+    """At the descriptor limit, with room for the eventfd but not for an io_uring, a notifier is made
+    anyway and its thread waits on the doorbell: the loop is still woken by a ring."""
+    child = _child("""
+        import os, resource, select, sys, chronq
+        from chronq.doorbell import Notifier
+        with chronq.open(sys.argv[1]) as q:
+            a, t = q.appender(), q.tailer()
+            a.write(b"the cycle file exists")
+            assert t.read() is not None
+            top = max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1
+            spare = []
+            while (fd := os.open(os.devnull, os.O_RDONLY)) < top:  # fill the gaps below the top
+                spare.append(fd)
+            os.close(fd)
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (top + 1, hard))
+            n = Notifier()  # its eventfd takes the last descriptor
+            assert not n.uring
+            assert not t.notify_when_readable(n)
+            a.write(b"rung")
+            assert select.select([n], [], [], 30)[0] == [n] and n.consume() >= 1
+            n.close()
+        print("ok")
+    """, str(tmp_path / "q"))
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 0 and out.strip() == "ok", out
+
+
+@pytest.mark.parametrize("uring", [True, False], ids=["io_uring", "thread"])
+def test_a_notifier_wakes_its_fd_on_a_ring_on_a_watched_word_and_on_close(tmp_path: Path,
+                                                                          uring: bool) -> None:
     """The native waiter of an event loop: its eventfd stays unreadable until the wait armed ends; a
-    ring ends it, so does a watched word that moved (an appender that does not ring), so does the
-    queue closing; bad waits are refused with what is wrong."""
+    ring ends it (through io_uring's futex wait, or the notifier's thread), so does a watched word
+    that moved (an appender that does not ring), so does the queue closing; bad waits are refused with
+    what is wrong."""
+    if uring and not _uring_futex_wait():
+        pytest.skip("this kernel's io_uring has no FUTEX_WAIT (Linux 6.7+) or io_uring is disabled")
     with chronq.open(tmp_path / "q") as q:
-        t, n = q.tailer(), Notifier()
+        t, n, a = q.tailer(), Notifier(uring=uring), q.appender()
+        assert n.uring is uring
+        a.write(b"the cycle file exists")  # (creating it moves watched words before the ring)
+        assert t.read() is not None
         try:
             assert not t.notify_when_readable(n)
             assert select.select([n], [], [], 0.05)[0] == [] and n.consume() == 0  # nothing yet
-            q.appender().write(b"rung")
+            a.write(b"rung")
             assert select.select([n], [], [], 30)[0] == [n] and n.consume() == 1
             assert t.notify_when_readable(n)  # readable: nothing armed
             assert bytes(t.read().payload) == b"rung"  # type: ignore[union-attr]

@@ -498,12 +498,19 @@ done:
  * the doorbell alone, noticing `ctl` at its next look), which `arm()`, `cancel()` and `stop()` move on:
  * a new wait replaces the one being served at once, and `stop()` ends `serve()` at once.
  *
+ * With io_uring (Linux 6.7+, see uring.h) the doorbell wait is not the thread's: `arm()` hands it to
+ * the kernel as an io_uring FUTEX_WAIT whose completion makes the eventfd readable, so a ring wakes the
+ * loop's thread alone, not this thread and then the loop's. The thread keeps the watched words and the
+ * `max_wait` looks (what appenders that do not ring change) and sleeps on `ctl` alone.
+ *
  * A request's buffers stay exported while the thread may read them (no mapping can be unmapped under
  * it); the thread cannot release them (that needs the GIL), so it marks the request retired and the next
  * `arm()`, `close()` or the object's end release it. */
 
 #include <pthread.h>
 #include <sys/eventfd.h>
+
+#include "uring.h"
 
 #ifndef FUTEX2_SIZE_U32
 #define FUTEX2_SIZE_U32 0x02
@@ -524,6 +531,7 @@ typedef struct {
     long long epoch;
     Py_ssize_t held;  /* watched words (their views held) */
     int watching;     /* 0: no watches given, wake the loop after max_wait for a look from Python */
+    int ring_waits;   /* the io_uring waits on the doorbell word: the thread does not look at it */
     Watched ws[WATCH_MAX];
     double max_wait, max_idle;
 } Request;
@@ -538,6 +546,7 @@ typedef struct {
     int stop;         /* under mu */
     int serving;      /* under mu: serve() runs */
     int error;        /* errno of a failed eventfd write in the thread (atomic), raised by consume() */
+    Uring ring;       /* the doorbell waits, where io_uring has FUTEX_WAIT (ring.fd -1: the thread's) */
     Request slots[NOTIFIER_SLOTS];
 } Notifier;
 
@@ -549,6 +558,7 @@ static void request_release(Request *r) {
         PyBuffer_Release(&r->word_view);
     }
     r->word = NULL;
+    r->ring_waits = 0;
     r->state = SLOT_FREE;
 }
 
@@ -573,13 +583,13 @@ static int notify_fd(int efd) {
 }
 
 static PyObject *notifier_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    if (PyTuple_GET_SIZE(args) || (kwds && PyDict_GET_SIZE(kwds))) {
-        PyErr_SetString(PyExc_TypeError, "DoorbellNotifier() takes no arguments");
-        return NULL;
-    }
+    static char *kwlist[] = {"uring", NULL};
+    int use_uring = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:DoorbellNotifier", kwlist, &use_uring)) return NULL;
     Notifier *self = (Notifier *)type->tp_alloc(type, 0);
     if (!self) return NULL;
     self->efd = -1;
+    self->ring.fd = -1;
     int e = pthread_mutex_init(&self->mu, NULL);
     if (e == 0 && (e = pthread_cond_init(&self->cv, NULL)) != 0) pthread_mutex_destroy(&self->mu);
     if (e != 0) {
@@ -595,11 +605,14 @@ static PyObject *notifier_new(PyTypeObject *type, PyObject *args, PyObject *kwds
         Py_DECREF(self);
         return NULL;
     }
+    /* no ring (no io_uring, no FUTEX_WAIT in it, a descriptor limit): the thread waits, as before */
+    if (use_uring) (void)uring_open(&self->ring, self->efd);
     return (PyObject *)self;
 }
 
 static void notifier_dealloc(Notifier *self) {
     /* serve() holds a reference (its bound method) while it runs: nobody serves here */
+    uring_close(&self->ring);
     for (int i = 0; i < NOTIFIER_SLOTS; i++) request_release(&self->slots[i]);
     if (self->efd >= 0) close(self->efd);
     if (self->ready) {
@@ -700,6 +713,19 @@ static PyObject *notifier_arm(Notifier *self, PyObject *const *args, Py_ssize_t 
         w->expected = width == 4 ? (expected & 0xFFFFFFFFull) : expected;
         r->held++;
     }
+    if (r->word && self->ring.fd >= 0) { /* the thread's first look at the word, then the kernel waits */
+        uint64_t v = __atomic_load_n(r->word, __ATOMIC_SEQ_CST);
+        if ((v & DOORBELL_SEQ_MASK) != r->seen || (epoch >= 0 && EPOCH(v) != epoch)) {
+            uring_cancel(&self->ring);
+            int e = notify_fd(self->efd);
+            if (e) __atomic_store_n(&self->error, e, __ATOMIC_SEQ_CST);
+            r->ring_waits = 1; /* (nothing left to wait for on the word) */
+        } else {
+            r->ring_waits = uring_wait(&self->ring, seq_word(r->word), r->seen, self->efd) == 0;
+        }
+    } else {
+        uring_cancel(&self->ring); /* (a wait without the word: none on the word either) */
+    }
     pthread_mutex_lock(&self->mu);
     ctl_bump(self); /* the wait being served (if any) is replaced */
     r->state = SLOT_PENDING;
@@ -715,14 +741,15 @@ fail:
 /* the wait of request r, without the GIL: 1 to wake the loop, 0 when replaced, cancelled or stopped */
 static int serve_one(Notifier *self, Request *r, uint32_t ctl) {
     double start = now_s(), step = r->max_wait;
+    uint64_t *word = r->ring_waits ? NULL : r->word; /* sleep on it (the io_uring does where it waits) */
     for (;;) {
-        if (r->word) {
+        if (__atomic_load_n(&self->ctl, __ATOMIC_SEQ_CST) != ctl) return 0;
+        if (r->word) { /* rung: wake the loop, unless the io_uring's completion does */
             uint64_t v = __atomic_load_n(r->word, __ATOMIC_SEQ_CST);
-            if ((v & DOORBELL_SEQ_MASK) != r->seen || (r->epoch >= 0 && EPOCH(v) != r->epoch)) return 1;
+            if ((v & DOORBELL_SEQ_MASK) != r->seen || (r->epoch >= 0 && EPOCH(v) != r->epoch)) return !r->ring_waits;
         }
         for (Py_ssize_t i = 0; i < r->held; i++)
             if (load_watched(&r->ws[i]) != r->ws[i].expected) return 1;
-        if (__atomic_load_n(&self->ctl, __ATOMIC_SEQ_CST) != ctl) return 0;
         double l = step;
         if (!r->watching) { /* the caller looks from Python every max_wait */
             l = start + r->max_wait - now_s();
@@ -748,9 +775,9 @@ static int serve_one(Notifier *self, Request *r, uint32_t ctl) {
             ws[nr].val = ctl;
             ws[nr].uaddr = (uintptr_t)&self->ctl;
             ws[nr++].flags = FUTEX2_SIZE_U32 | FUTEX2_PRIVATE;
-            if (r->word) { /* shared: the appenders are other processes */
+            if (word) { /* shared: the appenders are other processes */
                 ws[nr].val = r->seen;
-                ws[nr].uaddr = (uintptr_t)seq_word(r->word);
+                ws[nr].uaddr = (uintptr_t)seq_word(word);
                 ws[nr++].flags = FUTEX2_SIZE_U32;
             }
             res = syscall(SYS_futex_waitv, ws, nr, 0, &until, CLOCK_MONOTONIC);
@@ -758,8 +785,8 @@ static int serve_one(Notifier *self, Request *r, uint32_t ctl) {
         }
 #endif
         if (res < 0 && err == ENOSYS) { /* an older kernel: one word at a time, ctl seen at the next look */
-            if (r->word)
-                res = syscall(SYS_futex, seq_word(r->word), FUTEX_WAIT, r->seen, &rel, NULL, 0);
+            if (word)
+                res = syscall(SYS_futex, seq_word(word), FUTEX_WAIT, r->seen, &rel, NULL, 0);
             else
                 res = syscall(SYS_futex, &self->ctl, FUTEX_WAIT_PRIVATE, ctl, &rel, NULL, 0);
             err = res < 0 ? errno : 0;
@@ -821,6 +848,7 @@ static PyObject *notifier_cancel(Notifier *self, PyObject *unused) {
     ctl_bump(self);
     pthread_mutex_unlock(&self->mu);
     ctl_wake(self);
+    uring_cancel(&self->ring);
     release_retired(self);
     Py_RETURN_NONE;
 }
@@ -846,6 +874,7 @@ static PyObject *notifier_close(Notifier *self, PyObject *unused) {
         PyErr_SetString(PyExc_RuntimeError, "stop the doorbell notifier and end its thread before closing it");
         return NULL;
     }
+    uring_close(&self->ring);
     for (int i = 0; i < NOTIFIER_SLOTS; i++) request_release(&self->slots[i]);
     if (self->efd >= 0) {
         int fd = self->efd;
@@ -880,6 +909,7 @@ static PyObject *notifier_consume(Notifier *self, PyObject *unused) {
         errno = e;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    uring_reap(&self->ring); /* (the completions the eventfd counted) */
     uint64_t v = 0;
     for (;;) {
         ssize_t r = read(self->efd, &v, sizeof v);
@@ -897,6 +927,9 @@ static PyObject *notifier_fileno(Notifier *self, PyObject *unused) {
     return PyLong_FromLong(self->efd);
 }
 
+/* uring() -> bool: the doorbell waits go through io_uring (not the thread) */
+static PyObject *notifier_uring(Notifier *self, PyObject *unused) { return PyBool_FromLong(self->ring.fd >= 0); }
+
 static PyMethodDef notifier_methods[] = {
     {"arm", (PyCFunction)(void (*)(void))notifier_arm, METH_FASTCALL,
      "arm(buf, off, seen, epoch, watches, max_wait, max_idle): hand a wait to the thread"},
@@ -907,6 +940,7 @@ static PyMethodDef notifier_methods[] = {
     {"wake", (PyCFunction)notifier_wake, METH_NOARGS, "wake(): make the eventfd readable"},
     {"consume", (PyCFunction)notifier_consume, METH_NOARGS, "consume() -> wake-ups since the last one"},
     {"fileno", (PyCFunction)notifier_fileno, METH_NOARGS, "fileno() -> the eventfd"},
+    {"uring", (PyCFunction)notifier_uring, METH_NOARGS, "uring() -> True: io_uring waits on the doorbell"},
     {NULL}};
 
 PyTypeObject DoorbellNotifierType = {

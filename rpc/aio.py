@@ -2,12 +2,13 @@
 
 Ready messages are taken in batches of up to `batch`, yielding to the loop between batches. When none
 is ready, a reader of a chronq queue (a `chronq.Tailer`) waits on the queue's doorbell
-(`chronq.doorbell`) through a `chronq.doorbell.Notifier`: a thread that runs no Python sleeps on the
-doorbell and, when the appender of the next message rings, makes an eventfd readable that the loop
-watches (`loop.add_reader`), so the kernel wakes the loop itself, which reads the message in its own
-thread. The loop has no timer running while the reader is idle, and an idle reader costs the loop
-nothing until a message comes. The notifier's thread also looks every `max_wait` of the doorbell's
-(1 ms by default), in C, for appenders that do not ring (Java's, an older chronq's).
+(`chronq.doorbell`) through a `chronq.doorbell.Notifier`: the kernel waits on the doorbell (an
+io_uring futex wait; without one, a thread of the notifier's that runs no Python) and, when the
+appender of the next message rings, makes an eventfd readable that the loop watches
+(`loop.add_reader`), so the kernel wakes the loop itself, which reads the message in its own thread.
+The loop has no timer running while the reader is idle, and an idle reader costs the loop nothing
+until a message comes. The notifier's thread also looks every `max_wait` of the doorbell's (1 ms by
+default), in C, for appenders that do not ring (Java's, an older chronq's).
 
 Any other reader (an archive or acknowledged tailer, a `MethodReader` fed otherwise) is polled as
 before: the poll interval doubles from `min_sleep` up to `max_latency`, so a message reaches an idle
@@ -70,10 +71,10 @@ class _Bell:
     awaits `wait()`.
 
     The loop's thread makes the race-free look itself (`Tailer.notify_when_readable`) and hands the
-    wait to a `chronq.doorbell.Notifier`, whose thread runs no Python: it sleeps on the doorbell (and
-    makes the `max_wait` looks for appenders that do not ring) and makes an eventfd readable that the
-    loop watches (`add_reader`), so the kernel wakes the loop directly and the reading happens in the
-    loop's thread. The notifier is started with the first wait and ends with `close()`, with a
+    wait to a `chronq.doorbell.Notifier`: the kernel (io_uring) or its thread, which runs no Python,
+    waits on the doorbell, its thread makes the `max_wait` looks for appenders that do not ring, and
+    either makes an eventfd readable that the loop watches (`add_reader`), so the kernel wakes the loop
+    directly and the reading happens in the loop's thread. The notifier is started with the first wait and ends with `close()`, with a
     cancelled wait (e.g. `asyncio.run` ending: no thread or fd outlives the loop; the next wait
     starts another), or when the bell is garbage-collected.
     """

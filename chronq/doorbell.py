@@ -55,7 +55,7 @@ from chronq import _native
 from chronq.errors import ChronqError
 from chronq.table import TableStore
 
-__all__ = ["DOORBELL_KEY", "Doorbell", "Notifier", "ringing_enabled"]
+__all__ = ["DOORBELL_KEY", "Doorbell", "Notifier", "ringing_enabled", "uring_enabled"]
 
 #: the table-store key holding the doorbell word
 DOORBELL_KEY = "chronq.doorbell"

@@ -231,10 +231,15 @@ def stop_process(pid: int) -> None:
     os.kill(pid, signal.SIGSTOP)
 
     def stopped() -> bool:
-        for task in os.listdir(f"/proc/{pid}/task"):
+        """Every thread stopped, or the process ended (a zombie, or reaped: nothing runs)."""
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            return True
+        for task in tasks:
             # a thread that ended meanwhile has no stat
             with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{task}/stat") as f:
-                if f.read().rpartition(")")[2].split()[0] not in ("T", "t"):
+                if f.read().rpartition(")")[2].split()[0] not in ("T", "t", "Z", "X"):
                     return False
         return True
 

@@ -43,7 +43,7 @@ EXPORTS: dict[str, list[str]] = {
         "dictionary_ids", "dictionary_path", "encode", "payload_decoder", "store_dictionary",
         "stored_payload_decoder", "train_dictionary",
     ],
-    "chronq.doorbell": ["DOORBELL_KEY", "Doorbell", "Notifier", "ringing_enabled"],
+    "chronq.doorbell": ["DOORBELL_KEY", "Doorbell", "Notifier", "ringing_enabled", "uring_enabled"],
     "chronq.dump": ["dump_lines", "dump_records", "dump_text", "queue_files"],
     "chronq.durable": ["replacing", "write_file"],
     "chronq.errors": [

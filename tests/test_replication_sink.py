@@ -248,7 +248,7 @@ def _kill_sink_at_random(tmp_path: Path, kills: int, seed: int) -> None:
     import time
 
     from tests.procs.qhelp import child_env
-    from tests.replication_support import first_file_difference
+    from tests.replication_support import first_file_difference, stop_process
 
     rng = random.Random(seed)
     clock = FixedClock(0)
@@ -277,7 +277,7 @@ def _kill_sink_at_random(tmp_path: Path, kills: int, seed: int) -> None:
         step = None
         for _ in range(600):
             time.sleep(rng.uniform(0, 0.0001))
-            proc.send_signal(signal.SIGSTOP)
+            stop_process(proc.pid)  # (stopped, not only asked to: the look must see the files still)
             step = _append_in_progress(sink)
             if step is not None or proc.poll() is not None:
                 break

@@ -99,6 +99,7 @@ ASAN_TESTS += tests/test_codecs.py tests/test_codecs_batch.py  # chronq._codecs 
 # fails the recipe if a sanitizer wrote a report
 ASAN_CHECK = if ls $(ASAN_LOGS)/* >/dev/null 2>&1; then cat $(ASAN_LOGS)/*; echo "sanitizer reports in $(ASAN_LOGS)"; exit 1; fi
 ASAN_TESTS += tests/test_replication_runs.py tests/test_replication_protocol.py  # replication runs (read_run, write_run)
+ASAN_TESTS += tests/test_doorbell.py tests/test_doorbell_model.py tests/test_rpc_aio.py  # the doorbell, its notifier, io_uring
 
 asan-build: build
 	rm -rf $(ASAN_TREE) && mkdir -p $(ASAN_TREE)

@@ -288,7 +288,9 @@ def _uring_futex_wait() -> bool:
 def test_a_notifier_over_io_uring_replaces_and_cancels_its_wait_without_a_wake_up(tmp_path: Path) -> None:
     """The io_uring wait in flight is the notifier's only one: a wait armed on another doorbell replaces
     it (a ring of the first wakes nobody, thousands of times over: nothing piles up in the ring), a
-    cancelled one wakes nobody, and one armed after the ring it waits for wakes the loop at once, once."""
+    cancelled one wakes nobody, and one armed after the ring it waits for wakes the loop at once, once.
+    A new wait does not wake the notifier's thread unless its looks at watched words are due before the
+    thread's next look."""
     if not _uring_futex_wait():
         pytest.skip("this kernel's io_uring has no FUTEX_WAIT (Linux 6.7+) or io_uring is disabled")
     with chronq.open(tmp_path / "a") as qa, chronq.open(tmp_path / "b") as qb:
@@ -313,6 +315,13 @@ def test_a_notifier_over_io_uring_replaces_and_cancels_its_wait_without_a_wake_u
             wb.write(b"before the arm")
             qb.doorbell.arm_notifier(n, seen, (), 60.0)
             assert woken(30) and not woken(0.05)
+            # the thread sleeps out a wait's looks (60 s apart) unless a new one needs a look sooner
+            qb.doorbell.arm_notifier(n, qb.doorbell.sequence(), (), 60.0)
+            time.sleep(0.05)  # (the thread takes that wait and sleeps until its look, 60 s on)
+            buf = bytearray(8)
+            qb.doorbell.arm_notifier(n, qb.doorbell.sequence(), ((buf, 0, 8, 0),), 0.001)
+            buf[0] = 1  # (what an appender that does not ring changes)
+            assert woken(30)
             assert n.uring
         finally:
             n.close()

@@ -547,6 +547,7 @@ typedef struct {
     int serving;      /* under mu: serve() runs */
     int error;        /* errno of a failed eventfd write in the thread (atomic), raised by consume() */
     Uring ring;       /* the doorbell waits, where io_uring has FUTEX_WAIT (ring.fd -1: the thread's) */
+    double looks_at;  /* when the thread's sleep ends, for its next look (atomic; 0: not asleep on a wait) */
     Request slots[NOTIFIER_SLOTS];
 } Notifier;
 
@@ -731,7 +732,14 @@ static PyObject *notifier_arm(Notifier *self, PyObject *const *args, Py_ssize_t 
     r->state = SLOT_PENDING;
     pthread_cond_signal(&self->cv);
     pthread_mutex_unlock(&self->mu);
-    ctl_wake(self);
+    /* A thread that sleeps on the doorbell takes the new wait at once. Where the io_uring waits on it
+       and the thread's next look is due within the new wait's max_wait, the thread is left asleep: it
+       takes the new wait at that look (ctl moved) and looks at once, so the watched words are still
+       looked at within max_wait, and a loop woken by ring after ring does not wake this thread too for
+       every message. */
+    double looks_at;
+    __atomic_load(&self->looks_at, &looks_at, __ATOMIC_SEQ_CST);
+    if (!r->ring_waits || !(looks_at > 0) || looks_at > now_s() + r->max_wait) ctl_wake(self);
     Py_RETURN_NONE;
 fail:
     request_release(r);
@@ -758,6 +766,8 @@ static int serve_one(Notifier *self, Request *r, uint32_t ctl) {
             step = step * 2 < r->max_idle ? step * 2 : r->max_idle;
         }
         struct timespec rel = {(time_t)l, (long)((l - (double)(time_t)l) * 1e9)};
+        double looks_at = now_s() + l;
+        __atomic_store(&self->looks_at, &looks_at, __ATOMIC_SEQ_CST);
         long res = -1;
         int err = ENOSYS;
 #if defined(SYS_futex_waitv)
@@ -827,7 +837,10 @@ static PyObject *notifier_serve(Notifier *self, PyObject *unused) {
         r->state = SLOT_SERVING;
         uint32_t ctl = __atomic_load_n(&self->ctl, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&self->mu);
-        if (serve_one(self, r, ctl)) {
+        int wake = serve_one(self, r, ctl);
+        double idle = 0.0; /* (waiting for a request under mu: arm() signals cv) */
+        __atomic_store(&self->looks_at, &idle, __ATOMIC_SEQ_CST);
+        if (wake) {
             int e = notify_fd(efd);
             if (e) __atomic_store_n(&self->error, e, __ATOMIC_SEQ_CST);
         }

@@ -232,30 +232,17 @@ def read_history(body: Buffer, pos: int = 0) -> tuple[MessageHistory | None, int
     return None, pos
 
 
-_I32 = struct.Struct("<i")
-_I64 = struct.Struct("<q")
-
-
-def last_source(body: Buffer, pos: int = 0) -> tuple[int, int] | None:
-    """The last (source id, index) of the history at `pos` of a document body: the message that caused
-    the document. None when the document has no history or one that names no source. Read in place for
-    the usual binary layout (a service's standby and restart ask this of every output document, where a
-    MessageHistory cost microseconds); any other layout, or a damaged one, goes through `read_history`."""
-    if pos == 0 and _accel.speedups is not None:
+def last_source(body: Buffer) -> tuple[int, int] | None:
+    """The last (source id, index) of the history that starts a document body: the message that caused
+    the document. None when the document has no history or one that names no source. Read in place, in
+    C, for the usual binary layout (a service's standby and restart ask this of every output document,
+    where a MessageHistory cost microseconds); any other layout, a damaged one, or a build without the
+    C speedups goes through `read_history`, which decides what is an error."""
+    if _accel.speedups is not None:
         found = _accel.speedups.last_source(body)
         if found is not False:
             return typing.cast("tuple[int, int] | None", found)
-    p = pos
-    if (len(body) > p + 8 and body[p] == 0xBA and body[p + 3] == 0x81 and body[p + 6] == HISTORY_MESSAGE
-            and body[p : p + 3] == BINARY_PREFIX):
-        end = p + 6 + (body[p + 4] | body[p + 5] << 8)
-        n = body[p + 7]
-        tpos = p + 8 + 12 * n  # where the timing count is (see `_check_payload`)
-        if end <= len(body) and tpos < end and tpos + 1 + 8 * body[tpos] <= end:
-            if n == 0:
-                return None
-            return _I32.unpack_from(body, p + 4 + 4 * n)[0], _I64.unpack_from(body, p + 12 * n)[0]
-    h, _ = read_history(body, pos)
+    h, _ = read_history(body)
     if h is None or not h.sources:
         return None
     sid, index = h.sources[-1]

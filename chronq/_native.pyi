@@ -252,8 +252,10 @@ class AppenderCore:
     def _set_doorbell(self, buf: Buffer | None, word_off: int, probe_off: int, /) -> None:
         """Ring the doorbell word at `word_off` after each publication; without one (-1), call
         `_find_doorbell()` once the header at `probe_off` (the table store's chain end) is set."""
-    def _set_clock(self, own_clock: bool, cycle_start_ms: int, cycle_end_ms: int,
-                   millis: Callable[[], int] | None = None, /) -> None: ...
+    def _set_clock(self, cycle_start_ms: int, cycle_end_ms: int, millis: Callable[[], int] | None,
+                   /) -> None:
+        """The current cycle's window [start, end), against the system's realtime clock (`millis` None)
+        or a clock of the queue's own (its `millis()`)."""
     def _set_grow_at(self, pos: int, alloc_end: int = ..., ahead_at: int = ..., /) -> None: ...
     def lock(self) -> None:
         """Take the queue's write lock and hold it across several writes (a batch with a listener,

@@ -425,7 +425,7 @@ class Appender(_native.AppenderCore):
         self._set_limits(cf)
         rc, q = self._queue.roll_cycle, self._queue
         start, end = rc.cycle_start(cf.cycle, q.epoch), rc.cycle_end(cf.cycle, q.epoch)
-        self._set_clock(not q.system_clock, start, end, None if q.system_clock else q.clock.millis)
+        self._set_clock(start, end, None if q.system_clock else q.clock.millis)
 
     def _roll(self, eof_seen: bool) -> None:
         q = self._queue
@@ -436,7 +436,7 @@ class Appender(_native.AppenderCore):
         if current is not None and target <= current:
             if not eof_seen:
                 if target < current:  # the clock went back: keep appending to the newest cycle, as Java
-                    self._set_clock(not q.system_clock, -(1 << 62), self._clock_end(current),
+                    self._set_clock(-(1 << 62), self._clock_end(current),
                                     None if q.system_clock else q.clock.millis)
                 return
             highest = max(q.fresh_cycles(), default=current)

@@ -137,18 +137,16 @@ static PyObject *App_set_doorbell(AppenderObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* _set_clock(own_clock, start_ms, end_ms, millis=None): the current cycle's window; with a clock of the
-   queue's own, its millis() (None: `_roll` asks at every write) */
+/* _set_clock(start_ms, end_ms, millis): the current cycle's window, against the system's realtime clock
+   (millis None) or a clock of the queue's own (its millis()) */
 static PyObject *App_set_clock(AppenderObject *self, PyObject *args) {
-    int mode;
     long long start, end;
-    PyObject *millis = Py_None;
-    if (!PyArg_ParseTuple(args, "pLL|O", &mode, &start, &end, &millis)) return NULL;
+    PyObject *millis;
+    if (!PyArg_ParseTuple(args, "LLO", &start, &end, &millis)) return NULL;
     if (millis != Py_None && !PyCallable_Check(millis)) {
         PyErr_SetString(PyExc_TypeError, "_set_clock(): millis must be callable or None");
         return NULL;
     }
-    self->clock_mode = mode;
     self->cycle_start_ms = start;
     self->cycle_end_ms = end;
     Py_XSETREF(self->clock_millis, millis == Py_None ? NULL : Py_NewRef(millis));
@@ -230,14 +228,14 @@ static int64_t clock_ms(clockid_t id) {
 /* With the lock held: make sure we are in the cycle the clock says (rolling via Python). */
 int App_check_cycle(AppenderObject *self) {
     if (self->g.map) {
-        if (self->clock_mode == 0) {
+        if (!self->clock_millis) {
             /* the coarse clock never runs ahead of the real one: far from the end it is enough (~10 ns
                against ~45 ns for the precise clock on a VM) */
             int64_t c = clock_ms(CLOCK_REALTIME_COARSE);
             if (c >= self->cycle_start_ms && c < self->cycle_end_ms - COARSE_LAG_MS) return 0;
             int64_t t = clock_ms(CLOCK_REALTIME);
             if (t >= self->cycle_start_ms && t < self->cycle_end_ms) return 0;
-        } else if (self->clock_millis) {
+        } else {
             /* a clock of the queue's own: one call of its millis(), not `_roll` (the cycle it is in,
                computed in Python, at every write); a time that is no int goes to `_roll` to be reported */
             PyObject *r = PyObject_CallNoArgs(self->clock_millis);

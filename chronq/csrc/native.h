@@ -191,9 +191,8 @@ typedef struct {
     int64_t pid;
     int lock_depth; /* >0 while we hold the lock */
     /* clock */
-    int clock_mode; /* 0: system realtime vs [cycle_start_ms, cycle_end_ms); 1: a clock of the queue's own */
-    int64_t cycle_start_ms, cycle_end_ms;
-    PyObject *clock_millis; /* mode 1: the clock's millis() (its time compared as the system's; NULL: _roll) */
+    int64_t cycle_start_ms, cycle_end_ms; /* the current cycle's window */
+    PyObject *clock_millis; /* a clock of the queue's own: its millis() (NULL: the system's realtime clock) */
     Py_ssize_t grow_at; /* a header at or past this position needs a bigger file (Java's chunk rule) */
     Py_ssize_t alloc_end; /* disk blocks are reserved up to here (a full disk must not SIGBUS us) */
     Py_ssize_t ahead_at;  /* past this end position, reserve more after the write (App_after_write) */

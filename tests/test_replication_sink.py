@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -240,7 +241,9 @@ def _kill_sink_at_random(tmp_path: Path, kills: int, seed: int) -> None:
     """A sink process is stopped (SIGSTOP) at random moments until its newest cycle file shows an append
     in progress, or for at most 600 tries, then killed (SIGKILL) there; restarted each time. A plain kill
     at a random moment almost never lands between the steps of an append (a few instructions of each):
-    stopping first and looking makes most kills land there, which is what this test is about."""
+    stopping first and looking makes most kills land there, which is what this test is about. Every sink
+    ends byte for byte the source; one whose kills all missed the appends (a loaded machine) is done
+    again from nothing, up to 5 times."""
     import random
     import signal
     import subprocess
@@ -263,36 +266,41 @@ def _kill_sink_at_random(tmp_path: Path, kills: int, seed: int) -> None:
             a.write(b"message %d " % i + bytes(i % 61))
     loop = [sys.executable, str(Path(__file__).resolve().parent / "procs" / "repl_sink_loop.py"), str(src),
             str(sink)]
-    landed: dict[str | None, int] = {}
     end = last_index(src)
-    while sum(landed.values()) < kills:
-        proc = subprocess.Popen(loop, stdout=subprocess.PIPE, text=True, env=child_env())
-        assert proc.stdout is not None
-        first = proc.stdout.readline().strip()
-        if first != "started":  # the sink holds everything already
-            assert first == "done", proc.communicate()
+    tries: list[dict[str | None, int]] = []
+    while len(tries) < 5:  # a fresh sink again when no kill landed in an append (a loaded machine)
+        landed: dict[str | None, int] = {}
+        while sum(landed.values()) < kills:
+            proc = subprocess.Popen(loop, stdout=subprocess.PIPE, text=True, env=child_env())
+            assert proc.stdout is not None
+            first = proc.stdout.readline().strip()
+            if first != "started":  # the sink holds everything already
+                assert first == "done", proc.communicate()
+                proc.wait(20)
+                proc.stdout.close()
+                break
+            step = None
+            for _ in range(600):
+                time.sleep(rng.uniform(0, 0.0001))
+                stop_process(proc.pid)  # (stopped, not only asked to: the look must see the files still)
+                step = _append_in_progress(sink)
+                if step is not None or proc.poll() is not None:
+                    break
+                proc.send_signal(signal.SIGCONT)
+            proc.kill()
             proc.wait(20)
             proc.stdout.close()
-            break
-        step = None
-        for _ in range(600):
-            time.sleep(rng.uniform(0, 0.0001))
-            stop_process(proc.pid)  # (stopped, not only asked to: the look must see the files still)
-            step = _append_in_progress(sink)
-            if step is not None or proc.poll() is not None:
-                break
-            proc.send_signal(signal.SIGCONT)
-        proc.kill()
-        proc.wait(20)
-        proc.stdout.close()
-        if last_index(sink) != end:
-            landed[step] = landed.get(step, 0) + 1
-    out = subprocess.run(loop, capture_output=True, text=True, timeout=120, env=child_env())
-    assert out.returncode == 0 and out.stdout.split()[-1:] == ["done"], out.stderr
-    mid_append = sum(n for step, n in landed.items() if step is not None)
-    assert mid_append >= 1, f"no kill landed in an append: {landed}"
-    assert excerpts(sink) == excerpts(src)
-    assert first_file_difference(src, sink) is None, (landed, first_file_difference(src, sink))
+            if last_index(sink) != end:
+                landed[step] = landed.get(step, 0) + 1
+        out = subprocess.run(loop, capture_output=True, text=True, timeout=120, env=child_env())
+        assert out.returncode == 0 and out.stdout.split()[-1:] == ["done"], out.stderr
+        assert excerpts(sink) == excerpts(src)
+        assert first_file_difference(src, sink) is None, (landed, first_file_difference(src, sink))
+        tries.append(landed)
+        if any(step is not None for step in landed):
+            return
+        shutil.rmtree(sink)
+    raise AssertionError(f"no kill landed in an append in {len(tries)} sinks: {tries}")
 
 
 def test_sink_process_killed_at_random_points_ends_byte_for_byte_as_its_source(tmp_path: Path) -> None:

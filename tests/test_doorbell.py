@@ -374,7 +374,9 @@ def test_a_notifier_wakes_its_fd_on_a_ring_on_a_watched_word_and_on_close(tmp_pa
             assert not t.notify_when_readable(n)
             assert select.select([n], [], [], 0.05)[0] == [] and n.consume() == 0  # nothing yet
             a.write(b"rung")
-            assert select.select([n], [], [], 30)[0] == [n] and n.consume() == 1
+            # (with io_uring, the thread's look may also catch the watched words moving before the ring:
+            # two wake-ups for one message, never none)
+            assert select.select([n], [], [], 30)[0] == [n] and n.consume() >= 1
             assert t.notify_when_readable(n)  # readable: nothing armed
             assert bytes(t.read().payload) == b"rung"  # type: ignore[union-attr]
             # a watched word moves (here by hand: what a writer that does not ring changes)

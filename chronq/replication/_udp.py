@@ -411,7 +411,8 @@ class UdpSender:
     def read(self, reader: SourceReader, big: bytearray, max_count: int) -> tuple[int, int, int, int]:
         """The next runs into datagrams, as many as the window has room for (at most BATCH): (documents,
         data documents, end, first index), as `SourceReader.read_run`. A document larger than a
-        datagram is read into `big` (the TCP frame buffer) and goes over TCP."""
+        datagram is read into `big` (the TCP frame buffer) alone and goes over TCP; the documents after
+        it go as datagrams again."""
         try:
             room = min(BATCH, self._room())
             slots = self._ring.slots(room)
@@ -422,7 +423,7 @@ class UdpSender:
             return docs, data, 0, first
         except ReplicationError:
             self._out, self._ends = big, []
-            return reader.read_run(big, DATAGRAM_HEAD.size, self._conn.max_frame - 1 - TAG, max_count)
+            return reader.read_run(big, DATAGRAM_HEAD.size, self._conn.max_frame - 1 - TAG, 1)
 
     def send(self, first: int, docs: int, end: int, over_tcp: bool) -> None:
         """Seal and send the datagrams `read` made; `over_tcp`: they must come after a TCP frame just
@@ -565,8 +566,8 @@ class GroupSender:
         except ReplicationError:
             if len(self._big) < self._max_frame:
                 self._big = bytearray(self._max_frame)
-            buf = self._big
-            docs, data, end, first = reader.read_run(buf, head, len(buf) - 1 - TAG, max_count)
+            buf = self._big  # (that document alone: the ones after it go to the group as datagrams)
+            docs, data, end, first = reader.read_run(buf, head, len(buf) - 1 - TAG, 1)
             runs = []
         if not docs:
             return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from chronq.replication import ProtocolError
@@ -40,21 +40,23 @@ def test_every_known_roll_cycle_passes(rc: RollCycle) -> None:
     (QueueInfo("yyyyMMdd'F'", 86_400_000, 4096, 0, 0, 1), "indexSpacing 0"),
     (QueueInfo("yyyyMMdd'F'", 86_400_000, 1 << 20, 1 << 20, 0, 1), "need 60 sequence bits"),
     (QueueInfo("yyyyMMdd'Q'", 86_400_000, 4096, 256, 0, 0), "host id 0"),
+    (QueueInfo("yyyyMMdd-HHmm'V'", 1, 8, 1, 0, 1), "the present cycle 17\\d+ has no index in 31 cycle bits"),
     (QueueInfo("yyyyMMddQ", 86_400_000, 4096, 256, 0, 1), "unusable roll cycle .*letter 'Q'"),
 ])
 def test_a_bad_queue_info_is_refused_naming_the_field(info: QueueInfo, error: str) -> None:
     with pytest.raises(ProtocolError, match=error):
-        queue_roll_cycle(info)
+        queue_roll_cycle(info, FixedClock(NOW))
 
 
 @given(st.sampled_from([rc.format for rc in ROLL_CYCLES.values()]) | st.text(max_size=20),
        st.integers(-(1 << 63), (1 << 63) - 1), st.integers(-(1 << 31), (1 << 31) - 1),
        st.integers(-(1 << 31), (1 << 31) - 1), st.integers(-(1 << 63), (1 << 63) - 1),
        st.integers(0, (1 << 32) - 1))
+@example("yyyyMMdd-HHmm'V'", 1, 8, 1, 0, 1)  # (a cycle of 1 ms: today's cycle number has no index)
 def test_any_queue_info_is_a_usable_roll_cycle_or_a_protocol_error(
         fmt: str, length: int, count: int, spacing: int, epoch: int, host: int) -> None:
     try:
-        rc = queue_roll_cycle(QueueInfo(fmt, length, count, spacing, epoch, host))
+        rc = queue_roll_cycle(QueueInfo(fmt, length, count, spacing, epoch, host), FixedClock(NOW))
     except ProtocolError:
         return
     assert abs(epoch) <= MAX_EPOCH_MS and rc.cycle_shift <= MAX_CYCLE_SHIFT

@@ -45,10 +45,12 @@ def _power_of_two(n: int, low: int, high: int, what: str) -> None:
         raise ProtocolError(f"QueueInfo {what} {n} is not a power of two in {low}..{high}")
 
 
-def queue_roll_cycle(info: QueueInfo) -> RollCycle:
+def queue_roll_cycle(info: QueueInfo, clock: Clock | None = None) -> RollCycle:
     """The roll cycle a source's `QueueInfo` describes, every field checked first: ProtocolError naming
     the field for anything a queue cannot hold (the sink writes the roll cycle and epoch to its table
-    store, where a bad value would outlive the connection)."""
+    store, where a bad value would outlive the connection), including a roll cycle whose present cycle
+    (by `clock`, this host's by default) has no index (a cycle of 1 ms with 32 sequence bits ran out
+    of cycle numbers 24 days after its epoch)."""
     if not 1 <= info.length_ms <= MAX_CYCLE_LENGTH_MS:
         raise ProtocolError(f"QueueInfo cycle length {info.length_ms} ms is outside 1..{MAX_CYCLE_LENGTH_MS}")
     _power_of_two(info.index_count, 8, MAX_INDEX_COUNT, "indexCount")
@@ -64,6 +66,11 @@ def queue_roll_cycle(info: QueueInfo) -> RollCycle:
     if rc.cycle_shift > MAX_CYCLE_SHIFT:
         raise ProtocolError(f"QueueInfo indexCount {info.index_count} and indexSpacing {info.index_spacing} "
                             f"need {rc.cycle_shift} sequence bits, more than {MAX_CYCLE_SHIFT}")
+    now = rc.cycle_at((clock or SystemClock()).millis() + CLOCK_SLACK_MS, info.epoch)
+    if not 0 <= now < 1 << (63 - rc.cycle_shift):
+        raise ProtocolError(f"QueueInfo roll cycle {rc.name} (cycle length {info.length_ms} ms, epoch "
+                            f"{info.epoch} ms): the present cycle {now} has no index in "
+                            f"{63 - rc.cycle_shift} cycle bits")
     return rc
 
 

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -263,6 +264,41 @@ def test_a_signal_handler_runs_during_a_wait_for_ever(tmp_path: Path) -> None:
             signal.signal(signal.SIGALRM, old)
 
 
+def _count_arms(queue: chronq.Queue) -> list[int]:
+    """Count the armings of `queue`'s doorbell (`sequence()`, one before each look from Python)."""
+    arms = [0]
+    sequence = queue.doorbell.sequence
+
+    def counted() -> int:
+        arms[0] += 1
+        return sequence()
+
+    queue.doorbell.sequence = counted  # type: ignore[method-assign]
+    return arms
+
+
+def _woken_after_one_look(t: Tailer, arms: list[int], looks: list[int], write: Callable[[bytes], object],
+                          payload: bytes) -> bool:
+    """A wait in a thread, an excerpt written once it looked: whether it returned after that one look
+    and one more (no second arming). Every try must return True and read `payload`."""
+    arms[0] = looks[0] = 0
+    th, result = _wait_in_thread(t, 60)
+    wait_until(lambda: looks[0] == 1, 30, "the first look")
+    write(payload)
+    th.join(60)
+    assert result == [True]
+    once = arms[0] == 1 and looks[0] == 2
+    ex = t.read()
+    assert ex is not None and ex.bytes() == payload
+    return once
+
+
+# A look of the sleep at the watched words (every max_wait) may fall inside the append (between its
+# header claimed and its ring): the wait then arms and looks again, correctly. The test below allows
+# that race a few times, not every time.
+TRIES = 5
+
+
 def test_a_wait_woken_by_the_next_excerpt_returns_without_arming_again(tmp_path: Path) -> None:
     """The usual wake-up (the next excerpt's publication rang) returns after one look: no second arming
     and reading of the watched words on the wake-up's path. A ring for something else (nothing new to
@@ -272,22 +308,8 @@ def test_a_wait_woken_by_the_next_excerpt_returns_without_arming_again(tmp_path:
         a.write(b"first")
         t = reader.tailer()
         assert t.read() is not None
-        arms = [0]
-        sequence = reader.doorbell.sequence
-
-        def counted() -> int:
-            arms[0] += 1
-            return sequence()
-
-        reader.doorbell.sequence = counted  # type: ignore[method-assign]
-        looks = _count_looks(t)
-        th, result = _wait_in_thread(t, 60)
-        wait_until(lambda: looks[0] == 1, 30, "the first look")
-        a.write(b"second")
-        th.join(60)
-        assert result == [True] and arms[0] == 1 and looks[0] == 2
-        ex = t.read()
-        assert ex is not None and ex.bytes() == b"second"
+        arms, looks = _count_arms(reader), _count_looks(t)
+        assert any(_woken_after_one_look(t, arms, looks, a.write, b"next %d" % i) for i in range(TRIES))
 
         arms[0] = looks[0] = 0
         th, result = _wait_in_thread(t, 60)
@@ -296,7 +318,7 @@ def test_a_wait_woken_by_the_next_excerpt_returns_without_arming_again(tmp_path:
         wait_until(lambda: looks[0] == 3, 30, "the looks after the ring")
         a.write(b"third")
         th.join(60)
-        assert result == [True] and arms[0] == 2
+        assert result == [True] and arms[0] in (2, 3)  # (3: a look inside the append, as above)
         ex = t.read()
         assert ex is not None and ex.bytes() == b"third"
 

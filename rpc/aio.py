@@ -71,10 +71,11 @@ class _Bell:
     awaits `wait()`.
 
     The loop's thread makes the race-free look itself (`Tailer.notify_when_readable`) and hands the
-    wait to a `chronq.doorbell.Notifier`: the kernel (io_uring) or its thread, which runs no Python,
-    waits on the doorbell, its thread makes the `max_wait` looks for appenders that do not ring, and
-    either makes an eventfd readable that the loop watches (`add_reader`), so the kernel wakes the loop
-    directly and the reading happens in the loop's thread. The notifier is started with the first
+    wait to a `chronq.doorbell.Notifier`. The kernel (an io_uring futex wait; without one, the
+    notifier's thread, which runs no Python) waits on the doorbell, the thread makes the `max_wait`
+    looks for appenders that do not ring, and whichever ends the wait makes an eventfd readable that
+    the loop watches (`add_reader`): the kernel wakes the loop directly and the reading happens in the
+    loop's thread. The notifier is started with the first
     wait and ends with `close()`, with a cancelled wait (e.g. `asyncio.run` ending: no thread or fd
     outlives the loop; the next wait starts another), or when the bell is garbage-collected.
     """

@@ -93,14 +93,50 @@ _MSGSPEC_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeEr
 _AT_BYTE = re.compile(r"\(byte (\d+)\)")
 
 
+# What follows each msgpack lead byte 0xc0-0xdf other than a str: the width of a length prefix for
+# bytes that follow (bin, ext), then a number of fixed bytes (ext's type, a number, a container's
+# count, a fixext's type and data).
+_MSGPACK_SKIP = {
+    0xC4: (1, 0), 0xC5: (2, 0), 0xC6: (4, 0), 0xC7: (1, 1), 0xC8: (2, 1), 0xC9: (4, 1),
+    0xCA: (0, 4), 0xCB: (0, 8), 0xCC: (0, 1), 0xCD: (0, 2), 0xCE: (0, 4), 0xCF: (0, 8),
+    0xD0: (0, 1), 0xD1: (0, 2), 0xD2: (0, 4), 0xD3: (0, 8), 0xD4: (0, 2), 0xD5: (0, 3),
+    0xD6: (0, 5), 0xD7: (0, 9), 0xD8: (0, 17), 0xDC: (0, 2), 0xDD: (0, 4), 0xDE: (0, 2), 0xDF: (0, 4),
+}
+_MSGPACK_STR = {0xD9: 1, 0xDA: 2, 0xDB: 4}
+
+
+def _first_bad_msgpack_text(raw: bytes) -> int | None:
+    """The offset of the first byte that is not UTF-8 inside a msgpack `str` of `raw`, or None.
+
+    msgspec says only that some string is not UTF-8 (older releases raised a UnicodeDecodeError
+    holding the string, newer ones a DecodeError with no position), so the reader's error finds the
+    byte itself. Container headers only announce counts, so one pass over the items in order visits
+    every string, keys included."""
+    pos = 0
+    while pos < len(raw):
+        lead = raw[pos]
+        pos += 1
+        if 0xA0 <= lead <= 0xBF or lead in _MSGPACK_STR:
+            width = _MSGPACK_STR.get(lead, 0)
+            size = lead & 0x1F if width == 0 else int.from_bytes(raw[pos:pos + width], "big")
+            start = pos + width
+            try:
+                raw[start:start + size].decode()
+            except UnicodeDecodeError as e:
+                return start + e.start
+            pos = start + size
+        elif lead in _MSGPACK_SKIP:
+            width, fixed = _MSGPACK_SKIP[lead]
+            pos += width + fixed + int.from_bytes(raw[pos:pos + width], "big")
+    return None
+
+
 def _bad_data(wire: str, tp: Any, data: Buffer, exc: BaseException) -> WireError:
     """The WireError for msgspec's `exc`, with the offset where it stopped as far as it can be told:
     the first bad byte of a non-UTF-8 str, the end of truncated data, else the start."""
     offset = 0
-    if isinstance(exc, UnicodeDecodeError):
-        raw = bytes(data)
-        at = raw.find(exc.object) if isinstance(exc.object, bytes) else -1
-        offset = at + exc.start if at >= 0 else 0
+    if isinstance(exc, UnicodeDecodeError) or "UTF-8" in str(exc):
+        offset = _first_bad_msgpack_text(bytes(data)) or 0
     elif isinstance(exc, msgspec.DecodeError) and "truncated" in str(exc):
         offset = len(data)
     elif (byte := _AT_BYTE.search(str(exc))) is not None and int(byte[1]) <= len(data):

@@ -364,16 +364,17 @@ def _paced_writes(
 FLOOR_SRC = Path(__file__).with_name("latency_floor.c")
 
 
-def build_floor(tmp: Path) -> Path | str:
-    """latency_floor.c compiled with the machine's C compiler, or why there is no floor."""
-    exe = tmp / "latency_floor"
+def build_floor(tmp: Path, source: Path = FLOOR_SRC) -> Path | str:
+    """A floor's C program (latency_floor.c unless said) compiled with the machine's C compiler, or
+    why there is no floor."""
+    exe = tmp / source.stem
     cc = (os.environ.get("CC") or "cc").split()  # may carry flags, as in make
     try:
-        r = subprocess.run([*cc, "-O2", "-o", str(exe), str(FLOOR_SRC)], capture_output=True, text=True)
+        r = subprocess.run([*cc, "-O2", "-o", str(exe), str(source)], capture_output=True, text=True)
     except OSError:
         return "n/a (no C compiler)"
     if r.returncode != 0:
-        print(f"latency_floor.c did not compile:\n{r.stderr}", file=sys.stderr)
+        print(f"{source.name} did not compile:\n{r.stderr}", file=sys.stderr)
         return "n/a (the C compiler failed)"
     return exe
 

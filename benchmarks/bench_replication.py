@@ -19,7 +19,10 @@ Cases (40-byte messages throughout):
   doorbell (`Tailer.wait`) and a writer that sleeps until each message is due (1 us timer slack);
   then busy-spinning (`--spin-us`, the writer and the reader yielding their core at each look).
   Floor: the same stamped messages, paced by sleeping as the writer, through one socket with
-  TCP_NODELAY to a receiver blocked in recv(). Busy-spinning
+  TCP_NODELAY to a receiver blocked in recv(). Before them, the C path floor (path_floor.c, built
+  here with $CC or cc): the whole path with nothing spinning in C, four processes placed as the lag
+  case's, two futex hand-offs (writer to source, sink to reader) around the TCP hop; a target it
+  misses is out of reach for any implementation on the machine. Busy-spinning
   threads are deployed on CPUs of their own; with two CPUs here, the case pins the writer and the sink
   host to one and the source host and the reader to the other, so that each hop crosses to the other
   CPU (the floor's sender and receiver likewise); `--no-pin` lets the scheduler place them. Beside each
@@ -69,6 +72,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench_queue import build_floor
+
+PATH_FLOOR_SRC = Path(__file__).with_name("path_floor.c")
 MSG = 40
 STAMP = struct.Struct("<q")
 KEY = "benchmark cluster key, long enough"
@@ -821,6 +827,24 @@ def floor_lag(rate: int, seconds: float, pin: bool) -> list[int]:
     return lags
 
 
+def path_floor(exe: Path | str, rate: int, seconds: float, pin: bool) -> tuple[float, float] | None:
+    """The lag case's path in C with nothing spinning (path_floor.c: writer, source, sink and reader
+    processes, two futex hand-offs and a TCP hop over 127.0.0.1, placed on the CPUs as the lag case's):
+    (p50, p99) in us, what any implementation gets here; None without a C compiler."""
+    if isinstance(exe, str):
+        print(f"no path floor: {exe}", file=sys.stderr)
+        return None
+    a, b = _lag_cpus(pin)
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [str(exe), d, str(int(rate * seconds)), str(rate), str(-1 if a is None else a),
+               str(-1 if b is None else b)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 4 * seconds)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    p50, p99, _, _ = (int(x) / 1000 for x in r.stdout.split())
+    return p50, p99
+
+
 def _row(case: str, figure: float, target: str, floor: float | None, met: bool, fmt: str = ",.0f") -> str:
     ratio = f"{figure / floor:.3f}" if floor else "-"
     fl = format(floor, fmt) if floor is not None else "-"
@@ -887,8 +911,18 @@ def main() -> None:
                 rate, _, _ = replication_catch_up(Path(d), n, ack=case == "ack", tls=case == "tls")
             rows.append(_row(f"throughput {case} (msg/s)", rate, f">= {TARGETS[case]:,}", floor,
                              rate >= TARGETS[case]))
-    for rate in [int(r) for r in a.rate.split(",")] if "lag" in cases else []:
+    lag_rates = [int(r) for r in a.rate.split(",")] if "lag" in cases else []
+    floor_dir = tempfile.TemporaryDirectory()
+    c_floor = build_floor(Path(floor_dir.name), PATH_FLOOR_SRC) if lag_rates else ""
+    for rate in lag_rates:
         fl = floor_lag(rate, seconds, not a.no_pin)
+        whole = path_floor(c_floor, rate, seconds, not a.no_pin)
+        if whole is not None:  # the target is out of reach where the path in C misses it
+            how = ", unpinned" if a.no_pin else ""
+            rows.append(_row(f"C path floor p50 at {rate:,} msg/s{how} (us)", whole[0], f"<= {LAG_P50}",
+                             None, whole[0] <= LAG_P50, ".1f"))
+            rows.append(_row(f"C path floor p99 at {rate:,} msg/s{how} (us)", whole[1], f"<= {LAG_P99}",
+                             None, whole[1] <= LAG_P99, ".1f"))
         for spin in (0, a.spin_us):
             with tempfile.TemporaryDirectory() as d:
                 lags, costs = replication_lag(Path(d), rate, seconds, spin, not a.no_pin)
@@ -900,6 +934,7 @@ def main() -> None:
                              _pct(fl, 0.99), p99 <= LAG_P99, ".1f"))
             rows.append("  CPU us / context switches per message: " + ", ".join(
                 f"{name} {cpu:.1f} / {switches:.2f}" for name, (cpu, switches) in costs.items()))
+    floor_dir.cleanup()
     if "fanout" in cases:
         rows_of = set(a.fanout.split(","))
         tcp_cpu = None

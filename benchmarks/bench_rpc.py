@@ -20,8 +20,9 @@ loop. Beside it, alternating in the same run (`--rounds`): the same notifier wit
 on the doorbell instead (`CHRONQ_URING=0`: two wake-ups, the thread's and the loop's); the design
 before it (a Python thread waiting in `Tailer.wait` wakes the loop with `call_soon_threadsafe`); the
 floor of one wake-up (the same method reader read by a plain loop sleeping in `tailer.wait`, no event
-loop); and the reader with ringing off in the writer (`CHRONQ_DOORBELL=0`): it then finds each call on
-its `max_wait` look, as it would an appender that does not ring.
+loop); the reader with ringing off in the writer (`CHRONQ_DOORBELL=0`): it then finds each call on
+its `max_wait` look, as it would an appender that does not ring; and under them the machine's floor,
+the same hand-off in C at the same rate (latency_floor.c --futex, no Python; p99 the median round's).
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Protocol
 
+from bench_queue import build_floor, latency_floor
 from trade import TRADE, Trade
 
 import chronq
@@ -318,6 +321,11 @@ def main() -> None:
         for _ in range(a.rounds):
             for name, ringing, how in cases:
                 runs[name].append(asyncio_wakeups(a.wakeups, a.rate, ringing, how))
+        with tempfile.TemporaryDirectory() as d:  # one wake-up with no Python at all, same rounds
+            exe = build_floor(Path(d))
+            floors = [] if isinstance(exe, str) else [
+                latency_floor(exe, a.wakeups, Path(d), a.rate, pinned=False, futex=True)
+                for _ in range(a.rounds)]
         for name, ringing, how in cases:
             p50s = [_pct(lags, 0.5) for lags in runs[name]]
             every = [x for lags in runs[name] for x in lags]
@@ -326,6 +334,11 @@ def main() -> None:
                 met = f"<= {WAKEUP_P50}: " + ("met" if _pct(every, 0.5) <= WAKEUP_P50 else "NO")
             print(f"{name:<56} {'/'.join(f'{p:.0f}' for p in p50s):>22} {_pct(every, 0.99):>8.0f} "
                   f"{max(every) / 1000:>8.0f} {met:>10}")
+        if floors:
+            p99 = sorted(f.p99 for f in floors)[len(floors) // 2] / 1000
+            print(f"{'C floor: futex sleep, no Python (latency_floor.c --futex)':<56} "
+                  f"{'/'.join(f'{f.p50 / 1000:.0f}' for f in floors):>22} {p99:>8.0f} "
+                  f"{max(f.worst for f in floors) / 1000:>8.0f} {'':>10}")
         print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@
   (trivial handler: it answers `ping(stamp)` on its output; a busy-spinning pauser, and in the last
   row its default one, asleep on the input's doorbell) and the writer, which reads the output between
   its writes, give append -> output readable. Beside it the raw queue hop of `bench_queue.py` (append
-  -> readable in another process) at the same rate.
+  -> readable in another process) at the same rate, and the machine's floor: one hand-off between two
+  processes in C (latency_floor.c), its reader spinning and asleep in futex(2). A hop is two hand-offs
+  (to the service, back to the writer), so a hop target under the floor is out of reach here.
 * Throughput: one service with the trivial handler over `--n` waiting messages (its default `batch`:
   the native `read_many` path), over an input whose messages carry no history (a first hop), and over
   two inputs taking turns, beside a raw loop over the same queue (read + append of the same bytes)
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Protocol
 
 import msgspec
-from bench_queue import latency, latency_cpus
+from bench_queue import build_floor, latency, latency_cpus, latency_floor
 
 import chronq
 import rpc
@@ -387,6 +389,13 @@ def hop(tmp: Path, samples: int, rate: int) -> None:
                      service_hop(tmp, samples, rate, pinned)))
     rows.append(("service hop, the service asleep on the doorbell",
                  service_hop(tmp, samples, rate, busy=False)))
+    exe = build_floor(tmp)  # the machine's floor: one hand-off in C (a hop is two), no Python
+    if not isinstance(exe, str):
+        for futex in (False, True):
+            for pinned in (False, True):
+                how = ("futex sleep" if futex else "spinning") + (", pinned" if pinned else "")
+                rows.append((f"C floor, one hand-off ({how})",
+                             latency_floor(exe, samples, tmp, rate, pinned, futex)[:4]))
     for name, (p50, p99, p999, worst) in rows:
         print(f"{name:<52} {p50 / 1e3:>8.1f} {p99 / 1e3:>8.1f} {p999 / 1e3:>9.1f} {worst / 1e3:>9.1f}")
     print()

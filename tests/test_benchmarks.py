@@ -218,7 +218,8 @@ def test_bench_replication() -> None:
     out = run("bench_replication.py", "--n", "5000", "--rate", "2000", "--seconds", "0.2",
               "--backlog-mb", "2")
     rows = ["throughput plain", "throughput ack", "lag p50", "lag p99", "spin 100000 us", "catch-up of 2 MB",
-            "sink RSS growth", "floor", "step: sink write_run", "udp step: sink write_run"]
+            "sink RSS growth", "floor", "C path floor p50", "C path floor p99",
+            "step: sink write_run", "udp step: sink write_run"]
     rows += ["throughput tls"] if shutil.which("openssl") else []
     assert all(row in out for row in rows), out
     for kind in ("runs", "excerpts", "udp"):  # the in-process data path (for callgrind) checks the sink's end

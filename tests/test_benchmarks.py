@@ -72,7 +72,7 @@ def test_bench_rpc() -> None:
     out = run("bench_rpc.py", "--n", "2000", "--wakeups", "200")
     rows = ("method writer: trade(Trade) -> queue", "reader: read_one + dispatch from the queue",
             "AsyncMethodReader: io_uring futex wait -> eventfd", "notifier thread (CHRONQ_URING=0)",
-            "writer not ringing (CHRONQ_DOORBELL=0)")
+            "writer not ringing (CHRONQ_DOORBELL=0)", "C floor: futex sleep, no Python")
     assert all(row in out for row in rows), out
 
 
@@ -83,7 +83,8 @@ def test_bench_services() -> None:
             "service hop, the service asleep on the doorbell", "service: read + dispatch + write",
             "service, input without history (a first hop)", "service, two inputs taking turns",
             "promote() returns -> first new output", "with snapshots: ready after",
-            "full replay (no snapshots): ready after")
+            "full replay (no snapshots): ready after", "C floor, one hand-off (spinning)",
+            "C floor, one hand-off (futex sleep, pinned)")
     assert all(row in out for row in rows), out
 
 

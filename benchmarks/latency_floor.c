@@ -31,25 +31,18 @@
  * stalls without one: how many, their total and the longest (ns). Linux only.
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+
+#define FLOOR_PROGRAM "latency_floor"
+#define FLOOR_USAGE "latency_floor [--futex] FILE SAMPLES RATE [WRITER_CPU READER_CPU]"
+#include "floor.h"
 
 enum { SLOT = 64, MSG = 40, CONTROL = 128 };
 #define MAX_SAMPLES 100000000L /* 6.4 GB of slots: far beyond any sensible run */
@@ -68,50 +61,6 @@ struct control {
 };
 _Static_assert(sizeof(struct control) <= CONTROL, "the control block must fit before the slots");
 
-static void die(const char *what) {
-    fprintf(stderr, "latency_floor: %s: %s\n", what, strerror(errno));
-    exit(1);
-}
-
-static void usage(const char *why) {
-    fprintf(stderr,
-            "latency_floor: %s\nusage: latency_floor [--futex] FILE SAMPLES RATE [WRITER_CPU READER_CPU]\n",
-            why);
-    exit(2);
-}
-
-static long parse_long(const char *s, const char *name, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s must be an integer in [%ld, %ld], got '%s'", name, lo, hi, s);
-        usage(msg);
-    }
-    return v;
-}
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
-        die("clock_gettime(CLOCK_MONOTONIC)");
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void pin(long cpu, const char *who) {
-    if (cpu < 0)
-        return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET((size_t)cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0) {
-        char what[64];
-        snprintf(what, sizeof what, "sched_setaffinity(%s to CPU %ld)", who, cpu);
-        die(what);
-    }
-}
-
 /* The aggregate "cpu" line of /proc/stat: steal and total jiffies (guest time is already part of
  * user time, so the total is the first eight fields). Returns 0 when unavailable. */
 static int read_steal(unsigned long long *steal, unsigned long long *total) {
@@ -129,17 +78,6 @@ static int read_steal(unsigned long long *steal, unsigned long long *total) {
         *total += v[i];
     *steal = v[7];
     return 1;
-}
-
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Same pick as bench_queue's Python reader: the sorted sample at floor(p * n). */
-static int64_t pick(const int64_t *sorted, size_t n, size_t per, size_t of) {
-    size_t i = n / of * per + n % of * per / of;
-    return sorted[i < n ? i : n - 1];
 }
 
 /* Charges the reader's turn from `last` to `now` to a stall when it took longer than STALL_NS; returns
@@ -162,35 +100,7 @@ static int64_t turn(int64_t last, int64_t now, long *switches, struct control *c
     return now_ns(); /* getrusage's own time is not the machine's */
 }
 
-static void fault_in(volatile unsigned char *base, size_t size, int write) {
-    long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0)
-        page = 4096;
-    for (size_t off = 0; off < size; off += (size_t)page) {
-        if (write)
-            base[off] = 0;
-        else
-            (void)base[off];
-    }
-}
-
 static int use_futex = 0;
-
-static void futex_sleep(struct control *ctl, const unsigned char *slot) {
-    __atomic_store_n(&ctl->waiting, 1, __ATOMIC_SEQ_CST);
-    uint32_t seen = __atomic_load_n(&ctl->bell, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n((const uint32_t *)slot, __ATOMIC_ACQUIRE) == 0)
-        syscall(SYS_futex, &ctl->bell, FUTEX_WAIT, seen, NULL, NULL, 0);
-    __atomic_store_n(&ctl->waiting, 0, __ATOMIC_RELAXED);
-}
-
-static void futex_ring(struct control *ctl) {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the publication before the load (chronq's is a CAS) */
-    if (__atomic_load_n(&ctl->waiting, __ATOMIC_SEQ_CST)) {
-        __atomic_fetch_add(&ctl->bell, 1, __ATOMIC_SEQ_CST);
-        syscall(SYS_futex, &ctl->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-    }
-}
 
 static void reader(unsigned char *base, size_t size, size_t samples, long cpu) {
     /* Dies with the writer: never left spinning on a CPU if the parent goes away. */
@@ -216,7 +126,7 @@ static void reader(unsigned char *base, size_t size, size_t samples, long cpu) {
         unsigned char *slot = base + CONTROL + i * SLOT;
         while (__atomic_load_n((uint32_t *)slot, __ATOMIC_ACQUIRE) == 0) {
             if (use_futex) {
-                futex_sleep(ctl, slot);
+                doorbell_sleep(&ctl->bell, &ctl->waiting, (const uint32_t *)slot);
                 last = now_ns(); /* a sleep is not a stall */
             } else {
                 last = turn(last, now_ns(), &switches, ctl);
@@ -308,7 +218,7 @@ int main(int argc, char **argv) {
         memcpy(slot + 8, msg, sizeof msg);
         __atomic_store_n((uint32_t *)slot, (uint32_t)MSG, __ATOMIC_RELEASE);
         if (use_futex)
-            futex_ring(ctl);
+            doorbell_ring(&ctl->bell, &ctl->waiting);
     }
     while (!reaped && waitpid(child, &status, 0) < 0) {
         if (errno != EINTR)

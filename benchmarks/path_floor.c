@@ -22,25 +22,18 @@
  * mappings). Prints one line: p50 p99 p99.9 max of the reader's lags (ns). Linux only.
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
 #include <signal.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+
+#define FLOOR_PROGRAM "path_floor"
+#define FLOOR_USAGE "path_floor DIR SAMPLES RATE [CPU_A CPU_B]"
+#include "floor.h"
 
 enum { SLOT = 64, MSG = 40, CONTROL = 128 };
 #define MAX_SAMPLES 10000000L
@@ -53,39 +46,6 @@ struct control {
     int64_t p50, p99, p999, max;
 };
 _Static_assert(sizeof(struct control) <= CONTROL, "the control block must fit before the slots");
-
-static void die(const char *what) {
-    fprintf(stderr, "path_floor: %s: %s\n", what, strerror(errno));
-    exit(1);
-}
-
-static long parse_long(const char *s, const char *name, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "path_floor: %s must be an integer in [%ld, %ld], got '%s'\n"
-                        "usage: path_floor DIR SAMPLES RATE [CPU_A CPU_B]\n", name, lo, hi, s);
-        exit(2);
-    }
-    return v;
-}
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void pin(long cpu) {
-    if (cpu < 0)
-        return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET((size_t)cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0)
-        die("sched_setaffinity");
-}
 
 static unsigned char *mapping(const char *dir, const char *name, size_t size) {
     char path[4096];
@@ -102,8 +62,7 @@ static unsigned char *mapping(const char *dir, const char *name, size_t size) {
     if (base == MAP_FAILED)
         die("mmap");
     close(fd);
-    for (size_t off = 0; off < size; off += 4096) /* allocated before the run, as chronq prefaults */
-        base[off] = 0;
+    fault_in(base, size, 1);
     return base;
 }
 
@@ -116,30 +75,17 @@ static void publish(unsigned char *base, size_t i, const unsigned char *msg) {
     __atomic_store_n(slot_at(base, i), (uint32_t)MSG, __ATOMIC_RELEASE);
 }
 
-static void ring(struct control *ctl) {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&ctl->waiting, __ATOMIC_SEQ_CST)) {
-        __atomic_fetch_add(&ctl->bell, 1, __ATOMIC_SEQ_CST);
-        syscall(SYS_futex, &ctl->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-    }
-}
-
 /* Sleeps until slot `i` of `base` is published. */
 static void wait_for(unsigned char *base, size_t i) {
     struct control *ctl = (struct control *)base;
-    while (__atomic_load_n(slot_at(base, i), __ATOMIC_ACQUIRE) == 0) {
-        __atomic_store_n(&ctl->waiting, 1, __ATOMIC_SEQ_CST);
-        uint32_t seen = __atomic_load_n(&ctl->bell, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(slot_at(base, i), __ATOMIC_ACQUIRE) == 0)
-            syscall(SYS_futex, &ctl->bell, FUTEX_WAIT, seen, NULL, NULL, 0);
-        __atomic_store_n(&ctl->waiting, 0, __ATOMIC_RELAXED);
-    }
+    while (__atomic_load_n(slot_at(base, i), __ATOMIC_ACQUIRE) == 0)
+        doorbell_sleep(&ctl->bell, &ctl->waiting, slot_at(base, i));
 }
 
 static void child_setup(long cpu, struct control *a) {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) /* never left behind if the driver goes away */
         die("prctl(PR_SET_PDEATHSIG)");
-    pin(cpu);
+    pin(cpu, "a process of the path");
     __atomic_fetch_add(&a->ready, 1, __ATOMIC_RELEASE);
 }
 
@@ -178,20 +124,9 @@ static void sink(unsigned char *out, size_t samples, int sock, long cpu, struct 
             publish(out, i++, buf + used);
         memmove(buf, buf + used, have - used);
         have -= used;
-        ring(ctl);
+        doorbell_ring(&ctl->bell, &ctl->waiting);
     }
     _exit(0);
-}
-
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* As bench_replication's percentiles: the sorted sample at floor(p * n). */
-static int64_t pick(const int64_t *sorted, size_t n, double p) {
-    size_t i = (size_t)((double)n * p);
-    return sorted[i < n ? i : n - 1];
 }
 
 static void reader(unsigned char *in, size_t samples, long cpu, struct control *a) {
@@ -207,19 +142,17 @@ static void reader(unsigned char *in, size_t samples, long cpu, struct control *
     }
     qsort(lat, samples, sizeof *lat, cmp_i64);
     struct control *ctl = (struct control *)in;
-    ctl->p50 = pick(lat, samples, 0.5);
-    ctl->p99 = pick(lat, samples, 0.99);
-    ctl->p999 = pick(lat, samples, 0.999);
+    ctl->p50 = pick(lat, samples, 50, 100);
+    ctl->p99 = pick(lat, samples, 99, 100);
+    ctl->p999 = pick(lat, samples, 999, 1000);
     ctl->max = lat[samples - 1];
     __atomic_store_n(&ctl->done, 1, __ATOMIC_RELEASE);
     _exit(0);
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4 && argc != 6) {
-        fprintf(stderr, "usage: path_floor DIR SAMPLES RATE [CPU_A CPU_B]\n");
-        return 2;
-    }
+    if (argc != 4 && argc != 6)
+        usage("wrong number of arguments");
     size_t samples = (size_t)parse_long(argv[2], "SAMPLES", 1, MAX_SAMPLES);
     long rate = parse_long(argv[3], "RATE", 1, 10000000L);
     long cpu_a = -1, cpu_b = -1;
@@ -262,7 +195,7 @@ int main(int argc, char **argv) {
     close(conn);
     close(accepted);
     close(srv);
-    pin(cpu_a);
+    pin(cpu_a, "the writer");
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     while (__atomic_load_n(&a->ready, __ATOMIC_ACQUIRE) < 3) /* every process is up before the first */
         usleep(1000);
@@ -279,7 +212,7 @@ int main(int argc, char **argv) {
         int64_t sent = now_ns();
         memcpy(msg, &sent, sizeof sent);
         publish(src, i, msg);
-        ring(a);
+        doorbell_ring(&a->bell, &a->waiting);
     }
     int failed = 0;
     for (int k = 0; k < 3; k++) {

@@ -150,6 +150,15 @@ static void reader(unsigned char *in, size_t samples, long cpu, struct control *
     _exit(0);
 }
 
+/* A process of the path failed (it said why on stderr): the others, blocked for ever on what it was to
+ * send, die with this one (PR_SET_PDEATHSIG). */
+static void fail(int status) {
+    fprintf(stderr, "path_floor: a process of the path failed (%s %d)\n",
+            WIFSIGNALED(status) ? "signal" : "exit status",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    exit(1);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4 && argc != 6)
         usage("wrong number of arguments");
@@ -178,12 +187,11 @@ int main(int argc, char **argv) {
     setsockopt(accepted, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 
     fflush(stdout);
-    pid_t kids[3];
     for (int k = 0; k < 3; k++) {
-        kids[k] = fork();
-        if (kids[k] < 0)
+        pid_t kid = fork();
+        if (kid < 0)
             die("fork");
-        if (kids[k] == 0) {
+        if (kid == 0) {
             if (k == 0)
                 source(src, samples, conn, cpu_b);
             else if (k == 1)
@@ -197,8 +205,12 @@ int main(int argc, char **argv) {
     close(srv);
     pin(cpu_a, "the writer");
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    while (__atomic_load_n(&a->ready, __ATOMIC_ACQUIRE) < 3) /* every process is up before the first */
+    while (__atomic_load_n(&a->ready, __ATOMIC_ACQUIRE) < 3) { /* every process is up before the first */
+        int status;
+        if (waitpid(-1, &status, WNOHANG) != 0) /* one failed first: its kin die with this process */
+            fail(status);
         usleep(1000);
+    }
     usleep(20000); /* and asleep */
 
     unsigned char msg[MSG];
@@ -214,16 +226,13 @@ int main(int argc, char **argv) {
         publish(src, i, msg);
         doorbell_ring(&a->bell, &a->waiting);
     }
-    int failed = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 3; k++) { /* in the order they end: the first to fail ends the run */
         int status;
-        if (waitpid(kids[k], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            failed = 1;
+        if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            fail(status);
     }
-    if (failed || !__atomic_load_n(&b->done, __ATOMIC_ACQUIRE)) {
-        fprintf(stderr, "path_floor: a process of the path failed\n");
-        return 1;
-    }
+    if (!__atomic_load_n(&b->done, __ATOMIC_ACQUIRE))
+        fail(0);
     printf("%lld %lld %lld %lld\n", (long long)b->p50, (long long)b->p99, (long long)b->p999,
            (long long)b->max);
     return 0;

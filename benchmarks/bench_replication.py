@@ -827,15 +827,16 @@ def floor_lag(rate: int, seconds: float, pin: bool) -> list[int]:
     return lags
 
 
-def path_floor(exe: Path | str, rate: int, seconds: float, pin: bool) -> tuple[float, float] | None:
+def path_floor(rate: int, seconds: float, pin: bool) -> tuple[float, float] | None:
     """The lag case's path in C with nothing spinning (path_floor.c: writer, source, sink and reader
     processes, two futex hand-offs and a TCP hop over 127.0.0.1, placed on the CPUs as the lag case's):
     (p50, p99) in us, what any implementation gets here; None without a C compiler."""
-    if isinstance(exe, str):
-        print(f"no path floor: {exe}", file=sys.stderr)
-        return None
     a, b = _lag_cpus(pin)
     with tempfile.TemporaryDirectory() as d:
+        exe = build_floor(Path(d), PATH_FLOOR_SRC)
+        if isinstance(exe, str):
+            print(f"no path floor: {exe}", file=sys.stderr)
+            return None
         cmd = [str(exe), d, str(int(rate * seconds)), str(rate), str(-1 if a is None else a),
                str(-1 if b is None else b)]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60 + 4 * seconds)
@@ -911,12 +912,9 @@ def main() -> None:
                 rate, _, _ = replication_catch_up(Path(d), n, ack=case == "ack", tls=case == "tls")
             rows.append(_row(f"throughput {case} (msg/s)", rate, f">= {TARGETS[case]:,}", floor,
                              rate >= TARGETS[case]))
-    lag_rates = [int(r) for r in a.rate.split(",")] if "lag" in cases else []
-    floor_dir = tempfile.TemporaryDirectory()
-    c_floor = build_floor(Path(floor_dir.name), PATH_FLOOR_SRC) if lag_rates else ""
-    for rate in lag_rates:
+    for rate in [int(r) for r in a.rate.split(",")] if "lag" in cases else []:
         fl = floor_lag(rate, seconds, not a.no_pin)
-        whole = path_floor(c_floor, rate, seconds, not a.no_pin)
+        whole = path_floor(rate, seconds, not a.no_pin)
         if whole is not None:  # the target is out of reach where the path in C misses it
             how = ", unpinned" if a.no_pin else ""
             rows.append(_row(f"C path floor p50 at {rate:,} msg/s{how} (us)", whole[0], f"<= {LAG_P50}",
@@ -934,7 +932,6 @@ def main() -> None:
                              _pct(fl, 0.99), p99 <= LAG_P99, ".1f"))
             rows.append("  CPU us / context switches per message: " + ", ".join(
                 f"{name} {cpu:.1f} / {switches:.2f}" for name, (cpu, switches) in costs.items()))
-    floor_dir.cleanup()
     if "fanout" in cases:
         rows_of = set(a.fanout.split(","))
         tcp_cpu = None

@@ -231,8 +231,10 @@ int main(int argc, char **argv) {
         if (wait(&status) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
             fail(status);
     }
-    if (!__atomic_load_n(&b->done, __ATOMIC_ACQUIRE))
-        fail(0);
+    if (!__atomic_load_n(&b->done, __ATOMIC_ACQUIRE)) {
+        fprintf(stderr, "path_floor: the reader ended without its results\n");
+        return 1;
+    }
     printf("%lld %lld %lld %lld\n", (long long)b->p50, (long long)b->p99, (long long)b->p999,
            (long long)b->max);
     return 0;

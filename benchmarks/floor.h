@@ -1,11 +1,12 @@
 /* What the C floors of the benchmarks (latency_floor.c, path_floor.c) share: argument parsing, the
- * clock, pinning, percentiles, prefaulting and the doorbell protocol of chronq's readers.
+ * clock, pinning, percentiles, shared mappings and the doorbell protocol of chronq's readers.
  *
  * A program defines FLOOR_PROGRAM (its name) and FLOOR_USAGE (its usage line) before including this. */
 #ifndef CHRONQ_BENCH_FLOOR_H
 #define CHRONQ_BENCH_FLOOR_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,6 +85,23 @@ static void fault_in(volatile unsigned char *base, size_t size, int write) {
         else
             (void)base[off];
     }
+}
+
+/* A shared mapping of `size` bytes of the file `path` (made anew), every page allocated and faulted in
+ * before the run: the processes forked after it only map them. */
+static unsigned char *shared_mapping(const char *path, size_t size) {
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        die(path);
+    if (ftruncate(fd, (off_t)size) != 0)
+        die("ftruncate");
+    unsigned char *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED)
+        die("mmap");
+    if (close(fd) != 0)
+        die("close");
+    fault_in(base, size, 1);
+    return base;
 }
 
 /* chronq's doorbell: a sleeper says it waits (a seq_cst store of `waiting`), reads the bell's

@@ -31,7 +31,6 @@
  * stalls without one: how many, their total and the longest (ns). Linux only.
  */
 #define _GNU_SOURCE
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -171,17 +170,7 @@ int main(int argc, char **argv) {
     }
 
     size_t size = CONTROL + samples * SLOT;
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0)
-        die(path);
-    if (ftruncate(fd, (off_t)size) != 0)
-        die("ftruncate");
-    unsigned char *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED)
-        die("mmap");
-    if (close(fd) != 0)
-        die("close");
-    fault_in(base, size, 1); /* allocates the file's pages: the reader then only maps them */
+    unsigned char *base = shared_mapping(path, size);
     struct control *ctl = (struct control *)base;
 
     fflush(stdout);

@@ -22,11 +22,9 @@
  * mappings). Prints one line: p50 p99 p99.9 max of the reader's lags (ns). Linux only.
  */
 #define _GNU_SOURCE
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -53,17 +51,7 @@ static unsigned char *mapping(const char *dir, const char *name, size_t size) {
         errno = ENAMETOOLONG;
         die(dir);
     }
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0)
-        die(path);
-    if (ftruncate(fd, (off_t)size) != 0)
-        die("ftruncate");
-    unsigned char *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED)
-        die("mmap");
-    close(fd);
-    fault_in(base, size, 1);
-    return base;
+    return shared_mapping(path, size);
 }
 
 static uint32_t *slot_at(unsigned char *base, size_t i) {

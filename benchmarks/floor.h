@@ -1,5 +1,6 @@
 /* What the C floors of the benchmarks (latency_floor.c, path_floor.c) share: argument parsing, the
- * clock, pinning, percentiles, shared mappings and the doorbell protocol of chronq's readers.
+ * clock, pinning, percentiles, shared mappings, children that die with their parent and the doorbell
+ * protocol of chronq's readers.
  *
  * A program defines FLOOR_PROGRAM (its name) and FLOOR_USAGE (its usage line) before including this. */
 #ifndef CHRONQ_BENCH_FLOOR_H
@@ -10,11 +11,13 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -85,6 +88,15 @@ static void fault_in(volatile unsigned char *base, size_t size, int write) {
         else
             (void)base[off];
     }
+}
+
+/* In a forked child: dies with the process that forked it (`parent`), so that it is never left
+ * spinning or waiting for ever when the driver goes away, even if that happened before this call. */
+static void die_with(pid_t parent) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        die("prctl(PR_SET_PDEATHSIG)");
+    if (getppid() != parent)
+        _exit(1);
 }
 
 /* A shared mapping of `size` bytes of the file `path` (made anew), every page allocated and faulted in

@@ -32,9 +32,7 @@
  */
 #define _GNU_SOURCE
 #include <math.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -101,12 +99,8 @@ static int64_t turn(int64_t last, int64_t now, long *switches, struct control *c
 
 static int use_futex = 0;
 
-static void reader(unsigned char *base, size_t size, size_t samples, long cpu) {
-    /* Dies with the writer: never left spinning on a CPU if the parent goes away. */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
-        die("prctl(PR_SET_PDEATHSIG)");
-    if (getppid() == 1)
-        _exit(1);
+static void reader(unsigned char *base, size_t size, size_t samples, long cpu, pid_t writer) {
+    die_with(writer);
     pin(cpu, "reader");
     int64_t *lat = malloc(samples * sizeof *lat);
     if (lat == NULL)
@@ -174,11 +168,12 @@ int main(int argc, char **argv) {
     struct control *ctl = (struct control *)base;
 
     fflush(stdout);
+    pid_t writer = getpid();
     pid_t child = fork();
     if (child < 0)
         die("fork");
     if (child == 0)
-        reader(base, size, samples, rcpu);
+        reader(base, size, samples, rcpu, writer);
 
     pin(wcpu, "writer");
     int status = 0, reaped = 0;

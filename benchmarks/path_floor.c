@@ -7,10 +7,7 @@
  * on that mapping's doorbell (a futex), wakes, sends every message published since its last look in
  * one send() on a TCP connection over 127.0.0.1; a sink process blocks in recv(), publishes each
  * whole message into a second mapping and rings its doorbell; a reader sleeps on that doorbell and
- * records receive time - send time. The doorbells follow chronq's protocol: a sleeper says it waits
- * (a seq_cst store), reads the bell's sequence, looks once more and sleeps in FUTEX_WAIT on the
- * sequence (shared: the processes share a file mapping); a publisher that sees a waiter moves the
- * sequence on and calls FUTEX_WAKE.
+ * records receive time - send time. The doorbells follow chronq's protocol (floor.h).
  *
  * The writer and the sink run on one CPU, the source and the reader on the other (as the lag case
  * pins them): each hop crosses to the other CPU. Three sleeping hand-offs are on the path (writer to
@@ -24,8 +21,6 @@
 #define _GNU_SOURCE
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -70,9 +65,10 @@ static void wait_for(unsigned char *base, size_t i) {
         doorbell_sleep(&ctl->bell, &ctl->waiting, slot_at(base, i));
 }
 
+static pid_t driver; /* the writer, which forks the others */
+
 static void child_setup(long cpu, struct control *a) {
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) /* never left behind if the driver goes away */
-        die("prctl(PR_SET_PDEATHSIG)");
+    die_with(driver);
     pin(cpu, "a process of the path");
     __atomic_fetch_add(&a->ready, 1, __ATOMIC_RELEASE);
 }
@@ -175,6 +171,7 @@ int main(int argc, char **argv) {
     setsockopt(accepted, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 
     fflush(stdout);
+    driver = getpid();
     for (int k = 0; k < 3; k++) {
         pid_t kid = fork();
         if (kid < 0)
